@@ -1,0 +1,31 @@
+"""modulekit: PyTorch-style Modules for fast CPU inference on NumPy arrays."""
+
+from modulekit.device import Device
+from modulekit.dtypes import (
+    DataType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int32,
+    int64,
+    uint8,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DataType",
+    "Device",
+    "bfloat16",
+    "bool_",
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int32",
+    "int64",
+    "uint8",
+]
