@@ -1,5 +1,6 @@
 """modulekit: PyTorch-style Modules for fast CPU inference on NumPy arrays."""
 
+from modulekit._ext._tensor import Parameter, Tensor
 from modulekit.device import Device
 from modulekit.dtypes import (
     DataType,
@@ -19,6 +20,8 @@ __version__ = "0.1.0"
 __all__ = [
     "DataType",
     "Device",
+    "Parameter",
+    "Tensor",
     "bfloat16",
     "bool_",
     "float16",
