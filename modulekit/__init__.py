@@ -14,6 +14,7 @@ from modulekit.dtypes import (
     int64,
     uint8,
 )
+from modulekit.threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
@@ -27,8 +28,10 @@ __all__ = [
     "float16",
     "float32",
     "float64",
+    "get_num_threads",
     "int8",
     "int32",
     "int64",
+    "set_num_threads",
     "uint8",
 ]

@@ -398,7 +398,8 @@ cdef str _format(Tensor t, str name):
     else:
         shown = arr
     body = np.array2string(
-        shown, separator=", ", prefix=prefix, precision=4, threshold=1000, edgeitems=3
+        shown, separator=", ", prefix=prefix, precision=4, floatmode="maxprec_equal",
+        threshold=1000, edgeitems=3,
     )
     extra = ""
     if arr.size == 0 and arr.ndim != 1:
