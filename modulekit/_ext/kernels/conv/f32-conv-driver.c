@@ -1,0 +1,209 @@
+/* float32 convolution driver: phase images, the kernel config table, tiling, OpenMP.
+ *
+ * Work of one image = groups x pixel tiles x panel chunks, split statically over the threads
+ * (each thread takes consecutive items: the same tile across its panels, so the tile's input
+ * rows stay in L1/L2 while the packed panels stream from L2). */
+#include <string.h>
+
+#include "conv.h"
+#include "mk_omp.h"
+#include "isa.h"
+
+/* One kernel per ISA, chosen together with its tile width (the panel height MR = 8 is common
+ * to all, so packed weights do not depend on the ISA). */
+typedef struct {
+    mk_igemm_fn fn;
+    int nr; /* output pixels per tile */
+} mk_igemm_config;
+
+static const mk_igemm_config IGEMM_CONFIG[MK_ISA_COUNT] = {
+    [MK_ISA_GENERIC] = {mk_f32_igemm_8x16_scalar, 16},
+    [MK_ISA_AVX2] = {mk_f32_igemm_8x24_avx2, 24},
+    [MK_ISA_AVX512] = {mk_f32_igemm_8x48_avx512, 48},
+};
+
+void mk_conv_geometry(mk_conv_geom *g) {
+    const int Hp = g->H + g->pt + g->pb, Wp = g->W + g->pl + g->pr;
+    g->Hq = (Hp + g->sy - 1) / g->sy;
+    g->Wq = (Wp + g->sx - 1) / g->sx;
+    if (g->Wq < g->OW) g->Wq = g->OW;
+    if (g->Hq < g->OH) g->Hq = g->OH;
+    g->plane = (ptrdiff_t)g->sy * g->sx * g->Hq * g->Wq;
+}
+
+ptrdiff_t mk_conv_phase_size(const mk_conv_geom *g, int channels) {
+    /* grid columns past OW of the last channel read up to one row and a kernel width past
+     * the plane: keep that much zeroed slack */
+    return (ptrdiff_t)channels * g->plane + 2 * (ptrdiff_t)g->Wq + 64;
+}
+
+/* Phase image of one channel: sub-image (a, b) row i col j = padded input (i*sy+a, j*sx+b). */
+void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv) {
+    const int sy = g->sy, sx = g->sx, Hq = g->Hq, Wq = g->Wq;
+    for (int a = 0; a < sy; a++) {
+        for (int b = 0; b < sx; b++) {
+            float *sub = ph + (ptrdiff_t)(a * sx + b) * Hq * Wq;
+            for (int i = 0; i < Hq; i++) {
+                float *row = sub + (ptrdiff_t)i * Wq;
+                const int y = i * sy + a - g->pt;
+                if (y < 0 || y >= g->H) {
+                    for (int j = 0; j < Wq; j++) row[j] = padv;
+                    continue;
+                }
+                const float *xr = xc + y * g->sh;
+                /* columns j with 0 <= j*sx + b - pl < W */
+                int j0 = g->pl - b > 0 ? (g->pl - b + sx - 1) / sx : 0;
+                int j1 = (g->W + g->pl - b + sx - 1) / sx; /* first j with x >= W */
+                if (j1 > Wq) j1 = Wq;
+                if (j0 > j1) j0 = j1;
+                for (int j = 0; j < j0; j++) row[j] = padv;
+                const int x0 = j0 * sx + b - g->pl;
+                if (sx == 1 && g->sw == 1) {
+                    memcpy(row + j0, xr + x0, sizeof(float) * (size_t)(j1 - j0));
+                } else {
+                    const ptrdiff_t st = sx * g->sw;
+                    const float *p = xr + x0 * g->sw;
+                    for (int j = j0; j < j1; j++, p += st) row[j] = *p;
+                }
+                for (int j = j1; j < Wq; j++) row[j] = padv;
+            }
+        }
+    }
+}
+
+void mk_conv_phase_f32(const mk_conv_geom *g, const float *x, int n, float *ph, float padv,
+                       int nthreads) {
+    const ptrdiff_t total = mk_conv_phase_size(g, g->C);
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int c = 0; c < g->C; c++)
+        mk_conv_phase_channel_f32(g, x + n * g->sn + c * g->sc, ph + c * g->plane, padv);
+    for (ptrdiff_t i = (ptrdiff_t)g->C * g->plane; i < total; i++) ph[i] = 0.0f;
+}
+
+/* Segments of the tile starting at grid lane q0 with nl lanes (see mk_seg). */
+static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *segs) {
+    const int Wq = g->Wq, OW = g->OW;
+    int ns = 0;
+    ptrdiff_t oh = q0 / Wq;
+    for (;; oh++) {
+        const ptrdiff_t row0 = oh * Wq; /* grid lane of (oh, 0) */
+        if (row0 >= q0 + nl || oh >= g->OH) break;
+        ptrdiff_t lo = row0 - q0, hi = row0 + OW - q0;
+        if (lo < 0) lo = 0;
+        if (hi > nl) hi = nl;
+        if (hi > lo) {
+            segs[ns].lo = (int)lo;
+            segs[ns].hi = (int)hi;
+            segs[ns].off = oh * OW - row0 + q0;
+            ns++;
+        }
+    }
+    return ns;
+}
+
+int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
+                  const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
+                  float *out, const float *res, int act, int isa, int nthreads) {
+    const mk_igemm_config cfg = IGEMM_CONFIG[isa];
+    const int cin_g = g->C / groups, cout_g = Cout / groups;
+    const int npg = (cout_g + MK_CONV_MR - 1) / MK_CONV_MR; /* panels per group */
+    const size_t K = (size_t)cin_g * g->KH * g->KW;
+    const size_t panel = MK_CONV_MR + K * MK_CONV_MR;
+    const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
+    const int direct = phase == NULL; /* 1x1, stride 1, no padding: read x itself */
+    const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW; /* grid lanes to compute */
+    const int ntiles = (int)((L + cfg.nr - 1) / cfg.nr);
+
+    /* small convolutions stay on one thread */
+    const double flops = 2.0 * g->N * (double)ohw * Cout * (double)K;
+    if (flops < 4e5) nthreads = 1;
+
+    /* chunks of panels, so that a thread has work even with few tiles (batch 1, 7x7) */
+    int nchunks = 1;
+    const int base_items = groups * ntiles;
+    if (base_items < 4 * nthreads) {
+        nchunks = (4 * nthreads + base_items - 1) / base_items;
+        if (nchunks > npg) nchunks = npg;
+    }
+    const int ppc = (npg + nchunks - 1) / nchunks; /* panels per chunk */
+    nchunks = (npg + ppc - 1) / ppc;
+    const int items = base_items * nchunks;
+
+    /* per-k input offsets (the indirection table), identical for every group and tile */
+    {
+        size_t k = 0;
+        for (int ci = 0; ci < cin_g; ci++)
+            for (int kh = 0; kh < g->KH; kh++)
+                for (int kw = 0; kw < g->KW; kw++, k++) {
+                    if (direct) {
+                        koff[k] = ci * g->sc;
+                    } else {
+                        const int ry = kh * g->dy, rx = kw * g->dx;
+                        koff[k] = ci * g->plane +
+                                  (ptrdiff_t)((ry % g->sy) * g->sx + rx % g->sx) * g->Hq * g->Wq +
+                                  (ptrdiff_t)(ry / g->sy) * g->Wq + rx / g->sx;
+                    }
+                }
+    }
+
+    const float *wp = (const float *)packed;
+    if (wtype != MK_W_F32) {
+        const size_t total = panel * (size_t)npg * groups;
+        const size_t chunk = 1 << 14;
+        const size_t nch = (total + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+        for (size_t i = 0; i < nch; i++) {
+            const size_t lo = i * chunk, n = total - lo < chunk ? total - lo : chunk;
+            if (wtype == MK_W_F16)
+                mk_widen_f16_f32((const uint16_t *)packed + lo, wide + lo, n, isa);
+            else
+                mk_widen_bf16_f32((const uint16_t *)packed + lo, wide + lo, n, isa);
+        }
+        wp = wide;
+    }
+
+    if (!direct) { /* slack past the last channel: read only by dropped grid columns */
+        const ptrdiff_t total = mk_conv_phase_size(g, g->C);
+        for (ptrdiff_t i = (ptrdiff_t)g->C * g->plane; i < total; i++) phase[i] = 0.0f;
+    }
+
+#pragma omp parallel num_threads(nthreads)
+    {
+        mk_seg segs[MK_MAX_SEGS];
+        for (int n = 0; n < g->N; n++) {
+            const float *bimg;
+            if (!direct) {
+#pragma omp for schedule(static)
+                for (int c = 0; c < g->C; c++)
+                    mk_conv_phase_channel_f32(g, x + n * g->sn + c * g->sc, phase + c * g->plane, 0.0f);
+                /* implicit barrier: the phase image is complete */
+                bimg = phase;
+            } else {
+                bimg = x + n * g->sn;
+            }
+            float *oimg = out + (ptrdiff_t)n * Cout * ohw;
+            const float *rimg = res ? res + (ptrdiff_t)n * Cout * ohw : NULL;
+#pragma omp for schedule(static)
+            for (int it = 0; it < items; it++) {
+                const int chunk = it % nchunks;
+                const int tile = (it / nchunks) % ntiles;
+                const int grp = it / (nchunks * ntiles);
+                const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
+                const int nl = (int)(L - q0 < cfg.nr ? L - q0 : cfg.nr);
+                const int ns = tile_segments(g, q0, nl, segs);
+                const float *b = bimg + (direct ? (ptrdiff_t)grp * cin_g * g->sc
+                                                : (ptrdiff_t)grp * cin_g * g->plane) + q0;
+                const int p0 = chunk * ppc, p1 = p0 + ppc < npg ? p0 + ppc : npg;
+                for (int p = p0; p < p1; p++) {
+                    const int co = grp * cout_g + p * MK_CONV_MR;
+                    const int rows = cout_g - p * MK_CONV_MR < MK_CONV_MR
+                                         ? cout_g - p * MK_CONV_MR : MK_CONV_MR;
+                    cfg.fn(K, wp + ((size_t)grp * npg + p) * panel, b, koff, nl, rows,
+                           oimg + co * ohw, ohw, rimg ? rimg + co * ohw : NULL, segs, ns, act);
+                }
+            }
+            /* implicit barrier before the next image overwrites the phase image */
+        }
+    }
+    return 0;
+}

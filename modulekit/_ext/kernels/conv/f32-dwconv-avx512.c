@@ -1,0 +1,71 @@
+/* Depthwise convolution row kernels: one output row of one channel from its phase image,
+ * vectorised over output columns (AVX-512: 16 lanes, AVX2: 8 lanes), any KH x KW, stride,
+ * dilation (the phase image turns stride into unit-stride reads). */
+#include "simd-act.h"
+
+/* ph: channel phase image, rowoff[t]: offset of tap t for output row 0, col 0 (plus oh*Wq by
+ * the caller); w: KH*KW taps; out: output row (OW); res: residual row or NULL. */
+MK_T512 void mk_f32_dwconv_row_avx512(int T, const float *ph, const ptrdiff_t *toff,
+                                      const float *w, float bias, int OW, float *out,
+                                      const float *res, int act) {
+    int ow = 0;
+    for (; ow + 32 <= OW; ow += 32) {
+        __m512 a0 = _mm512_set1_ps(bias), a1 = a0;
+        for (int t = 0; t < T; t++) {
+            const __m512 wt = _mm512_set1_ps(w[t]);
+            const float *p = ph + toff[t] + ow;
+            a0 = _mm512_fmadd_ps(wt, _mm512_loadu_ps(p), a0);
+            a1 = _mm512_fmadd_ps(wt, _mm512_loadu_ps(p + 16), a1);
+        }
+        if (res) {
+            a0 = _mm512_add_ps(a0, _mm512_loadu_ps(res + ow));
+            a1 = _mm512_add_ps(a1, _mm512_loadu_ps(res + ow + 16));
+        }
+        _mm512_storeu_ps(out + ow, mk_act512(a0, act));
+        _mm512_storeu_ps(out + ow + 16, mk_act512(a1, act));
+    }
+    for (; ow < OW; ow += 16) {
+        const __mmask16 m = (__mmask16)mk_seg_mask(0, OW - ow, 0, 16);
+        __m512 a0 = _mm512_set1_ps(bias);
+        for (int t = 0; t < T; t++)
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[t]),
+                                 _mm512_maskz_loadu_ps(m, ph + toff[t] + ow), a0);
+        if (res) a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(m, res + ow));
+        _mm512_mask_storeu_ps(out + ow, m, mk_act512(a0, act));
+    }
+}
+
+MK_T256 static inline __m256i dw_mask256(int n) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
+}
+
+MK_T256 void mk_f32_dwconv_row_avx2(int T, const float *ph, const ptrdiff_t *toff,
+                                    const float *w, float bias, int OW, float *out,
+                                    const float *res, int act) {
+    int ow = 0;
+    for (; ow + 16 <= OW; ow += 16) {
+        __m256 a0 = _mm256_set1_ps(bias), a1 = a0;
+        for (int t = 0; t < T; t++) {
+            const __m256 wt = _mm256_broadcast_ss(w + t);
+            const float *p = ph + toff[t] + ow;
+            a0 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(p), a0);
+            a1 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(p + 8), a1);
+        }
+        if (res) {
+            a0 = _mm256_add_ps(a0, _mm256_loadu_ps(res + ow));
+            a1 = _mm256_add_ps(a1, _mm256_loadu_ps(res + ow + 8));
+        }
+        _mm256_storeu_ps(out + ow, mk_act256(a0, act));
+        _mm256_storeu_ps(out + ow + 8, mk_act256(a1, act));
+    }
+    for (; ow < OW; ow += 8) {
+        const __m256i m = dw_mask256(OW - ow);
+        __m256 a0 = _mm256_set1_ps(bias);
+        for (int t = 0; t < T; t++)
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(w + t),
+                                 _mm256_maskload_ps(ph + toff[t] + ow, m), a0);
+        if (res) a0 = _mm256_add_ps(a0, _mm256_maskload_ps(res + ow, m));
+        _mm256_maskstore_ps(out + ow, m, mk_act256(a0, act));
+    }
+}
