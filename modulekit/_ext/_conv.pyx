@@ -87,7 +87,8 @@ def _act_code(activation):
 
 def conv_output_size(int size, int kernel, int stride, int pad_lo, int pad_hi, int dilation):
     """Output length of a convolution along one axis (torch's formula)."""
-    return (size + pad_lo + pad_hi - dilation * (kernel - 1) - 1) // stride + 1
+    num = size + pad_lo + pad_hi - dilation * (kernel - 1) - 1
+    return num // stride + 1   # Python floor division: num may be negative
 
 
 def pool_output_size(int size, int kernel, int stride, int pad, int dilation, bint ceil_mode):
@@ -95,8 +96,8 @@ def pool_output_size(int size, int kernel, int stride, int pad, int dilation, bi
 
     With ``ceil_mode`` the last window must start inside the input or its left padding.
     """
-    cdef int num = size + 2 * pad - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)
-    cdef int out = num // stride + 1   # floor division (num may be negative)
+    num = size + 2 * pad - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)
+    out = num // stride + 1   # Python floor division: num may be negative
     if ceil_mode and (out - 1) * stride >= size + pad:
         out -= 1
     return out
@@ -443,8 +444,6 @@ def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, st
         [bias_part.reshape(groups, npg, MK_CONV_MR),
          body.reshape(groups, npg, K * MK_CONV_MR)], axis=2)
     self._packed = np.ascontiguousarray(flat.reshape(groups * npg, -1).astype(sdtype))
-    if storage != "float32":
-        self._packed = self._packed.view(np.uint16)
     self._bias = None
     return self
 

@@ -62,7 +62,9 @@ MK_T256 static void igemm_4x24(size_t K, const float *a, const float *b, const p
             unsigned bits = mk_seg_mask(lo, hi, j, 8);
             if (!bits) continue;
             __m256i m = mk_mask256(bits);
-            for (int r = 0; r < mrows; r++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) { /* constant bounds keep acc in registers */
+                if (r >= mrows) break;
                 __m256 v = acc[r][j];
                 ptrdiff_t o = r * c_rs + off + 8 * j;
                 if (res) v = _mm256_add_ps(v, _mm256_maskload_ps(res + o, m));

@@ -58,7 +58,9 @@ MK_T512 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b,
         for (int j = 0; j < 3; j++) {
             __mmask16 m = (__mmask16)mk_seg_mask(lo, hi, j, 16);
             if (!m) continue;
-            for (int r = 0; r < mrows; r++) {
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) { /* constant bounds keep acc in registers */
+                if (r >= mrows) break;
                 __m512 v = acc[r][j];
                 ptrdiff_t o = r * c_rs + off + 16 * j;
                 if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + o));
