@@ -34,7 +34,7 @@ def reference(x, w, b, stride, padding, dilation, groups, act=None, residual=Non
 def make(rng, n, cin, cout, k, h, w, groups, bias=True):
     kh, kw = (k, k) if isinstance(k, int) else k
     x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
-    wt = (rng.standard_normal((cout, cin // groups, kh, kw)) / np.sqrt(cin // groups * kh * kw))
+    wt = rng.standard_normal((cout, cin // groups, kh, kw)) / np.sqrt(cin // groups * kh * kw)
     b = rng.standard_normal(cout).astype(np.float32) if bias else None
     return x, wt.astype(np.float32), b
 
@@ -42,22 +42,22 @@ def make(rng, n, cin, cout, k, h, w, groups, bias=True):
 # (batch, cin, cout, kernel, H, W, stride, padding, dilation, groups)
 GEOMETRIES = [
     (1, 3, 5, 3, 7, 9, 1, 1, 1, 1),
-    (2, 8, 16, 1, 9, 7, 1, 0, 1, 1),            # 1x1 stride 1: the direct GEMM path
-    (1, 8, 12, 1, 9, 7, 2, 0, 1, 1),            # 1x1 stride 2 (ResNet downsample)
-    (1, 6, 10, 1, 5, 5, 1, 1, 1, 2),            # 1x1 padded, grouped
+    (2, 8, 16, 1, 9, 7, 1, 0, 1, 1),  # 1x1 stride 1: the direct GEMM path
+    (1, 8, 12, 1, 9, 7, 2, 0, 1, 1),  # 1x1 stride 2 (ResNet downsample)
+    (1, 6, 10, 1, 5, 5, 1, 1, 1, 2),  # 1x1 padded, grouped
     (7, 4, 9, 3, 11, 13, 2, 1, 1, 1),
     (1, 5, 7, 5, 17, 15, 3, 2, 1, 1),
-    (1, 3, 8, 7, 23, 21, 2, 3, 1, 1),           # ResNet stem geometry, small
-    (1, 4, 6, 3, 13, 11, 1, 2, 2, 1),           # dilation 2
+    (1, 3, 8, 7, 23, 21, 2, 3, 1, 1),  # ResNet stem geometry, small
+    (1, 4, 6, 3, 13, 11, 1, 2, 2, 1),  # dilation 2
     (1, 4, 6, (3, 5), 12, 14, (1, 2), (1, 2), (2, 1), 2),
-    (2, 8, 8, 3, 9, 10, 1, 1, 1, 8),            # depthwise s1
-    (1, 12, 12, 3, 15, 15, 2, 1, 1, 12),        # depthwise s2
-    (1, 6, 6, 5, 9, 12, 1, 2, 1, 6),            # depthwise 5x5
-    (1, 6, 6, 3, 11, 11, 3, 1, 2, 6),           # depthwise s3 d2
-    (1, 4, 8, 3, 7, 7, 1, 1, 1, 4),             # groups = C_in, multiplier 2 (grouped GEMM)
-    (1, 20, 36, 3, 6, 5, 1, 0, 1, 1),           # unpadded, many output channels, tiny map
-    (1, 17, 19, 3, 20, 23, 1, 1, 1, 1),         # odd channel counts: partial panels
-    (1, 2, 3, 3, 3, 3, 1, 0, 1, 1),             # output 1x1
+    (2, 8, 8, 3, 9, 10, 1, 1, 1, 8),  # depthwise s1
+    (1, 12, 12, 3, 15, 15, 2, 1, 1, 12),  # depthwise s2
+    (1, 6, 6, 5, 9, 12, 1, 2, 1, 6),  # depthwise 5x5
+    (1, 6, 6, 3, 11, 11, 3, 1, 2, 6),  # depthwise s3 d2
+    (1, 4, 8, 3, 7, 7, 1, 1, 1, 4),  # groups = C_in, multiplier 2 (grouped GEMM)
+    (1, 20, 36, 3, 6, 5, 1, 0, 1, 1),  # unpadded, many output channels, tiny map
+    (1, 17, 19, 3, 20, 23, 1, 1, 1, 1),  # odd channel counts: partial panels
+    (1, 2, 3, 3, 3, 3, 1, 0, 1, 1),  # output 1x1
     (1, 2, 3, 1, 1, 1, 1, 0, 1, 1),
 ]
 
@@ -75,8 +75,14 @@ def test_conv2d_geometries(isa, rng, geom):
 
 
 @pytest.mark.parametrize("act", list(ACTS))
-@pytest.mark.parametrize("geom", [(2, 6, 20, 3, 10, 9, 1, 1, 1, 1), (1, 10, 10, 3, 9, 9, 2, 1, 1, 10),
-                                  (1, 16, 24, 1, 7, 7, 1, 0, 1, 1)])
+@pytest.mark.parametrize(
+    "geom",
+    [
+        (2, 6, 20, 3, 10, 9, 1, 1, 1, 1),
+        (1, 10, 10, 3, 9, 9, 2, 1, 1, 10),
+        (1, 16, 24, 1, 7, 7, 1, 0, 1, 1),
+    ],
+)
 def test_conv2d_epilogues(isa, rng, act, geom):
     n, cin, cout, k, h, w, s, p, d, g = geom
     x, wt, b = make(rng, n, cin, cout, k, h, w, g)
@@ -86,8 +92,7 @@ def test_conv2d_epilogues(isa, rng, act, geom):
     residual = rng.standard_normal(res_shape).astype(np.float32)
     for r in (None, residual):
         y = packed.forward(x, activation=act, residual=r)
-        np.testing.assert_allclose(y, reference(x, wt, b, s, p, d, g, act, r), rtol=1e-4,
-                                   atol=1e-4)
+        np.testing.assert_allclose(y, reference(x, wt, b, s, p, d, g, act, r), rtol=1e-4, atol=1e-4)
 
 
 def test_conv2d_large_multithreaded(isa, rng):
@@ -99,41 +104,49 @@ def test_conv2d_large_multithreaded(isa, rng):
 def test_noncontiguous_inputs(isa, rng):
     x, wt, b = make(rng, 2, 6, 8, 3, 12, 10, 1)
     views = [
-        np.asarray(x.transpose(0, 1, 3, 2)),        # swapped spatial axes
-        x[:, :, ::2, :],                            # row step
-        x[:, :, :, ::-1],                           # negative column stride
+        np.asarray(x.transpose(0, 1, 3, 2)),  # swapped spatial axes
+        x[:, :, ::2, :],  # row step
+        x[:, :, :, ::-1],  # negative column stride
         np.asfortranarray(x),
     ]
+    packed = _conv.pack_conv2d(wt, b, padding=1)
     for v in views:
-        wv = wt if v.shape[2:] == x.shape[2:] or True else wt
-        packed = _conv.pack_conv2d(wv, b, padding=1)
-        np.testing.assert_allclose(packed.forward(v), reference(v, wv, b, 1, 1, 1, 1),
-                                   rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            packed.forward(v), reference(v, wt, b, 1, 1, 1, 1), rtol=1e-4, atol=1e-4
+        )
     # channel slice of a bigger tensor: the 1x1 direct path with a channel stride != H*W
     big = rng.standard_normal((2, 12, 7, 9)).astype(np.float32)
     view = big[:, 2:8]
     w1 = rng.standard_normal((5, 6, 1, 1)).astype(np.float32)
-    np.testing.assert_allclose(_conv.pack_conv2d(w1).forward(view),
-                               reference(view, w1, None, 1, 0, 1, 1), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        _conv.pack_conv2d(w1).forward(view),
+        reference(view, w1, None, 1, 0, 1, 1),
+        rtol=1e-4,
+        atol=1e-4,
+    )
     # depthwise on a strided view
     wd = rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
     v = x[:, :, 1::2, ::3]
-    np.testing.assert_allclose(_conv.pack_conv2d(wd, groups=6, padding=1).forward(v),
-                               reference(v, wd, None, 1, 1, 1, 6), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        _conv.pack_conv2d(wd, groups=6, padding=1).forward(v),
+        reference(v, wd, None, 1, 1, 1, 6),
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 def test_padding_modes(rng):
     x, wt, b = make(rng, 1, 3, 4, (4, 3), 9, 8, 1)
     y = _conv.pack_conv2d(wt, b, padding="same", dilation=2).forward(x)
-    ref = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b),
-                   padding="same", dilation=2).numpy()
+    ref = F.conv2d(
+        torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), padding="same", dilation=2
+    ).numpy()
     assert y.shape == ref.shape == (1, 4, 9, 8)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
     y = _conv.pack_conv2d(wt, b, padding="valid").forward(x)
     np.testing.assert_allclose(y, reference(x, wt, b, 1, 0, 1, 1), rtol=1e-4, atol=1e-4)
     y = _conv.pack_conv2d(wt, b, padding=(1, 0, 2, 3)).forward(x)
-    np.testing.assert_allclose(y, reference(x, wt, b, 1, (1, 0, 2, 3), 1, 1), rtol=1e-4,
-                               atol=1e-4)
+    np.testing.assert_allclose(y, reference(x, wt, b, 1, (1, 0, 2, 3), 1, 1), rtol=1e-4, atol=1e-4)
 
 
 def test_unbatched_and_array_likes(rng):
@@ -157,8 +170,9 @@ def test_16bit_weight_storage(isa, rng, storage, depthwise):
     assert packed.storage == storage
     npdt = np.float16 if storage == "float16" else ml_dtypes.bfloat16
     wr, br = wt.astype(npdt).astype(np.float32), b.astype(npdt).astype(np.float32)
-    np.testing.assert_allclose(packed.forward(x, "silu"),
-                               reference(x, wr, br, 1, 1, 1, g, "silu"), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        packed.forward(x, "silu"), reference(x, wr, br, 1, 1, 1, g, "silu"), rtol=1e-4, atol=1e-4
+    )
     w2, b2 = packed.unpack()
     assert w2.dtype == np.dtype(npdt)
     np.testing.assert_array_equal(w2.astype(np.float32), wr)
@@ -175,8 +189,9 @@ def test_float64(rng):
     res = rng.standard_normal((2, 6, 4, 4))
     y = packed.forward(x, "hardswish", residual=res)
     assert y.dtype == np.float64
-    np.testing.assert_allclose(y, reference(x, wt, b, 2, 1, 1, 2, "hardswish", res),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        y, reference(x, wt, b, 2, 1, 1, 2, "hardswish", res), rtol=1e-12, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("groups,cout", [(1, 13), (3, 12), (6, 6)])
@@ -189,7 +204,7 @@ def test_unpack_roundtrip(rng, groups, cout):
     np.testing.assert_array_equal(b2, b)
     assert _conv.pack_conv2d(wt, None, groups=groups).unpack()[1] is None
     assert packed.nbytes >= wt.nbytes + b.nbytes
-    assert "PackedConv2d(6, %d" % cout in repr(packed)
+    assert f"PackedConv2d(6, {cout}" in repr(packed)
 
 
 def test_fold_batchnorm(rng):
@@ -198,10 +213,22 @@ def test_fold_batchnorm(rng):
     gamma, beta = rng.standard_normal(7), rng.standard_normal(7)
     w2, b2 = _conv.fold_batchnorm(wt, b, mean, var, gamma, beta, eps=1e-3)
     y = _conv.pack_conv2d(w2, b2, padding=1).forward(x)
-    conv = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(wt).double(),
-                    torch.from_numpy(b).double(), padding=1)
-    ref = F.batch_norm(conv, torch.from_numpy(mean), torch.from_numpy(var),
-                       torch.from_numpy(gamma), torch.from_numpy(beta), False, 0.1, 1e-3)
+    conv = F.conv2d(
+        torch.from_numpy(x).double(),
+        torch.from_numpy(wt).double(),
+        torch.from_numpy(b).double(),
+        padding=1,
+    )
+    ref = F.batch_norm(
+        conv,
+        torch.from_numpy(mean),
+        torch.from_numpy(var),
+        torch.from_numpy(gamma),
+        torch.from_numpy(beta),
+        False,
+        0.1,
+        1e-3,
+    )
     np.testing.assert_allclose(y, ref.numpy(), rtol=1e-4, atol=1e-4)
 
 

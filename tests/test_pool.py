@@ -39,8 +39,9 @@ def test_max_pool2d_nan_and_views(rng):
     y = _conv.max_pool2d(x, 2)
     assert np.isnan(y[0, 0, 0, 0]) and not np.isnan(y[0, 1]).any()
     v = rng.standard_normal((2, 4, 9, 10)).astype(np.float32)[:, ::2, :, ::-1]
-    np.testing.assert_array_equal(_conv.max_pool2d(v, 3, 2, 1),
-                                  F.max_pool2d(torch.from_numpy(v.copy()), 3, 2, 1).numpy())
+    np.testing.assert_array_equal(
+        _conv.max_pool2d(v, 3, 2, 1), F.max_pool2d(torch.from_numpy(v.copy()), 3, 2, 1).numpy()
+    )
     assert _conv.max_pool2d(v[0], 3).shape == (2, 3, 3)  # unbatched
 
 
@@ -65,8 +66,9 @@ def test_avg_pool2d(rng, case):
     np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("size,out", [((7, 7), 1), ((10, 9), (3, 4)), ((5, 6), (7, None)),
-                                      ((4, 4), (4, 4))])
+@pytest.mark.parametrize(
+    "size,out", [((7, 7), 1), ((10, 9), (3, 4)), ((5, 6), (7, None)), ((4, 4), (4, 4))]
+)
 def test_adaptive_avg_pool2d(rng, size, out):
     x = rng.standard_normal((2, 3) + size)
     for dt in (np.float32, np.float64):
@@ -84,17 +86,33 @@ def test_batch_norm_inference(rng, shape):
     gamma, beta = rng.standard_normal(5), rng.standard_normal(5)
     scale = gamma / np.sqrt(var + 1e-5)
     shift = beta - mean * scale
-    ref = F.batch_norm(torch.from_numpy(x).double(), torch.from_numpy(mean),
-                       torch.from_numpy(var), torch.from_numpy(gamma), torch.from_numpy(beta),
-                       False, 0.1, 1e-5)
-    np.testing.assert_allclose(_conv.batch_norm_inference(x, scale, shift), ref.numpy(),
-                               rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(_conv.batch_norm_inference(x, scale, shift, "relu"),
-                               F.relu(ref).numpy(), rtol=1e-5, atol=1e-5)
+    ref = F.batch_norm(
+        torch.from_numpy(x).double(),
+        torch.from_numpy(mean),
+        torch.from_numpy(var),
+        torch.from_numpy(gamma),
+        torch.from_numpy(beta),
+        False,
+        0.1,
+        1e-5,
+    )
+    np.testing.assert_allclose(
+        _conv.batch_norm_inference(x, scale, shift), ref.numpy(), rtol=1e-5, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        _conv.batch_norm_inference(x, scale, shift, "relu"),
+        F.relu(ref).numpy(),
+        rtol=1e-5,
+        atol=1e-5,
+    )
     if len(shape) == 4:  # strided view
         v = x[:, :, ::-1]
-        np.testing.assert_allclose(_conv.batch_norm_inference(v, scale, shift),
-                                   ref.numpy()[:, :, ::-1], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            _conv.batch_norm_inference(v, scale, shift),
+            ref.numpy()[:, :, ::-1],
+            rtol=1e-5,
+            atol=1e-5,
+        )
 
 
 def test_pool_errors():
