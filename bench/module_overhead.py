@@ -53,8 +53,8 @@ def module_overhead(quick=False):
         row = {
             "case": name,
             "modulekit": fmt_time(res["modulekit"]["median"]),
-            "spread": "%s..%s" % (fmt_time(res["modulekit"]["low"]).strip(),
-                                  fmt_time(res["modulekit"]["high"]).strip()),
+            "spread": f"{fmt_time(res['modulekit']['low']).strip()}.."
+                      f"{fmt_time(res['modulekit']['high']).strip()}",
         }
         if "torch" in res:
             row["torch"] = fmt_time(res["torch"]["median"])
