@@ -173,7 +173,7 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
         for (int n = 0; n < g->N; n++) {
             const float *bimg;
             if (!direct) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 4)
                 for (int c = 0; c < g->C; c++)
                     mk_conv_phase_channel_f32(g, x + n * g->sn + c * g->sc, phase + c * g->plane, 0.0f);
                 /* implicit barrier: the phase image is complete */
@@ -183,7 +183,7 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
             }
             float *oimg = out + (ptrdiff_t)n * Cout * ohw;
             const float *rimg = res ? res + (ptrdiff_t)n * Cout * ohw : NULL;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
             for (int it = 0; it < items; it++) {
                 const int chunk = it % nchunks;
                 const int tile = (it / nchunks) % ntiles;

@@ -52,7 +52,7 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
         float *ph = scratch + per * omp_get_thread_num();
         ptrdiff_t roff[256];
         for (ptrdiff_t i = g->plane; i < per; i++) ph[i] = 0.0f; /* slack read by tails */
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 2)
         for (int pc = 0; pc < planes; pc++) {
             const int n = pc / g->C, c = pc % g->C;
             mk_conv_phase_channel_f32(g, x + n * g->sn + c * g->sc, ph, 0.0f);

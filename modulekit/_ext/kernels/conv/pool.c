@@ -15,7 +15,7 @@
         const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;                                       \
         const int planes = g->N * g->C;                                                       \
         const int nt = PLANE_THREADS(g, (double)ohw * g->KH * g->KW);                         \
-        _Pragma("omp parallel for schedule(static) num_threads(nt)")                          \
+        _Pragma("omp parallel for schedule(dynamic, 4) num_threads(nt)")                          \
         for (int pc = 0; pc < planes; pc++) {                                                 \
             const T *xp = x + (pc / g->C) * g->sn + (pc % g->C) * g->sc;                      \
             T *o = out + (ptrdiff_t)pc * ohw;                                                 \
@@ -52,7 +52,7 @@ DEFINE_MAX_POOL(mk_max_pool2d_f64, double)
         const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;                                       \
         const int planes = g->N * g->C;                                                       \
         const int nt = PLANE_THREADS(g, (double)ohw * g->KH * g->KW);                         \
-        _Pragma("omp parallel for schedule(static) num_threads(nt)")                          \
+        _Pragma("omp parallel for schedule(dynamic, 4) num_threads(nt)")                          \
         for (int pc = 0; pc < planes; pc++) {                                                 \
             const T *xp = x + (pc / g->C) * g->sn + (pc % g->C) * g->sc;                      \
             T *o = out + (ptrdiff_t)pc * ohw;                                                 \
@@ -94,7 +94,7 @@ DEFINE_AVG_POOL(mk_avg_pool2d_f64, double)
         const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;                                       \
         const int planes = g->N * g->C;                                                       \
         const int nt = PLANE_THREADS(g, (double)g->H * g->W);                                 \
-        _Pragma("omp parallel for schedule(static) num_threads(nt)")                          \
+        _Pragma("omp parallel for schedule(dynamic, 4) num_threads(nt)")                          \
         for (int pc = 0; pc < planes; pc++) {                                                 \
             const T *xp = x + (pc / g->C) * g->sn + (pc % g->C) * g->sc;                      \
             T *o = out + (ptrdiff_t)pc * ohw;                                                 \
@@ -124,7 +124,7 @@ DEFINE_ADAPTIVE_AVG(mk_adaptive_avg_pool2d_f64, double)
         const ptrdiff_t hw = (ptrdiff_t)g->H * g->W;                                          \
         const int planes = g->N * g->C;                                                       \
         const int nt = PLANE_THREADS(g, (double)hw);                                          \
-        _Pragma("omp parallel for schedule(static) num_threads(nt)")                          \
+        _Pragma("omp parallel for schedule(dynamic, 4) num_threads(nt)")                          \
         for (int pc = 0; pc < planes; pc++) {                                                 \
             const int c = pc % g->C;                                                          \
             const T *xp = x + (pc / g->C) * g->sn + c * g->sc;                                \
