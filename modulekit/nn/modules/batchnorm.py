@@ -25,6 +25,8 @@ class _BatchNorm(Module):
         track_running_stats: bool = True,
         device=None,
         dtype=None,
+        *,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         name = type(self).__name__
@@ -47,7 +49,10 @@ class _BatchNorm(Module):
         n, npdt = self.num_features, dtype.numpy
         if self.affine:
             self.weight = Parameter(np.ones(n, npdt))
-            self.bias = Parameter(np.zeros(n, npdt))
+            if bias:
+                self.bias = Parameter(np.zeros(n, npdt))
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -63,7 +68,8 @@ class _BatchNorm(Module):
     def extra_repr(self) -> str:
         return (
             f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-            f"affine={self.affine}, track_running_stats={self.track_running_stats}"
+            f"affine={self.affine}, bias={self.bias is not None}, "
+            f"track_running_stats={self.track_running_stats}"
         )
 
     def reset_running_stats(self) -> None:

@@ -148,11 +148,7 @@ class Conv2d(Module):
             f"stride={self.stride}"
         )
         if self.padding != (0, 0):
-            s += (
-                f", padding={self.padding!r}"
-                if isinstance(self.padding, str)
-                else (f", padding={self.padding}")
-            )
+            s += f", padding={self.padding}"  # torch prints 'same' unquoted
         if self.dilation != (1, 1):
             s += f", dilation={self.dilation}"
         if self.groups != 1:
