@@ -161,7 +161,7 @@ def test_batchnorm_matches_torch(rng, cls, shape, kwargs):
     bn = getattr(nn, cls)(5, **kwargs)
     assert repr(bn) == repr(tbn)
     bn.load_state_dict(tbn.state_dict())
-    for step in range(3):
+    for _ in range(3):
         x = (rng.standard_normal(shape) * 2 + 1).astype(np.float32)
         with torch.no_grad():
             ref = tbn(torch.from_numpy(x)).numpy()
