@@ -66,6 +66,9 @@ void mk_f32_igemm_8x16_scalar(size_t K, const float *a, const float *b, const pt
 void mk_f32_igemm_8x24_avx2(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
                             int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
                             const mk_seg *segs, int nseg, int act);
+void mk_f32_igemm_8x32_avx512(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
+                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                              const mk_seg *segs, int nseg, int act);
 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
                               int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
                               const mk_seg *segs, int nseg, int act);

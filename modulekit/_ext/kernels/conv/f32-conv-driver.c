@@ -9,17 +9,18 @@
 #include "mk_omp.h"
 #include "isa.h"
 
-/* One kernel per ISA, chosen together with its tile width (the panel height MR = 8 is common
- * to all, so packed weights do not depend on the ISA). */
+/* Kernels per ISA, each chosen together with its tile width (the panel height MR = 8 is common
+ * to all, so packed weights do not depend on the ISA). The first entry is the wide default;
+ * the second (if any) a narrower tile taken when it pads the output grid less. */
 typedef struct {
     mk_igemm_fn fn;
     int nr; /* output pixels per tile */
 } mk_igemm_config;
 
-static const mk_igemm_config IGEMM_CONFIG[MK_ISA_COUNT] = {
-    [MK_ISA_GENERIC] = {mk_f32_igemm_8x16_scalar, 16},
-    [MK_ISA_AVX2] = {mk_f32_igemm_8x24_avx2, 24},
-    [MK_ISA_AVX512] = {mk_f32_igemm_8x48_avx512, 48},
+static const mk_igemm_config IGEMM_CONFIG[MK_ISA_COUNT][2] = {
+    [MK_ISA_GENERIC] = {{mk_f32_igemm_8x16_scalar, 16}, {NULL, 0}},
+    [MK_ISA_AVX2] = {{mk_f32_igemm_8x24_avx2, 24}, {NULL, 0}},
+    [MK_ISA_AVX512] = {{mk_f32_igemm_8x48_avx512, 48}, {mk_f32_igemm_8x32_avx512, 32}},
 };
 
 void mk_conv_geometry(mk_conv_geom *g) {
@@ -41,7 +42,13 @@ ptrdiff_t mk_conv_phase_size(const mk_conv_geom *g, int channels) {
 void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv) {
     const int sy = g->sy, sx = g->sx, Hq = g->Hq, Wq = g->Wq;
     for (int a = 0; a < sy; a++) {
+        int used_a = 0; /* phases no kernel tap reads are left unwritten (1x1 stride 2) */
+        for (int kh = 0; kh < g->KH && !used_a; kh++) used_a = (kh * g->dy) % sy == a;
+        if (!used_a) continue;
         for (int b = 0; b < sx; b++) {
+            int used_b = 0;
+            for (int kw = 0; kw < g->KW && !used_b; kw++) used_b = (kw * g->dx) % sx == b;
+            if (!used_b) continue;
             float *sub = ph + (ptrdiff_t)(a * sx + b) * Hq * Wq;
             for (int i = 0; i < Hq; i++) {
                 float *row = sub + (ptrdiff_t)i * Wq;
@@ -104,24 +111,41 @@ static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *se
 int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                   const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
                   float *out, const float *res, int act, int isa, int nthreads) {
-    const mk_igemm_config cfg = IGEMM_CONFIG[isa];
+    const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW; /* grid lanes to compute */
+    mk_igemm_config cfg = IGEMM_CONFIG[isa][0];
+    {
+        const mk_igemm_config alt = IGEMM_CONFIG[isa][1];
+        /* the narrow tile loads more per FMA: take it only when it saves >= 10% padding */
+        if (alt.fn &&
+            10 * ((L + alt.nr - 1) / alt.nr * alt.nr) < 9 * ((L + cfg.nr - 1) / cfg.nr * cfg.nr))
+            cfg = alt;
+    }
     const int cin_g = g->C / groups, cout_g = Cout / groups;
     const int npg = (cout_g + MK_CONV_MR - 1) / MK_CONV_MR; /* panels per group */
     const size_t K = (size_t)cin_g * g->KH * g->KW;
     const size_t panel = MK_CONV_MR + K * MK_CONV_MR;
     const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
     const int direct = phase == NULL; /* 1x1, stride 1, no padding: read x itself */
-    const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW; /* grid lanes to compute */
     const int ntiles = (int)((L + cfg.nr - 1) / cfg.nr);
 
     /* small convolutions stay on one thread */
     const double flops = 2.0 * g->N * (double)ohw * Cout * (double)K;
     if (flops < 4e5) nthreads = 1;
 
-    /* chunks of panels, so that a thread has work even with few tiles (batch 1, 7x7) */
+    /* Work items: (group, tile, chunk of panels). When a group's packed weights are larger
+     * than its slice of the phase image (deep layers on small maps), the items run panel-major
+     * (one panel per chunk, its tiles consecutive) so each panel is read from memory once and
+     * the small input stays in L2; otherwise tile-major, so a tile's input rows stay in L1/L2
+     * while the panels stream from L2. */
+    const double wbytes = (double)panel * npg * sizeof(float);
+    const double bbytes = (double)cin_g * (direct ? (double)g->H * g->W : (double)g->plane) * 4;
+    const int panel_major = wbytes > bbytes;
     int nchunks = 1;
     const int base_items = groups * ntiles;
-    if (base_items < 4 * nthreads) {
+    if (panel_major) {
+        nchunks = npg;
+    } else if (base_items < 4 * nthreads) {
+        /* chunks of panels, so that a thread has work even with few tiles */
         nchunks = (4 * nthreads + base_items - 1) / base_items;
         if (nchunks > npg) nchunks = npg;
     }
@@ -185,9 +209,15 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
             const float *rimg = res ? res + (ptrdiff_t)n * Cout * ohw : NULL;
 #pragma omp for schedule(dynamic, 1)
             for (int it = 0; it < items; it++) {
-                const int chunk = it % nchunks;
-                const int tile = (it / nchunks) % ntiles;
-                const int grp = it / (nchunks * ntiles);
+                int chunk, tile;
+                const int grp = it / (nchunks * ntiles), rem = it % (nchunks * ntiles);
+                if (panel_major) {
+                    chunk = rem / ntiles;
+                    tile = rem % ntiles;
+                } else {
+                    chunk = rem % nchunks;
+                    tile = rem / nchunks;
+                }
                 const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
                 const int nl = (int)(L - q0 < cfg.nr ? L - q0 : cfg.nr);
                 const int ns = tile_segments(g, q0, nl, segs);

@@ -1,8 +1,9 @@
-/* float32 indirect-GEMM microkernel, 8 output channels x 48 output pixels (3 zmm per row,
- * 24 accumulators), AVX-512. See conv.h for the operands. */
+/* float32 indirect-GEMM microkernels, AVX-512: 8 output channels x 48 output pixels (3 zmm
+ * per row, 24 accumulators) and 8 x 32 (2 zmm per row) for small maps. See conv.h for the
+ * operands. */
 #include "simd-act.h"
 
-MK_T512 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b,
+MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, const float *b,
                                       const ptrdiff_t *koff, int nlanes, int mrows, float *c,
                                       ptrdiff_t c_rs, const float *res, const mk_seg *segs,
                                       int nseg, int act) {
@@ -14,19 +15,20 @@ MK_T512 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b,
         acc[r][1] = bias;
         acc[r][2] = bias;
     }
+    const int NR = 16 * NV;
     a += 8;
-    if (nlanes >= 48) {
+    if (nlanes >= NR) {
         for (size_t k = 0; k < K; k++) {
             const float *bk = b + koff[k];
             __m512 b0 = _mm512_loadu_ps(bk);
             __m512 b1 = _mm512_loadu_ps(bk + 16);
-            __m512 b2 = _mm512_loadu_ps(bk + 32);
+            __m512 b2 = NV > 2 ? _mm512_loadu_ps(bk + 32) : _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 __m512 ar = _mm512_set1_ps(a[r]);
                 acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
                 acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
-                acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
+                if (NV > 2) acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
             }
             a += 8;
         }
@@ -39,13 +41,13 @@ MK_T512 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b,
             const float *bk = b + koff[k];
             __m512 b0 = _mm512_maskz_loadu_ps(m0, bk);
             __m512 b1 = _mm512_maskz_loadu_ps(m1, bk + 16);
-            __m512 b2 = _mm512_maskz_loadu_ps(m2, bk + 32);
+            __m512 b2 = NV > 2 ? _mm512_maskz_loadu_ps(m2, bk + 32) : _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 __m512 ar = _mm512_set1_ps(a[r]);
                 acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
                 acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
-                acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
+                if (NV > 2) acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
             }
             a += 8;
         }
@@ -55,7 +57,7 @@ MK_T512 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b,
         const int lo = segs[s].lo, hi = segs[s].hi;
         const ptrdiff_t off = segs[s].off;
 #pragma GCC unroll 3
-        for (int j = 0; j < 3; j++) {
+        for (int j = 0; j < NV; j++) {
             __mmask16 m = (__mmask16)mk_seg_mask(lo, hi, j, 16);
             if (!m) continue;
 #pragma GCC unroll 8
@@ -69,4 +71,19 @@ MK_T512 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b,
             }
         }
     }
+}
+
+MK_T512 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b,
+                                      const ptrdiff_t *koff, int nlanes, int mrows, float *c,
+                                      ptrdiff_t c_rs, const float *res, const mk_seg *segs,
+                                      int nseg, int act) {
+    igemm_8xNV(3, K, a, b, koff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
+}
+
+/* 8 x 32 (16 accumulators): the tile for small output maps, where 48 lanes would waste work */
+MK_T512 void mk_f32_igemm_8x32_avx512(size_t K, const float *a, const float *b,
+                                      const ptrdiff_t *koff, int nlanes, int mrows, float *c,
+                                      ptrdiff_t c_rs, const float *res, const mk_seg *segs,
+                                      int nseg, int act) {
+    igemm_8xNV(2, K, a, b, koff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
 }

@@ -4,42 +4,82 @@
  * [floor(i*H/OH), ceil((i+1)*H/OH))). OpenMP over (image, channel) planes; the output-size
  * formulas (ceil_mode's last-window rule included) are computed by the caller. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "conv.h"
 #include "mk_omp.h"
 
 #define PLANE_THREADS(g, work) ((double)(g)->N * (g)->C * (work) < 3e4 ? 1 : nthreads)
 
+/* Max pooling, one output row at a time in three vectorisable passes over row buffers:
+ * (1) the max over the window's input rows into buf (the columns outside the input hold -inf,
+ * which is what torch's clipping of the window amounts to for a max), (2) the max over each
+ * window's columns at every start column into hm, (3) the strided pick out[ow] = hm[ow*sx].
+ * NaN propagates as in torch (a NaN anywhere in the window gives NaN). */
+#define MK_MAXNAN(v, m) (((v) > (m)) | ((v) != (v)) ? (v) : (m))
 #define DEFINE_MAX_POOL(NAME, T)                                                              \
     void NAME(const mk_conv_geom *g, const T *x, T *out, int nthreads) {                      \
         const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;                                       \
         const int planes = g->N * g->C;                                                       \
         const int nt = PLANE_THREADS(g, (double)ohw * g->KH * g->KW);                         \
-        _Pragma("omp parallel for schedule(dynamic, 4) num_threads(nt)")                          \
-        for (int pc = 0; pc < planes; pc++) {                                                 \
-            const T *xp = x + (pc / g->C) * g->sn + (pc % g->C) * g->sc;                      \
-            T *o = out + (ptrdiff_t)pc * ohw;                                                 \
-            for (int oh = 0; oh < g->OH; oh++) {                                              \
-                int h0 = oh * g->sy - g->pt;                                                  \
-                const int h1 = h0 + (g->KH - 1) * g->dy + 1 < g->H                            \
-                                   ? h0 + (g->KH - 1) * g->dy + 1 : g->H;                     \
-                while (h0 < 0) h0 += g->dy;                                                   \
-                for (int ow = 0; ow < g->OW; ow++) {                                          \
-                    int w0 = ow * g->sx - g->pl;                                              \
-                    const int w1 = w0 + (g->KW - 1) * g->dx + 1 < g->W                        \
-                                       ? w0 + (g->KW - 1) * g->dx + 1 : g->W;                 \
-                    while (w0 < 0) w0 += g->dx;                                               \
-                    T m = -INFINITY;                                                          \
-                    for (int h = h0; h < h1; h += g->dy) {                                    \
+        /* padded row: [0, pl) and [pl + W, nb) are -inf; windows start at ow*sx */           \
+        const int span = (g->OW - 1) * g->sx + 1, reach = (g->KW - 1) * g->dx;                \
+        int nb = span + reach;                                                                \
+        if (nb < g->pl + g->W) nb = g->pl + g->W;                                             \
+        _Pragma("omp parallel num_threads(nt)")                                               \
+        {                                                                                     \
+            T *buf = (T *)malloc(sizeof(T) * ((size_t)nb + (size_t)span));                    \
+            T *hm = buf ? buf + nb : NULL;                                                    \
+            if (buf) {                                                                        \
+                for (int i = 0; i < g->pl; i++) buf[i] = -INFINITY;                           \
+                for (int i = g->pl + g->W; i < nb; i++) buf[i] = -INFINITY;                   \
+            }                                                                                 \
+            _Pragma("omp for schedule(dynamic, 4)")                                           \
+            for (int pc = 0; pc < planes; pc++) {                                             \
+                const T *xp = x + (pc / g->C) * g->sn + (pc % g->C) * g->sc;                  \
+                T *o = out + (ptrdiff_t)pc * ohw;                                             \
+                for (int oh = 0; oh < g->OH; oh++) {                                          \
+                    int h0 = oh * g->sy - g->pt;                                              \
+                    const int h1 = h0 + (g->KH - 1) * g->dy + 1 < g->H                        \
+                                       ? h0 + (g->KH - 1) * g->dy + 1 : g->H;                 \
+                    while (h0 < 0) h0 += g->dy;                                               \
+                    if (!buf) { /* no row buffers (out of memory): the direct walk */         \
+                        for (int ow = 0; ow < g->OW; ow++) {                                  \
+                            int w0 = ow * g->sx - g->pl;                                      \
+                            const int w1 = w0 + reach + 1 < g->W ? w0 + reach + 1 : g->W;     \
+                            while (w0 < 0) w0 += g->dx;                                       \
+                            T m = -INFINITY;                                                  \
+                            for (int h = h0; h < h1; h += g->dy)                              \
+                                for (int w = w0; w < w1; w += g->dx) {                        \
+                                    const T v = xp[h * g->sh + w * g->sw];                    \
+                                    m = MK_MAXNAN(v, m);                                      \
+                                }                                                             \
+                            o[(ptrdiff_t)oh * g->OW + ow] = m;                                \
+                        }                                                                     \
+                        continue;                                                             \
+                    }                                                                         \
+                    T *row = buf + g->pl;                                                     \
+                    const T *r0 = xp + h0 * g->sh;                                            \
+                    for (int w = 0; w < g->W; w++) row[w] = r0[w * g->sw];                    \
+                    for (int h = h0 + g->dy; h < h1; h += g->dy) {                            \
                         const T *xr = xp + h * g->sh;                                         \
-                        for (int w = w0; w < w1; w += g->dx) {                                \
-                            const T v = xr[w * g->sw];                                        \
-                            if (v > m || v != v) m = v;                                       \
+                        if (g->sw == 1) {                                                     \
+                            for (int w = 0; w < g->W; w++) row[w] = MK_MAXNAN(xr[w], row[w]); \
+                        } else {                                                              \
+                            for (int w = 0; w < g->W; w++)                                    \
+                                row[w] = MK_MAXNAN(xr[w * g->sw], row[w]);                    \
                         }                                                                     \
                     }                                                                         \
-                    o[(ptrdiff_t)oh * g->OW + ow] = m;                                        \
+                    for (int w = 0; w < span; w++) hm[w] = buf[w];                            \
+                    for (int j = 1; j < g->KW; j++) {                                         \
+                        const T *bj = buf + j * g->dx;                                        \
+                        for (int w = 0; w < span; w++) hm[w] = MK_MAXNAN(bj[w], hm[w]);       \
+                    }                                                                         \
+                    T *orow = o + (ptrdiff_t)oh * g->OW;                                      \
+                    for (int ow = 0; ow < g->OW; ow++) orow[ow] = hm[ow * g->sx];             \
                 }                                                                             \
             }                                                                                 \
+            free(buf);                                                                        \
         }                                                                                     \
     }
 
