@@ -59,6 +59,10 @@ GEOMETRIES = [
     (1, 17, 19, 3, 20, 23, 1, 1, 1, 1),  # odd channel counts: partial panels
     (1, 2, 3, 3, 3, 3, 1, 0, 1, 1),  # output 1x1
     (1, 2, 3, 1, 1, 1, 1, 0, 1, 1),
+    (1, 3, 5, 3, 10, 11, 2, 0, 1, 1),  # stride 2 unpadded: both column phases, pl = 0
+    (1, 5, 5, 3, 8, 9, 2, 0, 1, 5),  # the same, depthwise
+    (1, 4, 4, 5, 12, 11, 2, 2, 1, 4),  # stride 2 with padding 2: the general phase copy
+    (1, 3, 4, 3, 9, 1, 2, 1, 1, 1),  # a one-column input
 ]
 
 

@@ -38,6 +38,46 @@ ptrdiff_t mk_conv_phase_size(const mk_conv_geom *g, int channels) {
     return (ptrdiff_t)channels * g->plane + 2 * (ptrdiff_t)g->Wq + 64;
 }
 
+static int used_phase_cols(const mk_conv_geom *g, int b) {
+    for (int kw = 0; kw < g->KW; kw++)
+        if ((kw * g->dx) % g->sx == b) return 1;
+    return 0;
+}
+
+/* Both column phases of row phase a for horizontal stride 2 in one pass over each input row
+ * (unit column stride, left padding 0 or 1): even/odd padded columns to sub-images 0 and 1. */
+static void split_rows_s2(const mk_conv_geom *g, const float *xc, float *sub0, int a,
+                          float padv) {
+    const int Hq = g->Hq, Wq = g->Wq, W = g->W, pl = g->pl;
+    float *sub1 = sub0 + (ptrdiff_t)Hq * Wq;
+    for (int i = 0; i < Hq; i++) {
+        float *r0 = sub0 + (ptrdiff_t)i * Wq, *r1 = sub1 + (ptrdiff_t)i * Wq;
+        const int y = i * g->sy + a - g->pt;
+        if (y < 0 || y >= g->H) {
+            for (int j = 0; j < Wq; j++) r0[j] = r1[j] = padv;
+            continue;
+        }
+        /* padded column p = x + pl; r0[j] = padded 2j, r1[j] = padded 2j+1 */
+        const float *xr = xc + y * g->sh - pl; /* xr[p] = input column p - pl */
+        int j = 0;
+        if (pl == 1) { /* padded 0 is padding, padded 1 is input column 0 */
+            r0[0] = padv;
+            r1[0] = W > 0 ? xr[1] : padv;
+            j = 1;
+        }
+        const int jn = (W + pl) / 2; /* pairs (2j, 2j+1) fully inside the input */
+        for (; j < jn && j < Wq; j++) {
+            r0[j] = xr[2 * j];
+            r1[j] = xr[2 * j + 1];
+        }
+        for (; j < Wq; j++) {
+            const int p0 = 2 * j, p1 = 2 * j + 1;
+            r0[j] = (p0 - pl >= 0 && p0 - pl < W) ? xr[p0] : padv;
+            r1[j] = (p1 - pl >= 0 && p1 - pl < W) ? xr[p1] : padv;
+        }
+    }
+}
+
 /* Phase image of one channel: sub-image (a, b) row i col j = padded input (i*sy+a, j*sx+b). */
 void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv) {
     const int sy = g->sy, sx = g->sx, Hq = g->Hq, Wq = g->Wq;
@@ -45,6 +85,11 @@ void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph
         int used_a = 0; /* phases no kernel tap reads are left unwritten (1x1 stride 2) */
         for (int kh = 0; kh < g->KH && !used_a; kh++) used_a = (kh * g->dy) % sy == a;
         if (!used_a) continue;
+        if (sx == 2 && g->sw == 1 && g->pl <= 1 && used_phase_cols(g, 0) &&
+            used_phase_cols(g, 1)) {
+            split_rows_s2(g, xc, ph + (ptrdiff_t)(a * sx) * Hq * Wq, a, padv);
+            continue;
+        }
         for (int b = 0; b < sx; b++) {
             int used_b = 0;
             for (int kw = 0; kw < g->KW && !used_b; kw++) used_b = (kw * g->dx) % sx == b;
@@ -67,6 +112,9 @@ void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph
                 const int x0 = j0 * sx + b - g->pl;
                 if (sx == 1 && g->sw == 1) {
                     memcpy(row + j0, xr + x0, sizeof(float) * (size_t)(j1 - j0));
+                } else if (sx == 2 && g->sw == 1) { /* constant stride: vectorised */
+                    const float *p = xr + x0 - 2 * j0;
+                    for (int j = j0; j < j1; j++) row[j] = p[2 * j];
                 } else {
                     const ptrdiff_t st = sx * g->sw;
                     const float *p = xr + x0 * g->sw;

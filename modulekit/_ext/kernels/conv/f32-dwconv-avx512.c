@@ -69,3 +69,34 @@ MK_T256 void mk_f32_dwconv_row_avx2(int T, const float *ph, const ptrdiff_t *tof
         _mm256_maskstore_ps(out + ow, m, mk_act256(a0, act));
     }
 }
+
+/* Rows of the output grid (width Wq) to the output (width OW): + residual, activation. */
+MK_T512 void mk_f32_grid_rows_avx512(const float *grid, int Wq, int OH, int OW, float *out,
+                                     const float *res, int act) {
+    for (int oh = 0; oh < OH; oh++) {
+        const float *gr = grid + (ptrdiff_t)oh * Wq;
+        float *o = out + (ptrdiff_t)oh * OW;
+        const float *r = res ? res + (ptrdiff_t)oh * OW : NULL;
+        for (int ow = 0; ow < OW; ow += 16) {
+            const __mmask16 m = (__mmask16)mk_seg_mask(0, OW - ow, 0, 16);
+            __m512 v = _mm512_maskz_loadu_ps(m, gr + ow);
+            if (r) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + ow));
+            _mm512_mask_storeu_ps(o + ow, m, mk_act512(v, act));
+        }
+    }
+}
+
+MK_T256 void mk_f32_grid_rows_avx2(const float *grid, int Wq, int OH, int OW, float *out,
+                                   const float *res, int act) {
+    for (int oh = 0; oh < OH; oh++) {
+        const float *gr = grid + (ptrdiff_t)oh * Wq;
+        float *o = out + (ptrdiff_t)oh * OW;
+        const float *r = res ? res + (ptrdiff_t)oh * OW : NULL;
+        for (int ow = 0; ow < OW; ow += 8) {
+            const __m256i m = dw_mask256(OW - ow);
+            __m256 v = _mm256_maskload_ps(gr + ow, m);
+            if (r) v = _mm256_add_ps(v, _mm256_maskload_ps(r + ow, m));
+            _mm256_maskstore_ps(o + ow, m, mk_act256(v, act));
+        }
+    }
+}
