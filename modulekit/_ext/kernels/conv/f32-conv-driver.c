@@ -147,10 +147,15 @@ static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *se
         if (lo < 0) lo = 0;
         if (hi > nl) hi = nl;
         if (hi > lo) {
-            segs[ns].lo = (int)lo;
-            segs[ns].hi = (int)hi;
-            segs[ns].off = oh * OW - row0 + q0;
-            ns++;
+            const ptrdiff_t off = oh * OW - row0 + q0;
+            if (ns > 0 && segs[ns - 1].off == off && segs[ns - 1].hi == lo) {
+                segs[ns - 1].hi = (int)hi; /* contiguous in the output too (Wq == OW) */
+            } else {
+                segs[ns].lo = (int)lo;
+                segs[ns].hi = (int)hi;
+                segs[ns].off = off;
+                ns++;
+            }
         }
     }
     return ns;
@@ -200,6 +205,10 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
     const int ppc = (npg + nchunks - 1) / nchunks; /* panels per chunk */
     nchunks = (npg + ppc - 1) / ppc;
     const int items = base_items * nchunks;
+    /* dynamic scheduling (a preempted thread's items go to the others) in grains of about
+     * 1/8 of a thread's share, so small items do not pay one atomic each */
+    int grain = items / (8 * (nthreads > 0 ? nthreads : 1));
+    if (grain < 1) grain = 1;
 
     /* per-k input offsets (the indirection table), identical for every group and tile */
     {
@@ -255,7 +264,7 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
             }
             float *oimg = out + (ptrdiff_t)n * Cout * ohw;
             const float *rimg = res ? res + (ptrdiff_t)n * Cout * ohw : NULL;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, grain)
             for (int it = 0; it < items; it++) {
                 int chunk, tile;
                 const int grp = it / (nchunks * ntiles), rem = it % (nchunks * ntiles);
