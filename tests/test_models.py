@@ -193,6 +193,9 @@ def test_model_matches_torch(name):
     assert np.abs(y - ref).max() <= 1e-4, np.abs(y - ref).max()
     # initialize() (packing, folding) keeps the outputs; a second checkpoint re-folds
     model.initialize()
+    assert model.state_dict().keys() <= state.keys()
+    convs = [m for m in model.modules() if type(m).__name__ == "Conv2d"]
+    assert convs and all(c._fused for c in convs)  # folded at initialize()
     np.testing.assert_allclose(model(x), ref, rtol=0, atol=1e-4)
     tmodel2 = randomize(tbuild(), seed=1)
     model.load_state_dict(roundtrip(tmodel2), strict=True)
@@ -207,6 +210,7 @@ def test_resnet18_train_mode_matches_torch():
     model = models.resnet18()
     model.load_state_dict(roundtrip(tmodel))
     model.eval().initialize()  # fused state first: train() must leave it
+    assert model.conv1._fused and model.layer3[0].downsample[0]._fused  # folded, no forward yet
     tmodel.train()
     model.train()
     x = np.random.default_rng(2).standard_normal((3, 3, 32, 32)).astype(np.float32)

@@ -7,7 +7,7 @@ import numpy as np
 from modulekit import nn
 from modulekit.module import Module
 from modulekit.nn.modules.batchnorm import BatchNorm2d
-from modulekit.nn.modules.conv import Conv2d, conv_bn_act
+from modulekit.nn.modules.conv import Conv2d, conv_bn_act, prefold
 
 __all__ = ["Conv2dNormActivation", "InvertedResidual", "MobileNetV2", "mobilenet_v2"]
 
@@ -43,6 +43,10 @@ class Conv2dNormActivation(nn.Sequential):
         super().__init__(*layers)
         self.out_channels = out_planes
 
+    def _fusions(self):
+        mods = self._modules
+        yield mods["0"], mods["1"], "relu6" if len(mods) > 2 else None
+
     def forward(self, x):
         mods = self._modules
         return conv_bn_act(mods["0"], mods["1"], "relu6" if len(mods) > 2 else None, x)
@@ -69,6 +73,10 @@ class InvertedResidual(Module):
         ]
         self.conv = nn.Sequential(*layers)
         self.out_channels = oup
+
+    def _fusions(self):
+        mods = list(self.conv._modules.values())
+        yield mods[-2], mods[-1], None
 
     def forward(self, x):
         mods = list(self.conv._modules.values())
@@ -109,6 +117,11 @@ class MobileNetV2(Module):
         self.classifier = nn.Sequential(
             nn.Dropout(p=dropout), nn.Linear(self.last_channel, num_classes)
         )
+
+    def initialize(self):
+        """Pack every layer and, in eval mode, fold each Conv2d + BatchNorm2d pair now."""
+        super().initialize()
+        return prefold(self)
 
     def forward(self, x):
         from modulekit._ext import _conv

@@ -7,7 +7,7 @@ import numpy as np
 from modulekit import nn
 from modulekit.module import Module
 from modulekit.nn.modules.batchnorm import BatchNorm2d
-from modulekit.nn.modules.conv import Conv2d, conv_bn_act
+from modulekit.nn.modules.conv import Conv2d, conv_bn_act, prefold
 from modulekit.nn.modules.pooling import AdaptiveAvgPool2d, MaxPool2d
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet", "resnet18", "resnet50"]
@@ -35,6 +35,12 @@ class BasicBlock(Module):
         self.bn2 = BatchNorm2d(planes)
         self.downsample = downsample
         self.stride = stride
+
+    def _fusions(self):
+        yield self.conv1, self.bn1, "relu"
+        yield self.conv2, self.bn2, "relu"
+        if self.downsample is not None:
+            yield self.downsample[0], self.downsample[1], None
 
     def forward(self, x):
         identity = x
@@ -69,6 +75,13 @@ class Bottleneck(Module):
         self.relu = nn.ReLU(inplace=True)
         self.downsample = downsample
         self.stride = stride
+
+    def _fusions(self):
+        yield self.conv1, self.bn1, "relu"
+        yield self.conv2, self.bn2, "relu"
+        yield self.conv3, self.bn3, "relu"
+        if self.downsample is not None:
+            yield self.downsample[0], self.downsample[1], None
 
     def forward(self, x):
         identity = x
@@ -107,6 +120,14 @@ class ResNet(Module):
         self.inplanes = planes * block.expansion
         layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
+
+    def _fusions(self):
+        yield self.conv1, self.bn1, "relu"
+
+    def initialize(self):
+        """Pack every layer and, in eval mode, fold each Conv2d + BatchNorm2d pair now."""
+        super().initialize()
+        return prefold(self)
 
     def forward(self, x):
         x = conv_bn_act(self.conv1, self.bn1, "relu", x)

@@ -15,7 +15,7 @@ from modulekit.dtypes import DataType, as_dtype, float32
 from modulekit.module import Module
 from modulekit.nn._random import default_generator
 
-__all__ = ["Conv2d", "conv_bn_act", "apply_activation"]
+__all__ = ["Conv2d", "apply_activation", "conv_bn_act", "prefold"]
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -332,3 +332,20 @@ def conv_bn_act(conv: Conv2d, bn, activation=None, input=None, residual=None) ->
         return packed.forward(input, activation, residual)
     except ValueError as exc:
         raise conv._error(exc) from None
+
+
+def prefold(model: Module) -> Module:
+    """Fold every Conv2d + BatchNorm2d pair of ``model`` now (eval mode only).
+
+    Modules that run :func:`conv_bn_act` list their pairs in ``_fusions()`` (``(conv, bn,
+    activation)`` triples); the CNN models call this from ``initialize()`` so the first
+    forward does no packing work.
+    """
+    for module in model.modules():
+        fusions = getattr(module, "_fusions", None)
+        if fusions is None:
+            continue
+        for conv, bn, activation in fusions():
+            if not bn.training and bn.running_mean is not None:
+                conv._fused_packed(bn, activation)
+    return model
