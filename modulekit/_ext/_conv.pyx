@@ -135,8 +135,10 @@ def _check_4d(x, what):
         raise ValueError(f"{what}: expected a 4-D (N, C, H, W) input, got shape {x.shape}")
     if 0 in x.shape:
         raise ValueError(f"{what}: expected a non-empty input, got shape {x.shape}")
-    if max(x.shape) > 2**31 - 1 or x.size > 2**62:
-        raise ValueError(f"{what}: input too large, shape {x.shape}")
+    if max(x.shape) > 2**31 - 1 or x.shape[0] * x.shape[1] > 2**31 - 1:
+        raise ValueError(
+            f"{what}: input too large, shape {x.shape} (batch * channels must stay below 2**31)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------

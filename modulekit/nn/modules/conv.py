@@ -15,7 +15,7 @@ from modulekit.dtypes import DataType, as_dtype, float32
 from modulekit.module import Module
 from modulekit.nn._random import default_generator
 
-__all__ = ["Conv2d", "apply_activation", "conv_bn_act", "prefold"]
+__all__ = ["Conv2d", "apply_activation", "conv2d", "conv_bn_act", "prefold"]
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -294,6 +294,13 @@ class Conv2d(Module):
                     self.__dict__["_fuse_hooked"] = True
             self._fused[key] = packed
         return packed
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
+    """``torch.nn.functional.conv2d``: packs ``weight`` for this one call (a layer packs once)."""
+    storage = "float64" if np.asarray(weight).dtype == np.float64 else "float32"
+    packed = _conv.pack_conv2d(weight, bias, stride, padding, dilation, groups, storage)
+    return packed.forward(input)
 
 
 def apply_activation(y: np.ndarray, activation) -> np.ndarray:
