@@ -209,3 +209,19 @@ def test_pooling_layers(rng):
         nn.MaxPool2d(5)(np.zeros((1, 1, 3, 3), np.float32))
     with pytest.raises(NotImplementedError, match="return_indices"):
         nn.MaxPool2d(2, return_indices=True)
+
+
+def test_functional_conv2d(rng):
+    from modulekit.nn.modules.conv import conv2d
+
+    x = rng.standard_normal((2, 4, 9, 8))
+    w = rng.standard_normal((6, 2, 3, 3))
+    b = rng.standard_normal(6)
+    ref = torch.nn.functional.conv2d(
+        torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), 2, 1, 1, 2
+    ).numpy()
+    y = conv2d(x, w, b, stride=2, padding=1, groups=2)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, ref, rtol=1e-12, atol=1e-12)
+    y32 = conv2d(x.astype(np.float32), w.astype(np.float32), b.astype(np.float32), 2, 1, 1, 2)
+    np.testing.assert_allclose(y32, ref, rtol=1e-4, atol=1e-4)
