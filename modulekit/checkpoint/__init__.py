@@ -24,9 +24,7 @@ def _sniff(buf):
 
     path = buf.path
     if buf.size >= 9 and buf.data[8] == 0x7B:  # '{' right after an 8-byte length
-        (n,) = buf.unpack("<Q", 0, "the header length")
-        if n <= MAX_HEADER_SIZE:
-            return "safetensors", None
+        return "safetensors", None
     if is_zip(buf):
         entries = read_central_directory(buf)
         if is_torch_zip(entries):
@@ -44,6 +42,10 @@ def _sniff(buf):
                                      "(use numpy.load)")
     if buf.size > 262 and bytes(buf.data[257:262]) == b"ustar":
         raise fail(path, "offset 257", "the tar format of PyTorch < 0.4 is not supported")
+    if buf.size >= 8:
+        (n,) = buf.unpack("<Q", 0, "the header length")
+        if 8 + n <= buf.size and n <= MAX_HEADER_SIZE:
+            return "safetensors", None  # a plausible header length: let the parser say more
     raise fail(path, "offset 0", f"unrecognised checkpoint format (first bytes {head.hex()}): "
                                  f"expected safetensors, torch.save (zip or legacy) or .npz")
 

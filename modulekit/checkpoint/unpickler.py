@@ -294,13 +294,6 @@ _MODULE_ALIASES = {"__builtin__": "builtins"}
 
 # ---- the interpreter ------------------------------------------------------------------------
 
-class _Mark:
-    __slots__ = ()
-
-
-_MARK = _Mark()
-
-
 class Unpickler:
     """Interpret one pickle from ``data[start:end]`` allowing only :data:`ALLOWED_GLOBALS`.
 
@@ -607,7 +600,7 @@ class Unpickler:
                 cls = stack.pop()
                 stack.append(self._newobj(cls, args, kwargs))
             elif op == 0x62:  # BUILD
-                state = stack.pop()
+                stack.pop()  # the state: dropped
                 inst = stack[-1]
                 if type(inst) is not OrderedDict:
                     raise _Reject(f"BUILD is only allowed on OrderedDict, not on a "
