@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import os
 
+from modulekit._ext._tensor import Parameter, Tensor
 from modulekit.checkpoint._common import CheckpointError, FileBuffer, fail
 from modulekit.checkpoint._zip import is_zip, read_central_directory
+from modulekit.checkpoint.npz import read_npz
+from modulekit.checkpoint.safetensors import MAX_HEADER_SIZE, read_safetensors, write_safetensors
+from modulekit.checkpoint.torch_legacy import read_torch_legacy
+from modulekit.checkpoint.torch_zip import is_torch_zip, read_torch_zip
 
 __all__ = ["CheckpointError", "detect_format", "load", "save"]
 
@@ -19,9 +24,6 @@ FORMATS = ("safetensors", "torch-zip", "torch-legacy", "npz")
 
 def _sniff(buf):
     """Return ``(format, zip_entries_or_None)`` from the bytes of ``buf``."""
-    from modulekit.checkpoint.safetensors import MAX_HEADER_SIZE
-    from modulekit.checkpoint.torch_zip import is_torch_zip
-
     path = buf.path
     if buf.size >= 9 and buf.data[8] == 0x7B:  # '{' right after an 8-byte length
         return "safetensors", None
@@ -94,12 +96,6 @@ def load(path, *, mmap=True, metadata=False):
         The file is corrupt, hostile, or not a supported checkpoint; the message names the
         file, the record or byte offset, and what was wrong.
     """
-    from modulekit._ext._tensor import Parameter, Tensor
-    from modulekit.checkpoint.npz import read_npz
-    from modulekit.checkpoint.safetensors import read_safetensors
-    from modulekit.checkpoint.torch_legacy import read_torch_legacy
-    from modulekit.checkpoint.torch_zip import read_torch_zip
-
     buf = FileBuffer(path, use_mmap=mmap)
     fmt, entries = _sniff(buf)
     meta = {}
@@ -145,6 +141,4 @@ def save(state, path, *, metadata=None) -> None:
     with the same memory, shape, strides and dtype) are written once; :func:`load` gives them
     back as one object. ``load(save(state))`` is bit-exact.
     """
-    from modulekit.checkpoint.safetensors import write_safetensors
-
     write_safetensors(state, os.fspath(path), metadata)

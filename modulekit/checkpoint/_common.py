@@ -1,7 +1,7 @@
 """Shared pieces of the checkpoint readers: the error type, the file buffer, dtype tables.
 
 Every reader works on a :class:`FileBuffer`: the whole file as one buffer (a private,
-copy-on-write memory map, or the bytes read into a ``bytearray``) plus a ``uint8`` ndarray
+copy-on-write memory map, or the bytes read into a uint8 ndarray) plus a ``uint8`` ndarray
 over it. Arrays handed to the user are views of that ndarray, so the map stays alive through
 their ``.base`` chain for as long as any tensor needs it.
 """
@@ -58,7 +58,7 @@ class FileBuffer:
         The file. A missing file raises ``FileNotFoundError``.
     use_mmap : bool
         ``True`` maps the file privately (``mmap.ACCESS_COPY``: writable, copy-on-write, the
-        file is never modified); ``False`` reads it into a ``bytearray``.
+        file is never modified); ``False`` reads it into a uint8 ndarray.
     """
 
     __slots__ = ("path", "data", "u8", "size")
@@ -76,13 +76,13 @@ class FileBuffer:
                     raise fail(self.path, "offset 0", f"cannot memory-map the file ({exc})") \
                         from None
             else:
-                data = bytearray(size)
-                n = f.readinto(data)
+                data = np.empty(size, dtype=np.uint8)  # no zero-fill, unlike bytearray
+                n = f.readinto(memoryview(data))
                 if n != size:
                     raise fail(self.path, f"offset {n}", f"read {n} of {size} bytes")
         self.data = data
         self.size = len(data)
-        self.u8 = np.frombuffer(data, dtype=np.uint8)
+        self.u8 = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
 
     def bytes_at(self, start, length, what):
         """Return ``length`` bytes at ``start`` as ``bytes``; fail if they run past the end."""

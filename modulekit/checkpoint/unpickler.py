@@ -312,7 +312,8 @@ class Unpickler:
     """
 
     def __init__(self, data, start, end, path, what, persistent_load=None):
-        self.data = data
+        # bytes index to ints; anything else (a memory map, an ndarray) through a memoryview
+        self.data = data if isinstance(data, bytes) else memoryview(data).cast("B")
         self.pos = start
         self.end = end
         self.path = path
@@ -393,12 +394,45 @@ class Unpickler:
         metastack = []
         memo = {}
         read = self._read
+        data = self.data
+        end = self.end
         self._op_pos = self.pos
         while True:
-            self._op_pos = self.pos
-            op = read(1)[0]
+            pos = self._op_pos = self.pos
+            if pos >= end:
+                raise _Reject("the pickle ends without STOP (truncated pickle)")
+            op = data[pos]
+            self.pos = pos + 1
+            # -- the most frequent opcodes of a torch state dict first
+            if op == 0x71:  # BINPUT
+                memo[read(1)[0]] = stack[-1]
+            elif op == 0x68:  # BINGET
+                stack.append(memo[read(1)[0]])
+            elif op == 0x4B:  # BININT1
+                stack.append(read(1)[0])
+            elif op == 0x28:  # MARK
+                metastack.append(stack)
+                stack = []
+            elif op == 0x52:  # REDUCE
+                args = stack.pop()
+                stack[-1] = self._call(stack[-1], args)
+            elif op == 0x86:  # TUPLE2
+                t = self._tuple((stack[-2], stack[-1]))
+                del stack[-2:]
+                stack.append(t)
+            elif op == 0x74:  # TUPLE
+                items = stack
+                stack = metastack.pop()
+                stack.append(self._tuple(items))
+            elif op == 0x58:  # BINUNICODE
+                (n,) = struct.unpack("<I", read(4))
+                stack.append(str(read(n), "utf-8", "surrogatepass"))
+            elif op == 0x72:  # LONG_BINPUT
+                memo[struct.unpack("<I", read(4))[0]] = stack[-1]
+            elif op == 0x6A:  # LONG_BINGET
+                stack.append(memo[struct.unpack("<I", read(4))[0]])
             # -- framing and protocol
-            if op == 0x80:  # PROTO
+            elif op == 0x80:  # PROTO
                 proto = read(1)[0]
                 if proto > 5:
                     raise _Reject(f"unsupported pickle protocol {proto}")
@@ -409,9 +443,6 @@ class Unpickler:
                     raise _Reject("STOP with an unbalanced stack")
                 return stack[0]
             # -- stack manipulation
-            elif op == 0x28:  # MARK
-                metastack.append(stack)
-                stack = []
             elif op == 0x30:  # POP
                 if stack:
                     stack.pop()
@@ -430,8 +461,6 @@ class Unpickler:
                 stack.append(False)
             elif op == 0x4A:  # BININT
                 stack.append(struct.unpack("<i", read(4))[0])
-            elif op == 0x4B:  # BININT1
-                stack.append(read(1)[0])
             elif op == 0x4D:  # BININT2
                 stack.append(struct.unpack("<H", read(2))[0])
             elif op == 0x8A:  # LONG1
@@ -458,9 +487,6 @@ class Unpickler:
             elif op == 0x46:  # FLOAT (text)
                 stack.append(float(self._readline()))
             # -- strings and bytes
-            elif op == 0x58:  # BINUNICODE
-                (n,) = struct.unpack("<I", read(4))
-                stack.append(str(read(n), "utf-8", "surrogatepass"))
             elif op == 0x8C:  # SHORT_BINUNICODE
                 n = read(1)[0]
                 stack.append(str(read(n), "utf-8", "surrogatepass"))
@@ -490,16 +516,8 @@ class Unpickler:
             # -- containers
             elif op == 0x29:  # EMPTY_TUPLE
                 stack.append(())
-            elif op == 0x74:  # TUPLE
-                items = stack
-                stack = metastack.pop()
-                stack.append(self._tuple(items))
             elif op == 0x85:  # TUPLE1
                 stack[-1] = self._tuple((stack[-1],))
-            elif op == 0x86:  # TUPLE2
-                t = self._tuple((stack[-2], stack[-1]))
-                del stack[-2:]
-                stack.append(t)
             elif op == 0x87:  # TUPLE3
                 t = self._tuple((stack[-3], stack[-2], stack[-1]))
                 del stack[-3:]
@@ -562,18 +580,10 @@ class Unpickler:
                 stack = metastack.pop()
                 stack.append(frozenset(items))
             # -- memo
-            elif op == 0x71:  # BINPUT
-                memo[read(1)[0]] = stack[-1]
-            elif op == 0x72:  # LONG_BINPUT
-                memo[struct.unpack("<I", read(4))[0]] = stack[-1]
             elif op == 0x94:  # MEMOIZE
                 memo[len(memo)] = stack[-1]
             elif op == 0x70:  # PUT (text)
                 memo[int(self._readline())] = stack[-1]
-            elif op == 0x68:  # BINGET
-                stack.append(memo[read(1)[0]])
-            elif op == 0x6A:  # LONG_BINGET
-                stack.append(memo[struct.unpack("<I", read(4))[0]])
             elif op == 0x67:  # GET (text)
                 stack.append(memo[int(self._readline())])
             # -- the risky ones: globals and calls, allowlist only
@@ -587,9 +597,6 @@ class Unpickler:
                 if type(module) is not str or type(name) is not str:
                     raise _Reject("STACK_GLOBAL needs two strings")
                 stack.append(self._global(module, name))
-            elif op == 0x52:  # REDUCE
-                args = stack.pop()
-                stack[-1] = self._call(stack[-1], args)
             elif op == 0x81:  # NEWOBJ
                 args = stack.pop()
                 cls = stack.pop()
