@@ -463,3 +463,61 @@ def test_legacy_huge_numel_refused_before_allocating(tmp_path):
     (tmp_path / "h.pt").write_bytes(bad)
     with pytest.raises(CheckpointError, match="more than the file holds"):
         load(tmp_path / "h.pt")
+
+
+def test_legacy_storage_views_from_old_torch(tmp_path):
+    """Old torch wrote storage views as ('storage', type, root, loc, numel, (view, off, n))."""
+    import pickle
+
+    from modulekit.checkpoint.torch_legacy import MAGIC_NUMBER, PROTOCOL_VERSION
+
+    class Store:
+        def __init__(self, view):
+            self.view = view
+
+    class Rebuilt:
+        def __init__(self, store, offset, size, stride):
+            self.args = (store, offset, size, stride, False, collections.OrderedDict())
+
+        def __reduce__(self):
+            return torch._utils._rebuild_tensor_v2, self.args
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, Store):
+                return ("storage", torch.FloatStorage, "root", "cpu", 10, obj.view)
+            return None
+
+    obj = {"whole": Rebuilt(Store(None), 0, (10,), (1,)),
+           "view": Rebuilt(Store(("v1", 2, 5)), 1, (2, 2), (2, 1))}
+    out = io.BytesIO()
+    for head in (MAGIC_NUMBER, PROTOCOL_VERSION, {"little_endian": True}):
+        pickle.dump(head, out, protocol=2)
+    Pickler(out, protocol=2).dump(obj)
+    pickle.dump(["root"], out, protocol=2)
+    values = np.arange(10, dtype=np.float32)
+    out.write(struct.pack("<q", 10) + values.tobytes())
+    path = tmp_path / "old.pt"
+    path.write_bytes(out.getvalue())
+    got = load(path)
+    ref = torch.load(path, weights_only=True)
+    _same(ref["view"], got["view"])
+    np.testing.assert_array_equal(got["view"].numpy(), values[3:7].reshape(2, 2))
+    np.testing.assert_array_equal(got["whole"].numpy(), values)
+
+
+def test_save_torch_tensors_and_mmap_false(tmp_path, gen):
+    w = torch.nn.Parameter(torch.randn(3, 2, generator=gen).bfloat16())
+    state = {"a": w, "b": w, "c": w.detach(), "d": torch.arange(4)}
+    save(state, tmp_path / "t.safetensors")
+    got = load(tmp_path / "t.safetensors", mmap=False)
+    assert got["a"] is got["b"] is got["c"]
+    for k in state:
+        _same(state[k], got[k])
+    for fmt in ("zip", "legacy"):
+        path = _tsave(state, tmp_path / f"{fmt}.pt", fmt)
+        got = load(path, mmap=False)
+        assert got["a"] is got["b"] and type(got["a"]) is Parameter
+        for k in state:
+            _same(state[k], got[k])
+            assert got[k].numpy().flags.writeable

@@ -19,6 +19,8 @@ from modulekit.checkpoint.torch_zip import is_torch_zip, read_torch_zip
 
 __all__ = ["CheckpointError", "detect_format", "load", "save"]
 
+CheckpointError.__module__ = __name__  # documented as modulekit.checkpoint.CheckpointError
+
 FORMATS = ("safetensors", "torch-zip", "torch-legacy", "npz")
 
 

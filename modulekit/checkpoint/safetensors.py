@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from modulekit._ext._tensor import as_array
 from modulekit.checkpoint._common import (
     SUPPORTED_NP_DTYPES,
     check_shape,
@@ -196,20 +197,11 @@ def read_safetensors(buf):
 
 
 def _as_saveable(key, value):
-    """Return ``(array, identity)`` for one state-dict value, or raise naming the key."""
-    from modulekit._ext._tensor import Tensor
-
-    if isinstance(value, Tensor):
-        arr = value.numpy()
-    elif isinstance(value, np.ndarray):
-        arr = value
-    else:
-        try:
-            arr = np.asarray(value)
-        except Exception as exc:  # any array-like's own conversion error
-            raise TypeError(
-                f"state[{key!r}]: cannot convert {type(value).__name__} to an array: {exc}"
-            ) from None
+    """Return ``(array, dtype name)`` for one state-dict value, or raise naming the key."""
+    try:
+        arr = as_array(value)  # Tensor, ndarray, torch tensor (bfloat16 too), array-likes
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"state[{key!r}]: {exc}") from None
     if not arr.dtype.isnative and arr.dtype.kind in "fiub":
         arr = arr.astype(arr.dtype.newbyteorder("="))
     name = None
