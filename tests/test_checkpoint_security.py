@@ -183,3 +183,34 @@ def test_huge_lengths_do_not_allocate(tmp_path):
     # LONG4 of 2 GB
     with pytest.raises(CheckpointError, match="LONG4"):
         load(_zip_container(tmp_path, b"\x80\x02\x8b\xff\xff\xff\x7f."))
+
+
+def test_colliding_keys_refused(tmp_path):
+    # ints that all hash to 0 would make building the dict quadratic
+    big = (1 << 61) - 1
+    items = b"".join(b"\x8a\x09" + (k * big).to_bytes(9, "little", signed=True) + b"N"
+                     for k in range(1, 50))
+    with pytest.raises(CheckpointError, match="dict keys"):
+        load(_zip_container(tmp_path, b"\x80\x02}(" + items + b"u."))
+    with pytest.raises(CheckpointError, match="dict keys"):
+        load(_zip_container(tmp_path, b"\x80\x02}G?\xf0\x00\x00\x00\x00\x00\x00Ns."))
+    with pytest.raises(CheckpointError, match="dict keys"):
+        load(_zip_container(tmp_path, b"\x80\x02}K\x01K\x02\x86Ns."))
+
+
+def test_absurd_shapes_refused(tmp_path):
+    """A tensor whose pickle claims an empty shape with absurd dimensions."""
+    src = tmp_path / "valid.pt"
+    torch.save({"w": torch.ones(3)}, src)
+    with zipfile.ZipFile(src) as z:
+        pkl = z.read(next(n for n in z.namelist() if n.endswith("/data.pkl")))
+    # size (3,) -> (0, 2**62, 2**62); stride (1,) -> (1, 1, 1)
+    size = b"K\x03\x85"
+    assert pkl.count(size) == 1
+    huge = b"\x8a\x08" + (1 << 62).to_bytes(8, "little")
+    pkl = pkl.replace(size, b"(K\x00" + huge + huge + b"t", 1)
+    stride = b"K\x01\x85"
+    assert pkl.count(stride) == 1
+    pkl = pkl.replace(stride, b"K\x01K\x01K\x01\x87", 1)
+    with pytest.raises(CheckpointError, match="empty tensor shape"):
+        load(_zip_container(tmp_path, pkl))

@@ -93,7 +93,11 @@ class Materializer:
         size, stride, offset = ref.size, ref.stride, ref.offset
         n = numel_of(size)
         if n == 0:
-            return np.empty(size, dtype=dt)
+            try:
+                return np.empty(size, dtype=dt)
+            except ValueError as exc:  # a zero dimension beside absurd ones
+                raise fail(path, where, f"bad empty tensor shape {list(size)[:8]}: {exc}") \
+                    from None
         typed = st.typed(name, path, where)
         last = offset + sum((s - 1) * t for s, t in zip(size, stride))
         if last >= typed.size:

@@ -100,6 +100,28 @@ class _Reject(Exception):
     """Raised by a stand-in on bad arguments; becomes CheckpointError with the offset."""
 
 
+# Python's int hash is n mod (2**61 - 1): bigger ints (and floats, tuples, ...) as keys would let a
+# file make every key collide and turn dict building quadratic. str/bytes hashes are salted.
+_MAX_KEY_INT = (1 << 61) - 2
+
+
+def _key(k):
+    """Validate one dict key or set element: str, bytes, bool, None or a bounded int."""
+    t = type(k)
+    if t is str or t is bytes or t is bool or k is None:
+        return k
+    if t is int and -_MAX_KEY_INT <= k <= _MAX_KEY_INT:
+        return k
+    raise _Reject(f"dict keys and set elements must be str, bytes, bool, None or ints below "
+                  f"2**61, not {t.__name__}")
+
+
+def _keys(items):
+    for k in items:
+        _key(k)
+    return items
+
+
 # ---- stand-in implementations ---------------------------------------------------------------
 
 def _ints(value, what):
@@ -185,9 +207,9 @@ def _rebuild_from_type_v2(func, new_type, args, state):
 
 
 def _ordered_dict(*args):
-    if args and not (len(args) == 1 and isinstance(args[0], (list, tuple, dict))):
-        raise _Reject("OrderedDict takes at most one list of pairs")
-    return OrderedDict(*args)
+    if args:  # torch pickles OrderedDict() and then fills it with SETITEMS
+        raise _Reject("OrderedDict is only allowed without arguments")
+    return OrderedDict()
 
 
 def _torch_size(*args):
@@ -214,13 +236,13 @@ def _codecs_encode(text, encoding="utf-8"):
 def _set(*args):
     if len(args) > 1 or (args and not isinstance(args[0], (list, tuple))):
         raise _Reject("set takes at most one list")
-    return set(*args)
+    return set(_keys(args[0])) if args else set()
 
 
 def _frozenset(*args):
     if len(args) > 1 or (args and not isinstance(args[0], (list, tuple))):
         raise _Reject("frozenset takes at most one list")
-    return frozenset(*args)
+    return frozenset(_keys(args[0])) if args else frozenset()
 
 
 def _not_callable(*args):
@@ -548,14 +570,14 @@ class Unpickler:
                 stack = metastack.pop()
                 if len(items) % 2:
                     raise _Reject("DICT with an odd number of items")
-                stack.append({items[i]: items[i + 1] for i in range(0, len(items), 2)})
+                stack.append({_key(items[i]): items[i + 1] for i in range(0, len(items), 2)})
             elif op == 0x73:  # SETITEM
                 value = stack.pop()
                 key = stack.pop()
                 target = stack[-1]
                 if type(target) not in (dict, OrderedDict):
                     raise _Reject(f"SETITEM on a {type(target).__name__}")
-                target[key] = value
+                target[_key(key)] = value
             elif op == 0x75:  # SETITEMS
                 items = stack
                 stack = metastack.pop()
@@ -565,7 +587,7 @@ class Unpickler:
                 if len(items) % 2:
                     raise _Reject("SETITEMS with an odd number of items")
                 for i in range(0, len(items), 2):
-                    target[items[i]] = items[i + 1]
+                    target[_key(items[i])] = items[i + 1]
             elif op == 0x8F:  # EMPTY_SET
                 stack.append(set())
             elif op == 0x90:  # ADDITEMS
@@ -574,16 +596,19 @@ class Unpickler:
                 target = stack[-1]
                 if type(target) is not set:
                     raise _Reject(f"ADDITEMS on a {type(target).__name__}")
-                target.update(items)
+                target.update(_keys(items))
             elif op == 0x91:  # FROZENSET
                 items = stack
                 stack = metastack.pop()
-                stack.append(frozenset(items))
+                stack.append(frozenset(_keys(items)))
             # -- memo
             elif op == 0x94:  # MEMOIZE
                 memo[len(memo)] = stack[-1]
             elif op == 0x70:  # PUT (text)
-                memo[int(self._readline())] = stack[-1]
+                index = int(self._readline())
+                if not 0 <= index < 1 << 32:
+                    raise _Reject(f"memo index {index} out of range")
+                memo[index] = stack[-1]
             elif op == 0x67:  # GET (text)
                 stack.append(memo[int(self._readline())])
             # -- the risky ones: globals and calls, allowlist only
