@@ -521,3 +521,19 @@ def test_save_torch_tensors_and_mmap_false(tmp_path, gen):
         for k in state:
             _same(state[k], got[k])
             assert got[k].numpy().flags.writeable
+
+
+@pytest.mark.parametrize("fmt", ["zip", "legacy"])
+@pytest.mark.parametrize("protocol", [3, 4, 5])
+def test_torch_other_pickle_protocols(tmp_path, gen, fmt, protocol):
+    """FRAME, MEMOIZE, STACK_GLOBAL, SHORT_BINUNICODE... as torch writes with pickle_protocol."""
+    w = torch.randn(4, 3, generator=gen)
+    state = collections.OrderedDict(w=torch.nn.Parameter(w), t=w.t(), i=torch.arange(3),
+                                    b=torch.randn(2).bfloat16())
+    path = tmp_path / "p.pt"
+    torch.save(state, path, pickle_protocol=protocol,
+               _use_new_zipfile_serialization=(fmt == "zip"))
+    got = load(path)
+    assert type(got["w"]) is Parameter
+    for k in state:
+        _same(state[k], got[k])

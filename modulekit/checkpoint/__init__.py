@@ -8,6 +8,8 @@ See ``docs/checkpoints.md``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from modulekit._ext._tensor import Parameter, Tensor
 from modulekit.checkpoint._common import CheckpointError, FileBuffer, fail
@@ -54,7 +56,7 @@ def _sniff(buf):
                                  f"expected safetensors, torch.save (zip or legacy) or .npz")
 
 
-def detect_format(path) -> str:
+def detect_format(path: str | os.PathLike) -> str:
     """Name the checkpoint format of ``path`` from its bytes.
 
     Returns one of ``"safetensors"``, ``"torch-zip"``, ``"torch-legacy"``, ``"npz"``; raises
@@ -63,7 +65,9 @@ def detect_format(path) -> str:
     return _sniff(FileBuffer(path, use_mmap=True))[0]
 
 
-def load(path, *, mmap=True, metadata=False):
+def load(
+    path: str | os.PathLike, *, mmap: bool = True, metadata: bool = False
+) -> dict[str, Tensor] | tuple[dict[str, Tensor], dict[str, str]]:
     """Load the tensors of a checkpoint file as ``{key: Tensor}``.
 
     Parameters
@@ -123,7 +127,9 @@ def load(path, *, mmap=True, metadata=False):
     return (out, meta) if metadata else out
 
 
-def save(state, path, *, metadata=None) -> None:
+def save(
+    state: Mapping[str, Any], path: str | os.PathLike, *, metadata: Mapping[str, str] | None = None
+) -> None:
     """Write ``state`` to ``path`` as a safetensors file.
 
     Parameters
