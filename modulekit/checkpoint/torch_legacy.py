@@ -94,8 +94,8 @@ def read_torch_legacy(buf):
                 raise _Reject(f"storage {key!r} claims {numel} elements, more than the file "
                               "holds")
             root = pending[key] = _Pending(key, stype.dtype, numel)
-        elif root.dtype != stype.dtype:
-            raise _Reject(f"storage {key!r} is used with two different types")
+        elif root.dtype != stype.dtype or root.numel != numel:
+            raise _Reject(f"storage {key!r} is described twice with different types or sizes")
         if view is None:
             return root
         if (not isinstance(view, tuple) or len(view) != 3 or type(view[0]) is not str
