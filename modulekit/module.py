@@ -958,7 +958,9 @@ class Module:
                 module.set_extra_state(value)
             for module, values in repacks:
                 d = module.__dict__
-                saved_dicts.append((module, d.copy(), d["_parameters"].copy(), d["_buffers"].copy()))
+                saved_dicts.append(
+                    (module, d.copy(), d["_parameters"].copy(), d["_buffers"].copy())
+                )
                 module._repack(values)
             if backup:
                 seen = set()

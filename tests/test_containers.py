@@ -112,8 +112,14 @@ def test_modulelist_list_api_matches_torch():
         joined = ml + lib.ModuleList([lib.ReLU()])
         sliced = ml[1:3]
         return (
-            [type(x).__name__ for x in ml], geometry(ml), type(popped).__name__,
-            geometry(joined), type(sliced).__name__, geometry(sliced), len(ml), repr(ml),
+            [type(x).__name__ for x in ml],
+            geometry(ml),
+            type(popped).__name__,
+            geometry(joined),
+            type(sliced).__name__,
+            geometry(sliced),
+            len(ml),
+            repr(ml),
         )
 
     t, m = both(ops)
@@ -147,9 +153,16 @@ def test_moduledict_dict_api_matches_torch():
         popped = md.pop("b")
         del md["c"]
         return (
-            list(md.keys()), [type(v).__name__ for v in md.values()],
-            [(k, type(v).__name__) for k, v in md.items()], list(md), "d" in md, "b" in md,
-            len(md), type(popped).__name__, repr(md), list(md.state_dict()),
+            list(md.keys()),
+            [type(v).__name__ for v in md.values()],
+            [(k, type(v).__name__) for k, v in md.items()],
+            list(md),
+            "d" in md,
+            "b" in md,
+            len(md),
+            type(popped).__name__,
+            repr(md),
+            list(md.state_dict()),
         )
 
     t, m = both(ops)

@@ -233,7 +233,13 @@ def test_assignment_before_super_init_names_class_and_fix():
 
 @pytest.mark.parametrize(
     "name, exc",
-    [("", KeyError), ("a.b", KeyError), ("forward", KeyError), ("training", KeyError), (1, TypeError)],
+    [
+        ("", KeyError),
+        ("a.b", KeyError),
+        ("forward", KeyError),
+        ("training", KeyError),
+        (1, TypeError),
+    ],
 )
 def test_bad_names_refused_as_torch(name, exc):
     for register in (
@@ -326,8 +332,10 @@ def test_repr_of_layers_and_extra_repr_multiline():
     cases = [
         (nn.Linear(2, 3), tnn.Linear(2, 3)),
         (nn.Linear(2, 3, bias=False), tnn.Linear(2, 3, bias=False)),
-        (nn.ModuleList([nn.Linear(2, 2)] * 3 + [nn.ReLU()]),
-         tnn.ModuleList([tnn.Linear(2, 2)] * 3 + [tnn.ReLU()])),
+        (
+            nn.ModuleList([nn.Linear(2, 2)] * 3 + [nn.ReLU()]),
+            tnn.ModuleList([tnn.Linear(2, 2)] * 3 + [tnn.ReLU()]),
+        ),
         (nn.ModuleList(), tnn.ModuleList()),
         (nn.ModuleDict({"a": nn.ReLU()}), tnn.ModuleDict({"a": tnn.ReLU()})),
         (nn.Softmax(1), tnn.Softmax(1)),

@@ -24,8 +24,14 @@ class PackedLinearStandIn:
     """
 
     __slots__ = (
-        "in_features", "out_features", "storage", "compute_dtype", "has_bias",
-        "_wt", "_bias", "_bias_dtype",
+        "in_features",
+        "out_features",
+        "storage",
+        "compute_dtype",
+        "has_bias",
+        "_wt",
+        "_bias",
+        "_bias_dtype",
     )
 
     def __init__(self, weight, bias, storage: str):
@@ -68,8 +74,12 @@ class PackedLinearStandIn:
         if activation == "none":
             return y
         acts = {
-            "relu": F.relu, "gelu": F.gelu, "silu": F.silu, "sigmoid": F.sigmoid,
-            "tanh": F.tanh, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"),
+            "relu": F.relu,
+            "gelu": F.gelu,
+            "silu": F.silu,
+            "sigmoid": F.sigmoid,
+            "tanh": F.tanh,
+            "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"),
             "clamp": lambda v: np.clip(v, alpha, beta),
         }
         if activation not in acts:

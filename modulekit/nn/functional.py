@@ -68,11 +68,7 @@ def as_float_array(x, op: str) -> np.ndarray:
 
 
 def _inplace_target(x, arr: np.ndarray) -> bool:
-    return (
-        arr is x
-        and arr.dtype in (_F32, _F64)
-        and arr.flags.writeable
-    )
+    return arr is x and arr.dtype in (_F32, _F64) and arr.flags.writeable
 
 
 def linear(input, weight, bias=None) -> np.ndarray:
@@ -120,8 +116,16 @@ def relu6(input, inplace: bool = False) -> np.ndarray:
 # Numerical Recipes' erfc (Chebyshev fit): fractional error < 1.2e-7 for every x, so
 # gelu = 0.5 * x * erfc(-x / sqrt(2)) keeps ~1e-7 relative accuracy, negative tail included.
 _ERFC_COEFFS = (
-    -1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
-    0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277,
+    -1.26551223,
+    1.00002368,
+    0.37409196,
+    0.09678418,
+    -0.18628806,
+    0.27886807,
+    -1.13520398,
+    1.48851587,
+    -0.82215223,
+    0.17087277,
 )
 
 

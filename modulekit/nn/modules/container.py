@@ -128,9 +128,7 @@ class Sequential(_IndexedContainer):
 
     def __mul__(self, other: int) -> Sequential:
         if not isinstance(other, int) or isinstance(other, bool):
-            raise TypeError(
-                f"unsupported operand type(s) for *: {type(self)} and {type(other)}"
-            )
+            raise TypeError(f"unsupported operand type(s) for *: {type(self)} and {type(other)}")
         if other <= 0:
             raise ValueError(f"Non-positive multiplication factor {other} for {type(self)}")
         result = Sequential()
@@ -256,7 +254,6 @@ class ModuleDict(Module):
             pair = tuple(pair)
             if len(pair) != 2:
                 raise ValueError(
-                    f"ModuleDict update sequence element #{j} has length {len(pair)}; 2 is "
-                    "required"
+                    f"ModuleDict update sequence element #{j} has length {len(pair)}; 2 is required"
                 )
             self[pair[0]] = pair[1]

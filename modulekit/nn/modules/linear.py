@@ -83,10 +83,7 @@ class Linear(Module):
 
     def extra_repr(self) -> str:
         has_bias = self._packed.has_bias if self._packed is not None else self.bias is not None
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"bias={has_bias}"
-        )
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={has_bias}"
 
     # ---------------------------------------------------------------- packing protocol
     def _pack(self) -> None:
