@@ -29,7 +29,6 @@ A layer with bound weights may convert them once into a packed, kernel-ready for
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -37,7 +36,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from ml_dtypes import bfloat16 as _np_bfloat16
 
-from modulekit._ext._tensor import Parameter, Tensor
+from modulekit._ext._tensor import Parameter, Tensor, as_array
 from modulekit.device import Device, as_device
 from modulekit.dtypes import DataType, as_dtype
 from modulekit.hooks import RemovableHandle
@@ -100,35 +99,15 @@ class StateDictTypeError(StateDictError, TypeError):
     """A refused load where some value was not an array of real numbers."""
 
 
-def _is_torch_tensor(value) -> bool:
-    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
-
-
 def _as_array(value):
     """Return ``value`` as an ndarray (no copy when possible), or ``None`` if it is not an
-    array of real numbers. Accepts modulekit Tensors, ndarrays, torch tensors (any dtype,
-    bfloat16 included; never imports torch) and anything ``np.asarray`` takes."""
-    if isinstance(value, Tensor):
-        return value.numpy()
-    if isinstance(value, np.ndarray):
-        arr = value
-    elif _is_torch_tensor(value):
-        t = value.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        if str(t.dtype) == "torch.bfloat16":
-            # NumPy has no bfloat16: reinterpret the bits (torch is loaded: the user holds one).
-            torch = sys.modules["torch"]
-            return t.contiguous().view(torch.int16).numpy().view(_np_bfloat16)
-        try:
-            arr = t.numpy()
-        except (TypeError, RuntimeError):
-            return None
-    else:
-        try:
-            arr = np.asarray(value)
-        except Exception:
-            return None
+    array of real numbers. Accepts what :func:`modulekit._ext._tensor.as_array` accepts:
+    Tensors, ndarrays, CPU torch tensors (bfloat16 included; torch is never imported by us),
+    buffers, ``__array__`` objects and nested sequences of numbers."""
+    try:
+        arr = as_array(value)
+    except (TypeError, ValueError):
+        return None
     if arr.dtype.kind in "biuf" or arr.dtype == _np_bfloat16:
         return arr
     return None
@@ -242,13 +221,12 @@ class Module:
             raise self._not_initialized("buffer", name)
         self._check_new_name("buffer", name, "_buffers")
         if tensor is not None and not isinstance(tensor, Tensor):
-            arr = _as_array(tensor)
-            if arr is None:
+            if _as_array(tensor) is None:
                 raise TypeError(
                     f"cannot assign {_value_description(tensor)} as buffer '{name}' "
                     "(a modulekit Tensor, an array of real numbers or None expected)"
                 )
-            tensor = Tensor(arr)
+            tensor = Tensor(tensor)
         self._buffers[name] = tensor
         if persistent:
             self._non_persistent_buffers.discard(name)
@@ -778,8 +756,8 @@ class Module:
         Parameters
         ----------
         state : mapping of str to array-like
-            Values may be modulekit Tensors, NumPy arrays, torch tensors (any dtype, bfloat16
-            included, on any device) or anything ``np.asarray`` turns into an array of real
+            Values may be modulekit Tensors, NumPy arrays, CPU torch tensors (any dtype,
+            bfloat16 included) or anything ``np.asarray`` turns into an array of real
             numbers. Each is cast to the receiving tensor's dtype and copied INTO it (the
             Parameter objects stay the same objects). A packed layer accepts its packed keys
             and re-packs from them.

@@ -33,7 +33,9 @@ def test_sequential_forward_chains_and_orders():
     tseq = tnn.Sequential(tnn.Linear(3, 4), tnn.ReLU(), tnn.Linear(4, 2))
     seq.load_state_dict(tseq.state_dict())
     x = np.random.default_rng(0).random((5, 3), dtype=np.float32)
-    np.testing.assert_allclose(seq(x), tseq(torch.from_numpy(x)).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        seq(x), tseq(torch.from_numpy(x)).detach().numpy(), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_sequential_ordereddict_names():

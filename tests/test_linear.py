@@ -93,14 +93,14 @@ def test_float64_module_computes_float64():
     assert y.dtype == np.float64
     with torch.no_grad():
         ref = t(torch.from_numpy(x.astype(np.float32).astype(np.float64))).numpy()
-    np.testing.assert_allclose(y, ref, rtol=1e-12)
+    np.testing.assert_allclose(y, ref, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("make", [Tensor, list, memoryview, lambda a: torch.from_numpy(a)])
 def test_any_array_like_input(make):
     t, m = pair(3, 2)
     x = RNG.standard_normal((2, 3)).astype(np.float32)
-    np.testing.assert_allclose(m(make(x)), torch_out(t, x), rtol=1e-6)
+    np.testing.assert_allclose(m(make(x)), torch_out(t, x), rtol=1e-6, atol=1e-6)
 
 
 def test_non_contiguous_inputs():
@@ -189,7 +189,7 @@ def test_state_dict_both_ways_with_torch():
     t = torch.nn.Linear(4, 2)
     t.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in m.state_dict().items()})
     x = RNG.standard_normal((3, 4)).astype(np.float32)
-    np.testing.assert_allclose(m(x), torch_out(t, x), rtol=1e-6)
+    np.testing.assert_allclose(m(x), torch_out(t, x), rtol=1e-6, atol=1e-6)
 
 
 def test_functional_linear_matches_torch():
@@ -198,7 +198,7 @@ def test_functional_linear_matches_torch():
     x = RNG.standard_normal((2, 5, 4)).astype(np.float32)
     ref = torch.nn.functional.linear(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b))
     np.testing.assert_allclose(F.linear(x, w, b), ref.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(F.linear(x, w), x @ w.T, rtol=1e-5)
+    np.testing.assert_allclose(F.linear(x, w), x @ w.T, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="in_features=4"):
         F.linear(x[..., :3], w)
     with pytest.raises(ValueError, match="bias"):

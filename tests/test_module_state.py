@@ -97,7 +97,9 @@ def test_roundtrip_torch_to_modulekit_and_back():
     result = net.load_state_dict(tnet.state_dict())
     assert result == LoadResult([], []) and repr(result) == "<All keys matched successfully>"
     x = np.random.default_rng(1).random((5, 4), dtype=np.float32)
-    np.testing.assert_allclose(net(x), tnet(torch.from_numpy(x)).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        net(x), tnet(torch.from_numpy(x)).detach().numpy(), rtol=1e-6, atol=1e-6
+    )
     # back: modulekit state (tensors) -> torch
     tnet2 = TNet()
     tnet2.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in Net().state_dict().items()})
@@ -465,7 +467,9 @@ def test_packed_layer_accepts_its_keys_and_repacks():
     result = net.load_state_dict(tnet.state_dict())
     assert result == LoadResult([], [])
     x = np.random.default_rng(2).random((3, 4), dtype=np.float32)
-    np.testing.assert_allclose(net(x), tnet(torch.from_numpy(x)).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        net(x), tnet(torch.from_numpy(x)).detach().numpy(), rtol=1e-6, atol=1e-6
+    )
     # absent packed keys are not missing
     assert net.load_state_dict({"steps": [1], "scale": np.ones(2)}) == LoadResult([], [])
     # a wrong shape for a packed key is refused, naming the key

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 from ml_dtypes import bfloat16 as _np_bfloat16
 
-from modulekit._ext._tensor import Tensor
+from modulekit._ext._tensor import as_array
 from modulekit.nn._random import default_generator
 
 __all__ = [
@@ -34,20 +34,16 @@ _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
 
-def as_array(x, op: str) -> np.ndarray:
+def as_real_array(x, op: str) -> np.ndarray:
     """``x`` as an ndarray without copying when possible; ``TypeError`` naming ``op`` unless
     it holds real numbers."""
-    if isinstance(x, np.ndarray):
+    if type(x) is np.ndarray:
         arr = x
-    elif isinstance(x, Tensor):
-        arr = x.numpy()
     else:
         try:
-            arr = np.asarray(x)
-        except Exception as exc:
-            raise TypeError(
-                f"{op}: expected an array-like of real numbers, got {type(x).__name__} ({exc})"
-            ) from None
+            arr = as_array(x)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{op}: {exc}") from None
     if arr.dtype.kind not in "biuf" and arr.dtype != _np_bfloat16:
         raise TypeError(
             f"{op}: expected an array of real numbers (float32, float64, float16, bfloat16, "
@@ -63,7 +59,7 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 
 def as_float_array(x, op: str) -> np.ndarray:
     """``x`` as an ndarray of its compute dtype (float32 or float64)."""
-    arr = as_array(x, op)
+    arr = as_real_array(x, op)
     return arr.astype(compute_dtype(arr.dtype), copy=False)
 
 
@@ -75,8 +71,8 @@ def linear(input, weight, bias=None) -> np.ndarray:
     """``input @ weight.T + bias`` for ``input`` of shape ``(*, in_features)`` and ``weight``
     of shape ``(out_features, in_features)``. Computes in float64 when ``weight`` is float64,
     else in float32."""
-    x = as_array(input, "linear")
-    w = as_array(weight, "linear")
+    x = as_real_array(input, "linear")
+    w = as_real_array(weight, "linear")
     if w.ndim != 2:
         raise ValueError(f"linear: weight must be 2-D (out_features, in_features), got {w.shape}")
     if x.ndim == 0 or x.shape[-1] != w.shape[1]:
@@ -87,7 +83,7 @@ def linear(input, weight, bias=None) -> np.ndarray:
     dt = compute_dtype(w.dtype)
     y = np.matmul(x.astype(dt, copy=False), w.astype(dt, copy=False).T)
     if bias is not None:
-        b = as_array(bias, "linear")
+        b = as_real_array(bias, "linear")
         if b.shape != (w.shape[0],):
             raise ValueError(f"linear: bias must have shape ({w.shape[0]},), got {b.shape}")
         y += b.astype(dt, copy=False)
@@ -97,7 +93,7 @@ def linear(input, weight, bias=None) -> np.ndarray:
 def relu(input, inplace: bool = False) -> np.ndarray:
     """``max(x, 0)``. With ``inplace=True`` a writable float32/float64 ndarray input is
     overwritten and returned."""
-    arr = as_array(input, "relu")
+    arr = as_real_array(input, "relu")
     if inplace and _inplace_target(input, arr):
         return np.maximum(arr, 0, out=arr)
     arr = arr.astype(compute_dtype(arr.dtype), copy=False)
@@ -106,7 +102,7 @@ def relu(input, inplace: bool = False) -> np.ndarray:
 
 def relu6(input, inplace: bool = False) -> np.ndarray:
     """``min(max(x, 0), 6)``."""
-    arr = as_array(input, "relu6")
+    arr = as_real_array(input, "relu6")
     if inplace and _inplace_target(input, arr):
         return np.clip(arr, 0, 6, out=arr)
     arr = arr.astype(compute_dtype(arr.dtype), copy=False)
@@ -151,7 +147,7 @@ def gelu(input, approximate: str = "none") -> np.ndarray:
     """
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    arr = as_array(input, "gelu")
+    arr = as_real_array(input, "gelu")
     dt = compute_dtype(arr.dtype)
     x = arr.astype(_F64, copy=False)
     if approximate == "tanh":
@@ -174,7 +170,7 @@ def sigmoid(input) -> np.ndarray:
 def silu(input, inplace: bool = False) -> np.ndarray:
     """``x * sigmoid(x)``. With ``inplace=True`` a writable float32/float64 ndarray input is
     overwritten and returned."""
-    arr = as_array(input, "silu")
+    arr = as_real_array(input, "silu")
     y = sigmoid(arr)
     if inplace and _inplace_target(input, arr):
         return np.multiply(arr, y, out=arr)
@@ -219,7 +215,7 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
     ``1 / (1 - p)``; identity (the input array itself) when not training."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    arr = as_array(input, "dropout")
+    arr = as_real_array(input, "dropout")
     if not training or p == 0.0:
         return arr
     x = arr.astype(compute_dtype(arr.dtype), copy=False)
@@ -233,7 +229,7 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
 
 def flatten(input, start_dim: int = 0, end_dim: int = -1) -> np.ndarray:
     """Merge dimensions ``start_dim..end_dim`` into one (a view when possible)."""
-    x = as_array(input, "flatten")
+    x = as_real_array(input, "flatten")
     ndim = max(x.ndim, 1)
     for name, d in (("start_dim", start_dim), ("end_dim", end_dim)):
         if not -ndim <= d < ndim:

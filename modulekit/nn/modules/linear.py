@@ -12,7 +12,7 @@ from modulekit.dtypes import DataType, as_dtype, float32
 from modulekit.module import Module
 from modulekit.nn._packing import pack_linear
 from modulekit.nn._random import default_generator
-from modulekit.nn.functional import as_array
+from modulekit.nn.functional import as_real_array
 
 __all__ = ["Identity", "Linear"]
 
@@ -150,7 +150,7 @@ class Linear(Module):
         if packed is None:
             self._pack()
             packed = self._packed
-        x = as_array(input, "Linear")
+        x = as_real_array(input, "Linear")
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             got = x.shape[-1] if x.ndim else "a scalar"
             raise ValueError(
