@@ -483,3 +483,20 @@ def test_removable_handle_is_weak_and_idempotent():
     assert m(3) == 3
     h2 = nn.Identity().register_forward_hook(_double_output)
     h2.remove()  # owner collected: a no-op
+
+
+def test_forward_called_directly_skips_hooks_call_runs_them():
+    m = nn.Identity()
+    m.register_forward_hook(_double_output)
+    assert m.forward(3) == 3
+    assert m(3) == 6
+
+
+def test_round_trip_contract_build_then_load():
+    src = nn.Sequential(nn.Linear(4, 3), nn.GELU(), nn.Linear(3, 2))
+    exported = {k: np.array(v) for k, v in src.state_dict().items()}
+    x = np.random.default_rng(5).random((2, 4), dtype=np.float32)
+    expected = src(x)
+    fresh = nn.Sequential(nn.Linear(4, 3), nn.GELU(), nn.Linear(3, 2))
+    assert fresh.load_state_dict(exported) == ([], [])
+    np.testing.assert_array_equal(fresh(x), expected)
