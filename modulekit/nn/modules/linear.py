@@ -150,6 +150,11 @@ class Linear(Module):
         if packed is None:
             self._pack()
             packed = self._packed
+        # fast path: a 2-D float ndarray of the right width goes straight to the kernel
+        if type(input) is np.ndarray and input.dtype.kind == "f":
+            shape = input.shape
+            if len(shape) == 2 and shape[1] == self.in_features:
+                return packed.forward(input)
         x = as_real_array(input, "Linear")
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             got = x.shape[-1] if x.ndim else "a scalar"
@@ -158,6 +163,8 @@ class Linear(Module):
                 f"input's last dimension is {got}, expected {self.in_features} "
                 f"(input shape {x.shape})"
             )
+        if x.dtype.kind in "biu":  # the kernels take floating inputs only
+            x = x.astype(packed.compute_dtype)
         if x.ndim == 2:
             return packed.forward(x)
         lead = x.shape[:-1]
