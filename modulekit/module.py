@@ -30,6 +30,7 @@ A layer with bound weights may convert them once into a packed, kernel-ready for
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -221,12 +222,17 @@ class Module:
             raise self._not_initialized("buffer", name)
         self._check_new_name("buffer", name, "_buffers")
         if tensor is not None and not isinstance(tensor, Tensor):
-            if _as_array(tensor) is None:
+            value = tensor
+            try:
+                tensor = None if _as_array(value) is None else Tensor(value)
+            except TypeError:  # a dtype with no modulekit DataType (uint16, ...)
+                tensor = None
+            if tensor is None:
                 raise TypeError(
-                    f"cannot assign {_value_description(tensor)} as buffer '{name}' "
-                    "(a modulekit Tensor, an array of real numbers or None expected)"
+                    f"cannot assign {_value_description(value)} as buffer '{name}' "
+                    "(a modulekit Tensor, an array of real numbers of a modulekit data type, "
+                    "or None expected)"
                 )
-            tensor = Tensor(tensor)
         self._buffers[name] = tensor
         if persistent:
             self._non_persistent_buffers.discard(name)
@@ -419,8 +425,6 @@ class Module:
                     result = out
             return result
         except Exception:
-            import warnings
-
             for hook_id, hook in tuple(self._forward_hooks.items()):
                 if hook_id not in self._forward_hooks_always_called or hook_id in called:
                     continue

@@ -184,6 +184,10 @@ def test_register_buffer_and_replacement_by_assignment():
         m.b = "text"
     with pytest.raises(TypeError, match="buffer 'c'"):
         m.register_buffer("c", {"a": 1})
+    with pytest.raises(TypeError, match="buffer 'u'"):
+        m.register_buffer("u", np.zeros(2, np.uint16))
+    m.register_buffer("f", [1.5, 2.5])  # Python floats become float32, as torch.tensor
+    assert m.f.dtype.name == "float32"
 
 
 def test_persistent_buffers_in_state_dict_non_persistent_kept_out():
