@@ -504,3 +504,15 @@ def test_round_trip_contract_build_then_load():
     fresh = nn.Sequential(nn.Linear(4, 3), nn.GELU(), nn.Linear(3, 2))
     assert fresh.load_state_dict(exported) == ([], [])
     np.testing.assert_array_equal(fresh(x), expected)
+
+
+def test_add_module_and_register_parameter_equal_attribute_assignment():
+    by_call, by_assign = Plain(), Plain()
+    child, param = nn.ReLU(), mk_param([1.0])
+    by_call.add_module("c", child)
+    by_call.register_parameter("p", param)
+    by_assign.c = child
+    by_assign.p = param
+    for m in (by_call, by_assign):
+        assert m._modules == {"c": child} and m._parameters == {"p": param}
+        assert m.c is child and m.p is param

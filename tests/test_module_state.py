@@ -522,3 +522,70 @@ def test_first_forward_packs_once_under_threads(monkeypatch):
     packed = lin._packed
     lin(x)
     assert lin._packed is packed  # later calls never re-pack
+
+
+# --------------------------------------------------------------------------- property: atomicity
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_CORRUPTIONS = ["none", "drop", "extra", "shape", "type", "pre_hook", "post_hook"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    packed=st.lists(st.booleans(), min_size=2, max_size=2),
+    target=st.integers(0, 5),
+    corruption=st.sampled_from(_CORRUPTIONS),
+    strict=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_load_is_all_or_nothing(packed, target, corruption, strict, seed):
+    net = Net()
+    for flag, layer in zip(packed, (net.fc1, net.fc2)):
+        if flag:
+            layer.initialize()
+    rng = np.random.default_rng(seed)
+    keys = ["steps", "scale", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    shapes = {
+        "steps": (1,),
+        "scale": (2,),
+        "fc1.weight": (3, 4),
+        "fc1.bias": (3,),
+        "fc2.weight": (2, 3),
+        "fc2.bias": (2,),
+    }
+    state = {k: rng.integers(-9, 9, shapes[k]).astype(np.float64) for k in keys}
+    key = keys[target]
+    if corruption == "drop":
+        del state[key]
+    elif corruption == "extra":
+        state["fc3.weight"] = np.zeros(2)
+    elif corruption == "shape":
+        state[key] = np.zeros(shapes[key] + (1,))
+    elif corruption == "type":
+        state[key] = np.zeros(shapes[key], np.complex64)
+    elif corruption == "pre_hook":
+        net.fc2.register_load_state_dict_pre_hook(lambda *a: 1 / 0)
+    elif corruption == "post_hook":
+        net.fc1.register_load_state_dict_post_hook(lambda *a: 1 / 0)
+    before = snapshot(net)
+    # a packed layer's keys may be absent: it keeps its packed values
+    packed_key = key.startswith("fc") and packed[int(key[2]) - 1]
+    missing = corruption == "drop" and not packed_key
+    should_fail = corruption in ("shape", "type", "pre_hook", "post_hook") or (
+        strict and (missing or corruption == "extra")
+    )
+    if should_fail:
+        with pytest.raises((StateDictError, ZeroDivisionError)):
+            net.load_state_dict(state, strict=strict)
+        assert_unchanged(net, before)
+        return
+    result = net.load_state_dict(state, strict=strict)
+    assert result.missing_keys == ([key] if missing else [])
+    assert (result.unexpected_keys == ["fc3.weight"]) == (corruption == "extra")
+    net.fc1._unpack()
+    net.fc2._unpack()
+    loaded = net.state_dict()
+    for k, v in state.items():
+        if k in loaded:
+            np.testing.assert_array_equal(np.asarray(loaded[k]), v.astype(loaded[k].dtype.numpy))
