@@ -417,24 +417,14 @@ class Module:
             result = self.forward(*args, **kwargs)
             for hook_id, hook in tuple(self._forward_hooks.items()):
                 called.add(hook_id)
-                if hook_id in self._forward_hooks_with_kwargs:
-                    out = hook(self, args, kwargs, result)
-                else:
-                    out = hook(self, args, result)
-                if out is not None:
-                    result = out
+                result = self._run_forward_hook(hook_id, hook, args, kwargs, result)
             return result
         except Exception:
             for hook_id, hook in tuple(self._forward_hooks.items()):
                 if hook_id not in self._forward_hooks_always_called or hook_id in called:
                     continue
                 try:
-                    if hook_id in self._forward_hooks_with_kwargs:
-                        out = hook(self, args, kwargs, result)
-                    else:
-                        out = hook(self, args, result)
-                    if out is not None:
-                        result = out
+                    result = self._run_forward_hook(hook_id, hook, args, kwargs, result)
                 except Exception as exc:
                     warnings.warn(
                         "module forward hook with always_call=True raised an exception that "
@@ -442,6 +432,13 @@ class Module:
                         stacklevel=2,
                     )
             raise
+
+    def _run_forward_hook(self, hook_id: int, hook: Callable, args, kwargs, result):
+        if hook_id in self._forward_hooks_with_kwargs:
+            out = hook(self, args, kwargs, result)
+        else:
+            out = hook(self, args, result)
+        return result if out is None else out
 
     def register_forward_pre_hook(
         self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False

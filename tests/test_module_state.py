@@ -6,6 +6,8 @@ import threading
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import modulekit.nn as nn
 from modulekit._ext._tensor import Parameter, Tensor
@@ -525,8 +527,6 @@ def test_first_forward_packs_once_under_threads(monkeypatch):
 
 
 # --------------------------------------------------------------------------- property: atomicity
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _CORRUPTIONS = ["none", "drop", "extra", "shape", "type", "pre_hook", "post_hook"]
 
