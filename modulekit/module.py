@@ -114,6 +114,20 @@ def _as_array(value):
     return None
 
 
+def _assigned_tensor(value, arr: np.ndarray, as_parameter: bool) -> Tensor:
+    """The object ``load_state_dict(assign=True)`` files: ``value`` itself when it already is
+    the right kind of Tensor, else a Tensor/Parameter over ``arr`` (no copy when possible)."""
+    cls = Parameter if as_parameter else Tensor
+    if isinstance(value, Tensor) and tuple(value.shape) == arr.shape:
+        if isinstance(value, cls):
+            return value
+        if as_parameter:
+            return Parameter(value)  # shares the Tensor's memory
+    if arr.flags.c_contiguous and arr.flags.aligned:
+        return cls.from_numpy(arr)
+    return cls(arr)
+
+
 def _value_description(value) -> str:
     dtype = getattr(value, "dtype", None)
     return type(value).__name__ + (f" of dtype {dtype}" if dtype is not None else "")
@@ -759,13 +773,17 @@ class Module:
         state : mapping of str to array-like
             Values may be modulekit Tensors, NumPy arrays, CPU torch tensors (any dtype,
             bfloat16 included) or anything ``np.asarray`` turns into an array of real
-            numbers. Each is cast to the receiving tensor's dtype and copied INTO it (the
-            Parameter objects stay the same objects). A packed layer accepts its packed keys
-            and re-packs from them.
+            numbers. A packed layer accepts its packed keys and re-packs from them.
         strict : bool
             Raise when keys are missing or unexpected.
         assign : bool
-            Only ``False`` is supported (values are always copied into the tensors).
+            ``False`` (default): each value is cast to the receiving tensor's dtype and copied
+            INTO it (the Parameter objects a user holds stay the same objects). ``True``: the
+            values themselves become the module's tensors, keeping their dtype (as torch): a
+            modulekit Tensor/Parameter is used as it is, a C-contiguous array is wrapped
+            without a copy (``Parameter.from_numpy``), anything else copied once. Tensors tied
+            before (one object under several names) stay tied. Packed layers re-pack in their
+            storage dtype either way.
 
         Returns
         -------
@@ -784,11 +802,6 @@ class Module:
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"Expected state to be a mapping (dict), got {type(state).__name__}")
-        if assign:
-            raise NotImplementedError(
-                "load_state_dict(assign=True) is not supported: modulekit always copies the "
-                "values into the module's own tensors"
-            )
         metadata = getattr(state, "_metadata", None)
         state = dict(state)  # pre-hooks rewrite this copy, never the caller's dict
         missing: list[str] = []
@@ -796,12 +809,12 @@ class Module:
         errors: list[str] = []
         bad_type = False
         consumed: set[str] = set()
-        copies: list[tuple[Tensor, np.ndarray]] = []
+        copies: list[tuple] = []  # (registry, name, tensor, array, value, is_parameter)
         repacks: list[tuple[Module, dict]] = []
         extras: list[tuple[Module, Any]] = []
         post_hooks: list[tuple[Module, Callable]] = []
 
-        def take(key: str, shape: tuple, value) -> np.ndarray | None:
+        def take(key: str, shape: tuple, value, assigned: bool = False) -> np.ndarray | None:
             nonlocal bad_type
             consumed.add(key)
             arr = _as_array(value)
@@ -821,26 +834,42 @@ class Module:
                     f"from checkpoint, the shape in current model is {tuple(shape)}."
                 )
                 return None
+            if assigned and arr.dtype not in DataType._by_numpy:
+                bad_type = True
+                errors.append(
+                    f'While assigning the parameter named "{key}": dtype {arr.dtype} has no '
+                    "modulekit data type (assign=True keeps the checkpoint's dtype)"
+                )
+                return None
             return arr
 
         def visit(module: Module, prefix: str) -> None:
             local_metadata = {} if metadata is None else metadata.get(prefix[:-1], {})
             for hook in tuple(module._load_state_dict_pre_hooks.values()):
                 hook(module, state, prefix, local_metadata, strict, missing, unexpected, errors)
-            local = [(n, t) for n, t in module._parameters.items() if t is not None]
+            params, buffers = module._parameters, module._buffers
+            local = [(params, n, t) for n, t in params.items() if t is not None]
             local += [
-                (n, t)
-                for n, t in module._buffers.items()
+                (buffers, n, t)
+                for n, t in buffers.items()
                 if t is not None and n not in module._non_persistent_buffers
             ]
-            for name, tensor in local:
+            for registry, name, tensor in local:
                 key = prefix + name
-                if key in state:
-                    arr = take(key, tensor.shape, state[key])
-                    if arr is not None:
-                        copies.append((tensor, arr))
-                else:
+                if key not in state:
                     missing.append(key)
+                    continue
+                arr = take(key, tensor.shape, state[key], assign)
+                if arr is None:
+                    continue
+                if not assign and not tensor.numpy().flags.writeable:
+                    errors.append(
+                        f"cannot copy into {key}: the module's tensor is read-only (it was "
+                        "assigned from read-only memory); load it with assign=True"
+                    )
+                    continue
+                is_param = registry is params
+                copies.append((registry, name, tensor, arr, state[key], is_param))
             packed = module._packed_keys()
             if packed:
                 values = {}
@@ -872,10 +901,10 @@ class Module:
         if not post_hooks:
             if strict and (missing or unexpected):
                 self._refuse_load(result, [], strict, False)
-            self._commit_load(copies, repacks, extras, backup=False)
+            self._commit_load(copies, repacks, extras, assign, backup=False)
             return result
 
-        undo = self._commit_load(copies, repacks, extras, backup=True)
+        undo = self._commit_load(copies, repacks, extras, assign, backup=True)
         try:
             for module, hook in post_hooks:
                 out = hook(module, result)
@@ -910,16 +939,19 @@ class Module:
         )
 
     @staticmethod
-    def _commit_load(copies, repacks, extras, backup: bool):
+    def _commit_load(copies, repacks, extras, assign: bool, backup: bool):
         """Write the validated values; return a function undoing the writes when ``backup``
         (or when a write fails half way, which it undoes and re-raises)."""
         saved_tensors = []
+        saved_entries = []
         saved_dicts = []
         saved_extras = []
 
         def undo():
             for tensor, old in saved_tensors:
                 np.copyto(tensor.numpy(), old)
+            for registry, name, old in reversed(saved_entries):
+                registry[name] = old
             for module, old_dict, old_params, old_buffers in saved_dicts:
                 module.__dict__.clear()
                 module.__dict__.update(old_dict)
@@ -941,14 +973,23 @@ class Module:
                     (module, d.copy(), d["_parameters"].copy(), d["_buffers"].copy())
                 )
                 module._repack(values)
+            if assign:
+                # one new object per (old object, kind): tensors tied before stay tied
+                new = {}
+                for _registry, _name, tensor, arr, value, is_param in copies:
+                    new[tensor, is_param] = _assigned_tensor(value, arr, is_param)
+                for registry, name, tensor, _arr, _value, is_param in copies:
+                    saved_entries.append((registry, name, registry[name]))
+                    registry[name] = new[tensor, is_param]
+                return undo
             if backup:
                 seen = set()
-                for tensor, _ in copies:
+                for _registry, _name, tensor, _arr, _value, _ in copies:
                     if tensor not in seen:
                         seen.add(tensor)
                         saved_tensors.append((tensor, tensor.numpy().copy()))
-            for tensor, value in copies:
-                tensor.copy_(value)
+            for _registry, _name, tensor, arr, _value, _ in copies:
+                tensor.copy_(arr)
         except BaseException:
             undo()
             raise

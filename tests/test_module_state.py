@@ -198,11 +198,74 @@ def test_non_array_value_is_type_error_and_nothing_changes(bad):
     assert_unchanged(net, before)
 
 
-def test_state_not_a_mapping_and_assign_refused():
+def test_state_not_a_mapping_refused():
     with pytest.raises(TypeError, match="mapping"):
         Net().load_state_dict([("a", 1)])
-    with pytest.raises(NotImplementedError, match="assign"):
-        Net().load_state_dict(Net().state_dict(), assign=True)
+
+
+# --------------------------------------------------------------------------- assign=True
+def test_assign_files_the_values_themselves_keeping_their_dtype():
+    net = Net()
+    old_weight = net.fc1.weight
+    w = np.arange(12, dtype=np.float64).reshape(3, 4)  # C-contiguous: wrapped, not copied
+    given = Parameter(np.ones(3, np.float32))
+    plain = Tensor(np.ones((2, 3), np.float32))
+    tbias = torch.arange(2, dtype=torch.bfloat16)
+    state = {
+        "steps": np.array([5], np.int32),
+        "scale": np.ones(2, np.float32)[::1],
+        "fc1.weight": w,
+        "fc1.bias": given,
+        "fc2.weight": plain,
+        "fc2.bias": tbias,
+    }
+    net.load_state_dict(state, assign=True)
+    assert net.fc1.weight is not old_weight and isinstance(net.fc1.weight, Parameter)
+    assert net.fc1.weight.dtype is float64 and np.shares_memory(net.fc1.weight.numpy(), w)
+    assert net.fc1.bias is given
+    assert isinstance(net.fc2.weight, Parameter)
+    assert np.shares_memory(net.fc2.weight.numpy(), plain.numpy())
+    assert net.fc2.bias.dtype is bfloat16
+    assert net.steps.dtype.name == "int32" and type(net.steps) is Tensor
+    y = net(np.ones((1, 4), np.float32))  # mixed dtypes still compute
+    assert y.shape == (1, 2)
+
+
+def test_assign_keeps_tied_weights_tied_and_rolls_back():
+    class Tied(Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(2, 2, bias=False)
+            self.b = nn.Linear(2, 2, bias=False)
+            self.b.weight = self.a.weight
+
+    m = Tied()
+    state = {"a.weight": np.eye(2, dtype=np.float32), "b.weight": np.eye(2, dtype=np.float32)}
+    m.load_state_dict(state, assign=True)
+    assert m.a.weight is m.b.weight
+    before = (m.a.weight, m.b.weight)
+    m.register_load_state_dict_post_hook(lambda mod, keys: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        m.load_state_dict({k: np.zeros((2, 2)) for k in state}, assign=True)
+    assert (m.a.weight, m.b.weight) == before
+    np.testing.assert_array_equal(m.a.weight.numpy(), np.eye(2))
+
+
+def test_assign_refuses_dtypes_without_a_datatype_and_read_only_copy_targets():
+    net = Net()
+    state = {k: np.asarray(v).copy() for k, v in net.state_dict().items()}
+    bad = dict(state, **{"fc1.bias": np.zeros(3, np.uint16)})
+    before = snapshot(net)
+    with pytest.raises(StateDictTypeError, match="uint16"):
+        net.load_state_dict(bad, assign=True)
+    assert_unchanged(net, before)
+    frozen = np.zeros(2, np.float32)
+    frozen.flags.writeable = False
+    net.load_state_dict(dict(state, scale=frozen), assign=True)  # e.g. a read-only mapping
+    before = snapshot(net)
+    with pytest.raises(StateDictError, match="read-only"):
+        net.load_state_dict(state)  # copying into read-only memory: refused up front
+    assert_unchanged(net, before)
 
 
 def test_registered_none_key_is_unexpected_as_torch():
@@ -537,9 +600,10 @@ _CORRUPTIONS = ["none", "drop", "extra", "shape", "type", "pre_hook", "post_hook
     target=st.integers(0, 5),
     corruption=st.sampled_from(_CORRUPTIONS),
     strict=st.booleans(),
+    assign=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_load_is_all_or_nothing(packed, target, corruption, strict, seed):
+def test_load_is_all_or_nothing(packed, target, corruption, strict, assign, seed):
     net = Net()
     for flag, layer in zip(packed, (net.fc1, net.fc2)):
         if flag:
@@ -577,10 +641,10 @@ def test_load_is_all_or_nothing(packed, target, corruption, strict, seed):
     )
     if should_fail:
         with pytest.raises((StateDictError, ZeroDivisionError)):
-            net.load_state_dict(state, strict=strict)
+            net.load_state_dict(state, strict=strict, assign=assign)
         assert_unchanged(net, before)
         return
-    result = net.load_state_dict(state, strict=strict)
+    result = net.load_state_dict(state, strict=strict, assign=assign)
     assert result.missing_keys == ([key] if missing else [])
     assert (result.unexpected_keys == ["fc3.weight"]) == (corruption == "extra")
     net.fc1._unpack()
