@@ -516,3 +516,22 @@ def test_add_module_and_register_parameter_equal_attribute_assignment():
     for m in (by_call, by_assign):
         assert m._modules == {"c": child} and m._parameters == {"p": param}
         assert m.c is child and m.p is param
+
+
+def test_nn_namespace_reexports_the_core_classes():
+    import modulekit
+
+    assert nn.Module is Module
+    assert nn.Parameter is modulekit.Parameter is Parameter
+    assert set(nn.functional.__all__) == {
+        "linear",
+        "relu",
+        "relu6",
+        "gelu",
+        "silu",
+        "sigmoid",
+        "tanh",
+        "softmax",
+        "dropout",
+        "flatten",
+    }
