@@ -1,0 +1,76 @@
+/* The one place that picks the conversion kernels: for every (source type, destination
+ * type) the micro-kernel of each instruction-set level, plus the size threshold of the
+ * driver's parallel path. */
+#include "cast.h"
+
+/* Below this much work (bytes read + bytes written) a cast runs on the calling thread:
+ * measured with bench/casts.py --threshold on the 2-core Zen 4 (see the report there): a
+ * warm libgomp region costs about 1-2 us, and 2 threads only pay off once a cast is
+ * long enough for the second core's share to hide it. */
+#define MK_CAST_PARALLEL_MIN_BYTES ((size_t)1 << 20)
+
+typedef struct {
+    mk_vcvt_ukernel_fn ukernel[MK_ISA_COUNT]; /* indexed by mk_isa: generic, avx2, avx512 */
+} mk_vcvt_config;
+
+#define MK_SAME(fn) {{fn, fn, fn}}
+
+static const mk_vcvt_config mk_cast_config[MK_DT_COUNT][MK_DT_COUNT] = {
+    [MK_DT_F32] = {
+        [MK_DT_F32] = MK_SAME(mk_x32_copy_ukernel__memcpy),
+        [MK_DT_F64] = {{mk_f32_f64_vcvt_ukernel__scalar_x1, mk_f32_f64_vcvt_ukernel__avx2_x4,
+                        mk_f32_f64_vcvt_ukernel__avx512_x8}},
+        [MK_DT_F16] = {{mk_f32_f16_vcvt_ukernel__scalar_x1, mk_f32_f16_vcvt_ukernel__f16c_x8,
+                        mk_f32_f16_vcvt_ukernel__avx512_x16}},
+        [MK_DT_BF16] = {{mk_f32_bf16_vcvt_ukernel__scalar_x1, mk_f32_bf16_vcvt_ukernel__avx2_x8,
+                         mk_f32_bf16_vcvt_ukernel__avx512_x16}},
+    },
+    [MK_DT_F64] = {
+        [MK_DT_F32] = {{mk_f64_f32_vcvt_ukernel__scalar_x1, mk_f64_f32_vcvt_ukernel__avx2_x4,
+                        mk_f64_f32_vcvt_ukernel__avx512_x8}},
+        [MK_DT_F64] = MK_SAME(mk_x64_copy_ukernel__memcpy),
+        [MK_DT_F16] = {{mk_f64_f16_vcvt_ukernel__scalar_x1, mk_f64_f16_vcvt_ukernel__f16c_x4,
+                        mk_f64_f16_vcvt_ukernel__avx512_x8}},
+        [MK_DT_BF16] = {{mk_f64_bf16_vcvt_ukernel__scalar_x1, mk_f64_bf16_vcvt_ukernel__avx2_x4,
+                         mk_f64_bf16_vcvt_ukernel__avx512_x8}},
+    },
+    [MK_DT_F16] = {
+        [MK_DT_F32] = {{mk_f16_f32_vcvt_ukernel__scalar_x1, mk_f16_f32_vcvt_ukernel__f16c_x8,
+                        mk_f16_f32_vcvt_ukernel__avx512_x16}},
+        [MK_DT_F64] = {{mk_f16_f64_vcvt_ukernel__scalar_x1, mk_f16_f64_vcvt_ukernel__f16c_x8,
+                        mk_f16_f64_vcvt_ukernel__avx512_x8}},
+        [MK_DT_F16] = MK_SAME(mk_x16_copy_ukernel__memcpy),
+        [MK_DT_BF16] = {{mk_f16_bf16_vcvt_ukernel__scalar_x1, mk_f16_bf16_vcvt_ukernel__f16c_x8,
+                         mk_f16_bf16_vcvt_ukernel__avx512_x16}},
+    },
+    [MK_DT_BF16] = {
+        [MK_DT_F32] = {{mk_bf16_f32_vcvt_ukernel__scalar_x1, mk_bf16_f32_vcvt_ukernel__avx2_x8,
+                        mk_bf16_f32_vcvt_ukernel__avx512_x16}},
+        [MK_DT_F64] = {{mk_bf16_f64_vcvt_ukernel__scalar_x1, mk_bf16_f64_vcvt_ukernel__avx2_x8,
+                        mk_bf16_f64_vcvt_ukernel__avx512_x8}},
+        [MK_DT_F16] = {{mk_bf16_f16_vcvt_ukernel__scalar_x1, mk_bf16_f16_vcvt_ukernel__f16c_x8,
+                        mk_bf16_f16_vcvt_ukernel__avx512_x16}},
+        [MK_DT_BF16] = MK_SAME(mk_x16_copy_ukernel__memcpy),
+    },
+};
+
+size_t mk_dtype_size(int code) {
+    switch (code) {
+        case MK_DT_F32: return 4;
+        case MK_DT_F64: return 8;
+        case MK_DT_F16: return 2;
+        case MK_DT_BF16: return 2;
+        default: return 0;
+    }
+}
+
+mk_vcvt_ukernel_fn mk_cast_select(int src_code, int dst_code, mk_isa isa) {
+    if (src_code < 0 || src_code >= MK_DT_COUNT || dst_code < 0 || dst_code >= MK_DT_COUNT)
+        return NULL;
+    int level = (int)isa;
+    if (level < 0) level = 0;
+    if (level >= MK_ISA_COUNT) level = MK_ISA_COUNT - 1;
+    return mk_cast_config[src_code][dst_code].ukernel[level];
+}
+
+size_t mk_cast_parallel_min_bytes(void) { return MK_CAST_PARALLEL_MIN_BYTES; }

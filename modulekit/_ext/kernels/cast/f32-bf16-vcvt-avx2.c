@@ -1,0 +1,30 @@
+/* float32 -> bfloat16, AVX2: software round-to-nearest-even (u + 0x7fff + lsb) >> 16,
+ * NaNs made the canonical quiet NaN with their sign (ml_dtypes), 8 per step. Not the
+ * hardware vcvtneps2bf16, which flushes subnormal inputs to zero. */
+#include <immintrin.h>
+
+#include "cast.h"
+#include "cast-scalar.h"
+
+MK_TARGET_AVX2 void mk_f32_bf16_vcvt_ukernel__avx2_x8(size_t n, const void* input, void* output) {
+    const uint32_t* in = (const uint32_t*)input; /* input: n float32 */
+    uint16_t* out = (uint16_t*)output;           /* output: n bfloat16 (may alias input) */
+    const __m256i bias = _mm256_set1_epi32(0x7fff);
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i sign16 = _mm256_set1_epi32(0x8000);
+    const __m256i qnan16 = _mm256_set1_epi32(0x7fc0);
+    for (; n >= 8; n -= 8, in += 8, out += 8) {
+        const __m256i u = _mm256_loadu_si256((const __m256i*)in);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+        const __m256i canon =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u, 16), sign16), qnan16);
+        r = _mm256_blendv_epi8(r, canon, nan);
+        _mm_storeu_si128((__m128i*)out,
+                         _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+    }
+    for (; n != 0; n--) *out++ = mk_f32_to_bf16_bits(*in++);
+}
