@@ -66,7 +66,7 @@ def _extensions():
     if omp is None:
         print("modulekit: OpenMP not available: building serial kernels", file=sys.stderr)
     else:
-        print("modulekit: building with OpenMP (%s)" % " ".join(omp), file=sys.stderr)
+        print(f"modulekit: building with OpenMP ({' '.join(omp)})", file=sys.stderr)
     cflags = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
     if sys.platform != "win32":
         cflags += ["-fvisibility=hidden"]
