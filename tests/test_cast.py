@@ -24,7 +24,7 @@ PAIRS = list(itertools.product(TYPES, TYPES))
 UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 NARROWING = [(s, d) for s, d in PAIRS if d.itemsize <= s.itemsize and s != d]
 # Elements that make a cast of every pair go parallel (work = n * (src + dst) bytes).
-N_PARALLEL = _cast.PARALLEL_MIN_BYTES // 4 + 1001
+N_PARALLEL = _cast.parallel_min_bytes() // 4 + 1001
 
 
 def ids(pair):
@@ -172,7 +172,7 @@ def test_random_sizes(isa, pair, n):
 def test_parallel_size(isa, threads, pair):
     src, dst = pair
     n = N_PARALLEL
-    assert n * (src.itemsize + dst.itemsize) >= _cast.PARALLEL_MIN_BYTES
+    assert n * (src.itemsize + dst.itemsize) >= _cast.parallel_min_bytes()
     x = random_data(src, n, np.random.default_rng(1))
     out = np.full(n + 64, np.nan, dst)           # guard elements after the end stay untouched
     _cast.cast_into(x, out[:n])
@@ -200,6 +200,27 @@ def test_in_place_narrowing(isa, threads, pair, n):
     assert np.shares_memory(buf, out)
     _cast.cast_into(buf, out)
     np.testing.assert_array_equal(bits(out), bits(expected))
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 100, 1023, 5000])
+@pytest.mark.parametrize("pair", PAIRS, ids=ids)
+def test_parallel_path_small_sizes(isa, pair, n):
+    """The parallel split (and in-place rounds) on sizes the threshold keeps serial."""
+    src, dst = pair
+    previous = _cast.set_parallel_min_bytes(0)
+    _openmp_helpers.set_num_threads(3)
+    try:
+        x = random_data(src, n, np.random.default_rng(n))
+        out = np.empty(n, dst)
+        _cast.cast_into(x, out)
+        assert_bits_equal(out, x, dst)
+        if (src, dst) in NARROWING:
+            buf = x.copy()
+            _cast.cast_into(buf, in_place_view(buf, dst))
+            np.testing.assert_array_equal(bits(in_place_view(buf, dst)), bits(out))
+    finally:
+        _cast.set_parallel_min_bytes(previous)
+        _openmp_helpers.reset_num_threads()
 
 
 def test_identity_in_place_is_a_no_op():

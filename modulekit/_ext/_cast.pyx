@@ -38,8 +38,24 @@ cdef dict _CODES = {
 }
 cdef tuple _NAMES = ("float32", "float64", "float16", "bfloat16")
 
-#: Work (bytes read + bytes written) from which a cast uses several threads.
-PARALLEL_MIN_BYTES = mk_cast_parallel_min_bytes()
+
+
+def parallel_min_bytes():
+    """Work (bytes read + bytes written) from which a cast uses several threads."""
+    return mk_cast_parallel_min_bytes()
+
+
+def set_parallel_min_bytes(nbytes):
+    """Set the threshold of :func:`parallel_min_bytes`; returns the previous one.
+
+    For measuring (``bench/casts.py --threshold``) and tests; the default was measured.
+    Not synchronised with casts running in other threads.
+    """
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    previous = mk_cast_parallel_min_bytes()
+    mk_cast_set_parallel_min_bytes(<size_t>nbytes)
+    return previous
 
 
 cdef int dtype_code(object dtype) except -2:

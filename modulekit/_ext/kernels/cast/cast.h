@@ -48,6 +48,8 @@ mk_vcvt_ukernel_fn mk_cast_select(int src_code, int dst_code, mk_isa isa);
 
 /* Work (bytes read + bytes written) below which a cast stays on one thread. */
 size_t mk_cast_parallel_min_bytes(void);
+/* Change it (for measuring and tests; not synchronised with running casts). */
+void mk_cast_set_parallel_min_bytes(size_t nbytes);
 
 /* Convert `n` elements of `src_code` at `src` into `dst_code` at `dst` with up to
  * `nthreads` OpenMP threads (1: serial), using the kernels of level `isa`.
