@@ -223,6 +223,33 @@ def test_parallel_path_small_sizes(isa, pair, n):
         _openmp_helpers.reset_num_threads()
 
 
+STREAMED = [(F32, F16), (F32, BF16), (F16, F32), (BF16, F32)]
+
+
+@pytest.mark.parametrize("pair", STREAMED, ids=ids)
+def test_streaming_stores(isa, threads, pair):
+    """The non-temporal-store kernels (large casts), at every output alignment and length
+    around a 64-byte line."""
+    src, dst = pair
+    previous = _cast.set_stream_min_bytes(0)
+    try:
+        x = random_data(src, 4000, np.random.default_rng(4))
+        want = reference(x, dst)
+        backing = np.zeros(4200, dst)
+        for offset in range(0, 40, 3):
+            for n in (1, 31, 32, 33, 47, 64, 100, 4000 - offset):
+                out = backing[offset:offset + n]
+                _cast.cast_into(x[:n], out)
+                np.testing.assert_array_equal(bits(out), bits(want[:n]))
+        # an odd byte address (no aligned stores possible): the regular kernel takes over
+        raw = np.zeros(4000 * dst.itemsize + 1, np.uint8)
+        odd = raw[1:].view(dst)
+        _cast.cast_into(x, odd)
+        np.testing.assert_array_equal(bits(odd), bits(want))
+    finally:
+        _cast.set_stream_min_bytes(previous)
+
+
 def test_identity_in_place_is_a_no_op():
     x = np.arange(10, dtype=np.float32)
     _cast.cast_into(x, x)

@@ -12,6 +12,8 @@ cdef extern from "cast/cast.h" nogil:
     size_t mk_dtype_size(int code)
     size_t mk_cast_parallel_min_bytes()
     void mk_cast_set_parallel_min_bytes(size_t nbytes)
+    size_t mk_cast_stream_min_bytes()
+    void mk_cast_set_stream_min_bytes(size_t nbytes)
 
 # The type code of NumPy dtype `dtype` (native byte order only), or -1 when it is none of the
 # four floating types.

@@ -58,6 +58,22 @@ def set_parallel_min_bytes(nbytes):
     return previous
 
 
+def stream_min_bytes():
+    """Work (bytes read + bytes written) from which a cast that does not alias writes its
+    output with non-temporal stores (float32 <-> float16/bfloat16, AVX2 and AVX-512)."""
+    return mk_cast_stream_min_bytes()
+
+
+def set_stream_min_bytes(nbytes):
+    """Set the threshold of :func:`stream_min_bytes`; returns the previous one (for measuring
+    and tests; not synchronised with casts running in other threads)."""
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    previous = mk_cast_stream_min_bytes()
+    mk_cast_set_stream_min_bytes(<size_t>nbytes)
+    return previous
+
+
 cdef int dtype_code(object dtype) except -2:
     cdef object code = _CODES.get(dtype)
     return -1 if code is None else <int>code

@@ -25,10 +25,14 @@ static inline void mk_cast_slice(size_t begin, size_t end, int t, int nt, size_t
 
 int mk_cast_run(const void* src, int src_code, void* dst, int dst_code, size_t n, int nthreads,
                 mk_isa isa) {
-    const mk_vcvt_ukernel_fn ukernel = mk_cast_select(src_code, dst_code, isa);
+    mk_vcvt_ukernel_fn ukernel = mk_cast_select(src_code, dst_code, isa);
     if (ukernel == NULL) return -1;
     if (n == 0 || (src == dst && src_code == dst_code)) return 0;
     const size_t ss = mk_dtype_size(src_code), ds = mk_dtype_size(dst_code);
+    if (src != dst && n * (ss + ds) >= mk_cast_stream_min_bytes()) {
+        const mk_vcvt_ukernel_fn stream = mk_cast_select_stream(src_code, dst_code, isa);
+        if (stream != NULL) ukernel = stream;
+    }
     const char* s = (const char*)src; /* input: n elements of ss bytes */
     char* d = (char*)dst;             /* output: n elements of ds bytes */
 

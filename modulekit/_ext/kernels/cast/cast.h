@@ -46,6 +46,15 @@ typedef void (*mk_vcvt_ukernel_fn)(size_t n, const void* input, void* output);
  * a pair falls back to the best lower one. */
 mk_vcvt_ukernel_fn mk_cast_select(int src_code, int dst_code, mk_isa isa);
 
+/* The non-temporal-store variant of the (src, dst, isa) kernel, or NULL where there is
+ * none; for large casts that do not alias. */
+mk_vcvt_ukernel_fn mk_cast_select_stream(int src_code, int dst_code, mk_isa isa);
+
+/* Work (bytes read + bytes written) from which a non-aliasing cast streams its output. */
+size_t mk_cast_stream_min_bytes(void);
+/* Change it (for measuring and tests; not synchronised with running casts). */
+void mk_cast_set_stream_min_bytes(size_t nbytes);
+
 /* Work (bytes read + bytes written) below which a cast stays on one thread. */
 size_t mk_cast_parallel_min_bytes(void);
 /* Change it (for measuring and tests; not synchronised with running casts). */
@@ -69,18 +78,26 @@ MK_DECLARE_VCVT(mk_x64_copy_ukernel__memcpy);
 MK_DECLARE_VCVT(mk_f32_f16_vcvt_ukernel__scalar_x1);
 MK_DECLARE_VCVT(mk_f32_f16_vcvt_ukernel__f16c_x8);
 MK_DECLARE_VCVT(mk_f32_f16_vcvt_ukernel__avx512_x16);
+MK_DECLARE_VCVT(mk_f32_f16_vcvt_ukernel__f16c_nt_x32);
+MK_DECLARE_VCVT(mk_f32_f16_vcvt_ukernel__avx512_nt_x32);
 
 MK_DECLARE_VCVT(mk_f16_f32_vcvt_ukernel__scalar_x1);
 MK_DECLARE_VCVT(mk_f16_f32_vcvt_ukernel__f16c_x8);
 MK_DECLARE_VCVT(mk_f16_f32_vcvt_ukernel__avx512_x16);
+MK_DECLARE_VCVT(mk_f16_f32_vcvt_ukernel__f16c_nt_x16);
+MK_DECLARE_VCVT(mk_f16_f32_vcvt_ukernel__avx512_nt_x16);
 
 MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__scalar_x1);
 MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx2_x8);
 MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx512_x16);
+MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx2_nt_x32);
+MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx512_nt_x32);
 
 MK_DECLARE_VCVT(mk_bf16_f32_vcvt_ukernel__scalar_x1);
 MK_DECLARE_VCVT(mk_bf16_f32_vcvt_ukernel__avx2_x8);
 MK_DECLARE_VCVT(mk_bf16_f32_vcvt_ukernel__avx512_x16);
+MK_DECLARE_VCVT(mk_bf16_f32_vcvt_ukernel__avx2_nt_x16);
+MK_DECLARE_VCVT(mk_bf16_f32_vcvt_ukernel__avx512_nt_x16);
 
 MK_DECLARE_VCVT(mk_f32_f64_vcvt_ukernel__scalar_x1);
 MK_DECLARE_VCVT(mk_f32_f64_vcvt_ukernel__avx2_x4);
