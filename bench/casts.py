@@ -7,6 +7,7 @@ float32, timing in one run, round by round in turn (interleaved, medians):
 
 - ``cast``: ``modulekit._ext._cast.cast(x, dtype)``, a new array, as ``astype`` returns;
 - ``cast_into``: ``cast_into(x, out)`` into an array allocated once (no page faults);
+- ``in place`` (narrowing casts): ``cast_into`` into a view of the source's own memory;
 - the peer: ``x.astype(dtype)`` (NumPy's own cast for float16, ml_dtypes' for bfloat16).
 
 GB/s counts the bytes read plus the bytes written; ratio = peer time / modulekit time.
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 
 import ml_dtypes
 import numpy as np
@@ -42,6 +45,30 @@ def _gbs(nbytes, seconds):
     return f"{nbytes / seconds / 1e9:6.1f}"
 
 
+def _interleaved_with_setup(funcs, rounds):
+    """Like ``_common.interleaved`` with one call per sample, but each entry is
+    ``(setup, fn)`` and ``setup`` (untimed, may be None) runs before every timed call."""
+    for setup, fn in funcs.values():       # warm-up
+        if setup is not None:
+            setup()
+        fn()
+    samples = {name: [] for name in funcs}
+    for _ in range(rounds):
+        for name, (setup, fn) in funcs.items():
+            if setup is not None:
+                setup()
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    out = {}
+    for name, values in samples.items():
+        values.sort()
+        q = len(values) // 4
+        out[name] = {"median": statistics.median(values), "low": values[q],
+                     "high": values[-1 - q]}
+    return out
+
+
 def run(quick=False, nbytes=64 * MIB) -> list[dict]:
     """Time the four casts of ``nbytes`` of float32 (or as many elements from 16 bits).
 
@@ -59,11 +86,20 @@ def run(quick=False, nbytes=64 * MIB) -> list[dict]:
         out = np.empty(n, dst)
         peer = "numpy astype" if BF16 not in (src, dst) else "ml_dtypes astype"
         funcs = {
-            "modulekit cast": lambda x=x, dst=dst: _cast.cast(x, dst),
-            "modulekit cast_into": lambda x=x, out=out: _cast.cast_into(x, out),
-            peer: lambda x=x, dst=dst: x.astype(dst),
+            "modulekit cast": (None, lambda x=x, dst=dst: _cast.cast(x, dst)),
+            "modulekit cast_into": (None, lambda x=x, out=out: _cast.cast_into(x, out)),
         }
-        res = interleaved(funcs, rounds=rounds, number=1, warmup=1)
+        if dst.itemsize < src.itemsize:
+            # narrowing in the source's own memory (what Tensor._cast_ / Module.to do);
+            # the source values are restored, untimed, before every call
+            buf = np.empty_like(x)
+            view = buf.view(np.uint8)[: n * dst.itemsize].view(dst)
+            funcs["modulekit in place"] = (
+                lambda buf=buf, x=x: np.copyto(buf, x),
+                lambda buf=buf, view=view: _cast.cast_into(buf, view),
+            )
+        funcs[peer] = (None, lambda x=x, dst=dst: x.astype(dst))
+        res = _interleaved_with_setup(funcs, rounds)
         moved = n * (src.itemsize + dst.itemsize)
         t_peer = res[peer]["median"]
         for impl, r in res.items():
