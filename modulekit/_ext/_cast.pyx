@@ -18,6 +18,8 @@ from modulekit._ext._openmp_helpers cimport effective_threads
 import numpy as np
 from ml_dtypes import bfloat16 as _bfloat16
 
+from modulekit.dtypes import as_dtype as _as_dtype
+
 cnp.import_array()
 
 cdef extern from "cast/cast.h" nogil:
@@ -37,7 +39,12 @@ cdef dict _CODES = {
     np.dtype(_bfloat16): MK_DT_BF16,
 }
 cdef tuple _NAMES = ("float32", "float64", "float16", "bfloat16")
-
+# cast()'s fast path for its target: NumPy dtypes, scalar types and names -> (dtype, code);
+# anything else (DataType, aliases) goes through modulekit.dtypes.as_dtype.
+cdef dict _TARGETS = {}
+for _dt, _code in _CODES.items():
+    for _key in (_dt, _dt.type, _NAMES[_code], _as_dtype(_NAMES[_code])):
+        _TARGETS[_key] = (_dt, _code)
 
 
 def parallel_min_bytes():
@@ -86,14 +93,33 @@ cdef int cast_buffer(const void* src, int src_code, void* dst, int dst_code, Py_
     return mk_cast_run(src, src_code, dst, dst_code, <size_t>n, nthreads, active_isa())
 
 
+cdef int _BF16_NUM = np.dtype(_bfloat16).num
+
+
+cdef inline int _array_code(cnp.ndarray a) noexcept:
+    """The type code of ``a``'s elements, or -1 (another dtype, or not native byte order)."""
+    cdef int t = cnp.PyArray_TYPE(a)
+    if cnp.PyArray_ISBYTESWAPPED(a):
+        return -1
+    if t == cnp.NPY_FLOAT32:
+        return MK_DT_F32
+    if t == cnp.NPY_FLOAT64:
+        return MK_DT_F64
+    if t == cnp.NPY_FLOAT16:
+        return MK_DT_F16
+    if t == _BF16_NUM:
+        return MK_DT_BF16
+    return -1
+
+
 cdef inline int _code_of(cnp.ndarray a, str what) except -1:
-    cdef object code = _CODES.get(a.dtype)
-    if code is None:
+    cdef int code = _array_code(a)
+    if code < 0:
         raise TypeError(
             f"{what} has dtype {a.dtype}: expected float32, float64, float16 or bfloat16 "
             f"in native byte order"
         )
-    return <int>code
+    return code
 
 
 def cast_into(src, dst):
@@ -172,25 +198,36 @@ def cast(src, dtype):
     numpy.ndarray
         A new array of ``src``'s shape; a copy even when the dtype is unchanged.
     """
-    from modulekit.dtypes import as_dtype
-
-    cdef object target = as_dtype(dtype).numpy
-    cdef int dc = dtype_code(target)
-    if dc < 0:
-        raise TypeError(f"cannot cast to {target}: expected float32, float64, float16 or bfloat16")
-    cdef object a = np.asarray(src)
-    if a.dtype not in _CODES and a.dtype.kind == "f" and not a.dtype.isnative:
+    cdef object target
+    cdef int dc
+    cdef object hit = None
+    try:
+        hit = _TARGETS.get(dtype)
+    except TypeError:                       # unhashable: let as_dtype say what is wrong
+        pass
+    if hit is None:
+        target = _as_dtype(dtype).numpy
+        dc = dtype_code(target)
+        if dc < 0:
+            raise TypeError(
+                f"cannot cast to {target}: expected float32, float64, float16 or bfloat16"
+            )
+    else:
+        target, dc = hit
+    cdef object a = src if type(src) is np.ndarray else np.asarray(src)
+    if cnp.PyArray_ISBYTESWAPPED(<cnp.ndarray>a) and a.dtype.kind == "f":
         a = a.astype(a.dtype.newbyteorder("="))
-    if not a.flags.c_contiguous:
+    if not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
         a = np.ascontiguousarray(a).reshape(a.shape)
     cdef cnp.ndarray s = <cnp.ndarray>a
     cdef int sc = _code_of(s, "src")
     cdef cnp.ndarray out = np.empty(a.shape, dtype=target)
     cdef Py_ssize_t n = cnp.PyArray_SIZE(s)
-    cdef int nthreads = effective_threads()
     cdef const void* sp = cnp.PyArray_DATA(s)
     cdef void* dp = cnp.PyArray_DATA(out)
+    cdef int nthreads
     if n > 0:
+        nthreads = effective_threads()
         with nogil:
             mk_cast_run(sp, sc, dp, dc, <size_t>n, nthreads, active_isa())
     return out
