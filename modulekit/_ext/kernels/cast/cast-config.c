@@ -28,7 +28,7 @@ static const mk_vcvt_config mk_cast_config[MK_DT_COUNT][MK_DT_COUNT] = {
         [MK_DT_F16] = {{mk_f32_f16_vcvt_ukernel__scalar_x1, mk_f32_f16_vcvt_ukernel__f16c_x8,
                         mk_f32_f16_vcvt_ukernel__avx512_x16}},
         [MK_DT_BF16] = {{mk_f32_bf16_vcvt_ukernel__scalar_x1, mk_f32_bf16_vcvt_ukernel__avx2_x8,
-                         mk_f32_bf16_vcvt_ukernel__avx512_x16}},
+                         mk_f32_bf16_vcvt_ukernel__avx512_x32}},
     },
     [MK_DT_F64] = {
         [MK_DT_F32] = {{mk_f64_f32_vcvt_ukernel__scalar_x1, mk_f64_f32_vcvt_ukernel__avx2_x4,

@@ -89,7 +89,7 @@ MK_DECLARE_VCVT(mk_f16_f32_vcvt_ukernel__avx512_nt_x16);
 
 MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__scalar_x1);
 MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx2_x8);
-MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx512_x16);
+MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx512_x32);
 MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx2_nt_x32);
 MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx512_nt_x32);
 
