@@ -11,9 +11,11 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import modulekit
-from modulekit._ext import _cast, _openmp_helpers
+from modulekit._ext import _cast, _isa, _openmp_helpers
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -155,6 +157,25 @@ def test_hardware_quirks_covered():
     d = np.array([1 + 2.0 ** -11 + 2.0 ** -40])  # float32 rounding first would give 0x3c00
     assert bits(_cast.cast(d, F16))[0] == 0x3C01
     assert bits(_cast.cast(np.array([1 + 2.0 ** -8 + 2.0 ** -40]), BF16))[0] == 0x3F81
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values=st.lists(st.floats(width=64), max_size=40),
+    src=st.sampled_from([F32, F64]),
+    dst=st.sampled_from(TYPES),
+)
+def test_hypothesis_values(values, src, dst):
+    """Any float values (hypothesis favours boundaries), every instruction-set path."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = np.array(values, np.float64).astype(src)
+    previous = _isa.get_isa()
+    try:
+        for level in _isa.available_isas():
+            _isa.set_isa(level)
+            assert_bits_equal(_cast.cast(x, dst), x, dst)
+    finally:
+        _isa.set_isa(previous)
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 15, 16, 17, 1023])
