@@ -1,9 +1,10 @@
 /* bfloat16 -> float16, AVX-512, 16 per step, masked tail: shift to float32 (exact), then
  * vcvtps2ph (round-to-nearest-even); NaNs become the canonical 0x7e00 with their sign
  * (ml_dtypes). */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 static inline MK_TARGET_AVX512 __m256i mk_cvt16(__m256i b) {
     const __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
@@ -27,3 +28,5 @@ MK_TARGET_AVX512 void mk_bf16_f16_vcvt_ukernel__avx512_x16(size_t n, const void*
         _mm256_mask_storeu_epi16(out, m, mk_cvt16(_mm256_maskz_loadu_epi16(m, in)));
     }
 }
+
+#endif /* MK_CAST_X86 */

@@ -1,9 +1,10 @@
 /* bfloat16 -> float16, AVX2 level, 8 per step: shift to float32 (exact), then F16C
  * vcvtps2ph (round-to-nearest-even); NaNs become the canonical 0x7e00 with their sign
  * (ml_dtypes). */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 #include "cast-scalar.h"
 
 MK_TARGET_AVX2 void mk_bf16_f16_vcvt_ukernel__f16c_x8(size_t n, const void* input, void* output) {
@@ -23,3 +24,5 @@ MK_TARGET_AVX2 void mk_bf16_f16_vcvt_ukernel__f16c_x8(size_t n, const void* inpu
     }
     for (; n != 0; n--) *out++ = mk_bf16_to_f16_bits(*in++);
 }
+
+#endif /* MK_CAST_X86 */

@@ -1,7 +1,8 @@
 /* bfloat16 -> float32, AVX2: zero-extend and shift left by 16 (exact), 8 per step. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 #include "cast-scalar.h"
 
 MK_TARGET_AVX2 void mk_bf16_f32_vcvt_ukernel__avx2_x8(size_t n, const void* input, void* output) {
@@ -38,3 +39,5 @@ MK_TARGET_AVX2 void mk_bf16_f32_vcvt_ukernel__avx2_nt_x16(size_t n, const void* 
     _mm_sfence(); /* order the streamed lines before whatever the caller does next */
     mk_bf16_f32_vcvt_ukernel__avx2_x8(n, in, out);
 }
+
+#endif /* MK_CAST_X86 */

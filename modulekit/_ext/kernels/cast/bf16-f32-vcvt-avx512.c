@@ -1,8 +1,9 @@
 /* bfloat16 -> float32, AVX-512: zero-extend and shift left by 16 (exact), 16 per step,
  * masked tail. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 MK_TARGET_AVX512 void mk_bf16_f32_vcvt_ukernel__avx512_x16(size_t n, const void* input,
                                                            void* output) {
@@ -41,3 +42,5 @@ MK_TARGET_AVX512 void mk_bf16_f32_vcvt_ukernel__avx512_nt_x16(size_t n, const vo
     _mm_sfence(); /* order the streamed lines before whatever the caller does next */
     mk_bf16_f32_vcvt_ukernel__avx512_x16(n, in, out);
 }
+
+#endif /* MK_CAST_X86 */

@@ -1,8 +1,9 @@
 /* bfloat16 -> float64, AVX2: shift to float32, then vcvtps2pd (quiets NaNs, as ml_dtypes'
  * conversion through float), 8 per step. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 #include "cast-scalar.h"
 
 MK_TARGET_AVX2 void mk_bf16_f64_vcvt_ukernel__avx2_x8(size_t n, const void* input, void* output) {
@@ -16,3 +17,5 @@ MK_TARGET_AVX2 void mk_bf16_f64_vcvt_ukernel__avx2_x8(size_t n, const void* inpu
     }
     for (; n != 0; n--) *out++ = mk_bf16_to_f64(*in++);
 }
+
+#endif /* MK_CAST_X86 */

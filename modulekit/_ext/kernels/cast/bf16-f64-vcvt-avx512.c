@@ -1,8 +1,9 @@
 /* bfloat16 -> float64, AVX-512: shift to float32, then vcvtps2pd zmm (quiets NaNs, as
  * ml_dtypes' conversion through float), 8 per step, masked tail. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 MK_TARGET_AVX512 void mk_bf16_f64_vcvt_ukernel__avx512_x8(size_t n, const void* input,
                                                           void* output) {
@@ -20,3 +21,5 @@ MK_TARGET_AVX512 void mk_bf16_f64_vcvt_ukernel__avx512_x8(size_t n, const void* 
         _mm512_mask_storeu_pd(out, m, _mm512_cvtps_pd(f));
     }
 }
+
+#endif /* MK_CAST_X86 */

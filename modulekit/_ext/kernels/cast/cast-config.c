@@ -18,48 +18,67 @@ typedef struct {
     mk_vcvt_ukernel_fn ukernel[MK_ISA_COUNT]; /* indexed by mk_isa: generic, avx2, avx512 */
 } mk_vcvt_config;
 
+/* One row: the generic, AVX2-level and AVX-512 kernels (generic at every level off x86). */
+#if MK_CAST_X86
+#define MK_ROW(generic, avx2, avx512) {{generic, avx2, avx512}}
+#else
+#define MK_ROW(generic, avx2, avx512) {{generic, generic, generic}}
+#endif
 #define MK_SAME(fn) {{fn, fn, fn}}
 
 static const mk_vcvt_config mk_cast_config[MK_DT_COUNT][MK_DT_COUNT] = {
     [MK_DT_F32] = {
         [MK_DT_F32] = MK_SAME(mk_x32_copy_ukernel__memcpy),
-        [MK_DT_F64] = {{mk_f32_f64_vcvt_ukernel__scalar_x1, mk_f32_f64_vcvt_ukernel__avx2_x4,
-                        mk_f32_f64_vcvt_ukernel__avx512_x8}},
-        [MK_DT_F16] = {{mk_f32_f16_vcvt_ukernel__scalar_x1, mk_f32_f16_vcvt_ukernel__f16c_x8,
-                        mk_f32_f16_vcvt_ukernel__avx512_x16}},
-        [MK_DT_BF16] = {{mk_f32_bf16_vcvt_ukernel__scalar_x1, mk_f32_bf16_vcvt_ukernel__avx2_x8,
-                         mk_f32_bf16_vcvt_ukernel__avx512_x32}},
+        [MK_DT_F64] = MK_ROW(mk_f32_f64_vcvt_ukernel__scalar_x1,
+                      mk_f32_f64_vcvt_ukernel__avx2_x4,
+                      mk_f32_f64_vcvt_ukernel__avx512_x8),
+        [MK_DT_F16] = MK_ROW(mk_f32_f16_vcvt_ukernel__scalar_x1,
+                      mk_f32_f16_vcvt_ukernel__f16c_x8,
+                      mk_f32_f16_vcvt_ukernel__avx512_x16),
+        [MK_DT_BF16] = MK_ROW(mk_f32_bf16_vcvt_ukernel__scalar_x1,
+                      mk_f32_bf16_vcvt_ukernel__avx2_x8,
+                      mk_f32_bf16_vcvt_ukernel__avx512_x32),
     },
     [MK_DT_F64] = {
-        [MK_DT_F32] = {{mk_f64_f32_vcvt_ukernel__scalar_x1, mk_f64_f32_vcvt_ukernel__avx2_x4,
-                        mk_f64_f32_vcvt_ukernel__avx512_x8}},
+        [MK_DT_F32] = MK_ROW(mk_f64_f32_vcvt_ukernel__scalar_x1,
+                      mk_f64_f32_vcvt_ukernel__avx2_x4,
+                      mk_f64_f32_vcvt_ukernel__avx512_x8),
         [MK_DT_F64] = MK_SAME(mk_x64_copy_ukernel__memcpy),
-        [MK_DT_F16] = {{mk_f64_f16_vcvt_ukernel__scalar_x1, mk_f64_f16_vcvt_ukernel__f16c_x4,
-                        mk_f64_f16_vcvt_ukernel__avx512_x8}},
-        [MK_DT_BF16] = {{mk_f64_bf16_vcvt_ukernel__scalar_x1, mk_f64_bf16_vcvt_ukernel__avx2_x4,
-                         mk_f64_bf16_vcvt_ukernel__avx512_x8}},
+        [MK_DT_F16] = MK_ROW(mk_f64_f16_vcvt_ukernel__scalar_x1,
+                      mk_f64_f16_vcvt_ukernel__f16c_x4,
+                      mk_f64_f16_vcvt_ukernel__avx512_x8),
+        [MK_DT_BF16] = MK_ROW(mk_f64_bf16_vcvt_ukernel__scalar_x1,
+                      mk_f64_bf16_vcvt_ukernel__avx2_x4,
+                      mk_f64_bf16_vcvt_ukernel__avx512_x8),
     },
     [MK_DT_F16] = {
-        [MK_DT_F32] = {{mk_f16_f32_vcvt_ukernel__scalar_x1, mk_f16_f32_vcvt_ukernel__f16c_x8,
-                        mk_f16_f32_vcvt_ukernel__avx512_x16}},
-        [MK_DT_F64] = {{mk_f16_f64_vcvt_ukernel__scalar_x1, mk_f16_f64_vcvt_ukernel__f16c_x8,
-                        mk_f16_f64_vcvt_ukernel__avx512_x8}},
+        [MK_DT_F32] = MK_ROW(mk_f16_f32_vcvt_ukernel__scalar_x1,
+                      mk_f16_f32_vcvt_ukernel__f16c_x8,
+                      mk_f16_f32_vcvt_ukernel__avx512_x16),
+        [MK_DT_F64] = MK_ROW(mk_f16_f64_vcvt_ukernel__scalar_x1,
+                      mk_f16_f64_vcvt_ukernel__f16c_x8,
+                      mk_f16_f64_vcvt_ukernel__avx512_x8),
         [MK_DT_F16] = MK_SAME(mk_x16_copy_ukernel__memcpy),
-        [MK_DT_BF16] = {{mk_f16_bf16_vcvt_ukernel__scalar_x1, mk_f16_bf16_vcvt_ukernel__f16c_x8,
-                         mk_f16_bf16_vcvt_ukernel__avx512_x16}},
+        [MK_DT_BF16] = MK_ROW(mk_f16_bf16_vcvt_ukernel__scalar_x1,
+                      mk_f16_bf16_vcvt_ukernel__f16c_x8,
+                      mk_f16_bf16_vcvt_ukernel__avx512_x16),
     },
     [MK_DT_BF16] = {
-        [MK_DT_F32] = {{mk_bf16_f32_vcvt_ukernel__scalar_x1, mk_bf16_f32_vcvt_ukernel__avx2_x8,
-                        mk_bf16_f32_vcvt_ukernel__avx512_x16}},
-        [MK_DT_F64] = {{mk_bf16_f64_vcvt_ukernel__scalar_x1, mk_bf16_f64_vcvt_ukernel__avx2_x8,
-                        mk_bf16_f64_vcvt_ukernel__avx512_x8}},
-        [MK_DT_F16] = {{mk_bf16_f16_vcvt_ukernel__scalar_x1, mk_bf16_f16_vcvt_ukernel__f16c_x8,
-                        mk_bf16_f16_vcvt_ukernel__avx512_x16}},
+        [MK_DT_F32] = MK_ROW(mk_bf16_f32_vcvt_ukernel__scalar_x1,
+                      mk_bf16_f32_vcvt_ukernel__avx2_x8,
+                      mk_bf16_f32_vcvt_ukernel__avx512_x16),
+        [MK_DT_F64] = MK_ROW(mk_bf16_f64_vcvt_ukernel__scalar_x1,
+                      mk_bf16_f64_vcvt_ukernel__avx2_x8,
+                      mk_bf16_f64_vcvt_ukernel__avx512_x8),
+        [MK_DT_F16] = MK_ROW(mk_bf16_f16_vcvt_ukernel__scalar_x1,
+                      mk_bf16_f16_vcvt_ukernel__f16c_x8,
+                      mk_bf16_f16_vcvt_ukernel__avx512_x16),
         [MK_DT_BF16] = MK_SAME(mk_x16_copy_ukernel__memcpy),
     },
 };
 
 /* Non-temporal variants, where a pair has them (the float32 <-> 16-bit weight casts). */
+#if MK_CAST_X86
 static const mk_vcvt_config mk_cast_stream_config[MK_DT_COUNT][MK_DT_COUNT] = {
     [MK_DT_F32] = {
         [MK_DT_F16] = {{NULL, mk_f32_f16_vcvt_ukernel__f16c_nt_x32,
@@ -76,6 +95,9 @@ static const mk_vcvt_config mk_cast_stream_config[MK_DT_COUNT][MK_DT_COUNT] = {
                         mk_bf16_f32_vcvt_ukernel__avx512_nt_x16}},
     },
 };
+#else
+static const mk_vcvt_config mk_cast_stream_config[MK_DT_COUNT][MK_DT_COUNT]; /* all NULL */
+#endif
 
 size_t mk_dtype_size(int code) {
     switch (code) {

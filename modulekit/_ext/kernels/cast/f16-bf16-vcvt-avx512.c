@@ -1,9 +1,10 @@
 /* float16 -> bfloat16, AVX-512, 16 per step, masked tail: vcvtph2ps (exact), then the
  * software round-to-nearest-even to bfloat16; NaNs become the canonical quiet NaN
  * (ml_dtypes). */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 static inline MK_TARGET_AVX512 __m256i mk_cvt16(__m256i h) {
     const __m512 f = _mm512_cvtph_ps(h);
@@ -31,3 +32,5 @@ MK_TARGET_AVX512 void mk_f16_bf16_vcvt_ukernel__avx512_x16(size_t n, const void*
         _mm256_mask_storeu_epi16(out, m, mk_cvt16(_mm256_maskz_loadu_epi16(m, in)));
     }
 }
+
+#endif /* MK_CAST_X86 */

@@ -1,8 +1,9 @@
 /* float16 -> bfloat16, AVX2 level, 8 per step: F16C vcvtph2ps (exact), then the software
  * round-to-nearest-even to bfloat16; NaNs become the canonical quiet NaN (ml_dtypes). */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 #include "cast-scalar.h"
 
 MK_TARGET_AVX2 void mk_f16_bf16_vcvt_ukernel__f16c_x8(size_t n, const void* input, void* output) {
@@ -26,3 +27,5 @@ MK_TARGET_AVX2 void mk_f16_bf16_vcvt_ukernel__f16c_x8(size_t n, const void* inpu
     }
     for (; n != 0; n--) *out++ = mk_f16_to_bf16_bits(*in++);
 }
+
+#endif /* MK_CAST_X86 */

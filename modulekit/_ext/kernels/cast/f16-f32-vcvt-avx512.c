@@ -1,8 +1,9 @@
 /* float16 -> float32, AVX-512: vcvtph2ps zmm, 16 per step, masked tail. NaN lanes are
  * rebuilt with their payload unquieted, as NumPy gives. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 static inline MK_TARGET_AVX512 __m512 mk_cvt16(__m256i h) {
     __m512 v = _mm512_cvtph_ps(h);
@@ -53,3 +54,5 @@ MK_TARGET_AVX512 void mk_f16_f32_vcvt_ukernel__avx512_nt_x16(size_t n, const voi
     _mm_sfence(); /* order the streamed lines before whatever the caller does next */
     mk_f16_f32_vcvt_ukernel__avx512_x16(n, in, out);
 }
+
+#endif /* MK_CAST_X86 */

@@ -1,8 +1,9 @@
 /* float16 -> float32, AVX2 level: F16C vcvtph2ps, 8 per step. NaN lanes are rebuilt with
  * their payload unquieted, as NumPy gives. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 #include "cast-scalar.h"
 
 static inline MK_TARGET_AVX2 __m256 mk_cvt8(__m128i h) {
@@ -51,3 +52,5 @@ MK_TARGET_AVX2 void mk_f16_f32_vcvt_ukernel__f16c_nt_x16(size_t n, const void* i
     _mm_sfence(); /* order the streamed lines before whatever the caller does next */
     mk_f16_f32_vcvt_ukernel__f16c_x8(n, in, out);
 }
+
+#endif /* MK_CAST_X86 */

@@ -1,8 +1,9 @@
 /* float16 -> float64, AVX-512: vcvtph2ps then vcvtps2pd (both exact), 8 per step, masked
  * tail. NaN lanes are rebuilt with their payload unquieted, as NumPy gives. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 static inline MK_TARGET_AVX512 __m512d mk_cvt8(__m128i h) {
     __m512d d = _mm512_cvtps_pd(_mm256_cvtph_ps(h));
@@ -31,3 +32,5 @@ MK_TARGET_AVX512 void mk_f16_f64_vcvt_ukernel__avx512_x8(size_t n, const void* i
         _mm512_mask_storeu_pd(out, m, mk_cvt8(_mm_maskz_loadu_epi16(m, in)));
     }
 }
+
+#endif /* MK_CAST_X86 */

@@ -1,8 +1,9 @@
 /* float16 -> float64, AVX2 level: F16C vcvtph2ps then vcvtps2pd (both exact), 8 per step.
  * A step holding a NaN goes through the scalar reference (payload kept, as NumPy). */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 #include "cast-scalar.h"
 
 MK_TARGET_AVX2 void mk_f16_f64_vcvt_ukernel__f16c_x8(size_t n, const void* input, void* output) {
@@ -22,3 +23,5 @@ MK_TARGET_AVX2 void mk_f16_f64_vcvt_ukernel__f16c_x8(size_t n, const void* input
     }
     for (; n != 0; n--) *out++ = mk_f16_to_f64(*in++);
 }
+
+#endif /* MK_CAST_X86 */

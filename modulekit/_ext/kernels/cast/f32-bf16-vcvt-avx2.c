@@ -1,9 +1,10 @@
 /* float32 -> bfloat16, AVX2: software round-to-nearest-even (u + 0x7fff + lsb) >> 16,
  * NaNs made the canonical quiet NaN with their sign (ml_dtypes), 8 per step. Not the
  * hardware vcvtneps2bf16, which flushes subnormal inputs to zero. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 #include "cast-scalar.h"
 
 static inline MK_TARGET_AVX2 __m128i mk_cvt8(__m256i u) {
@@ -52,3 +53,5 @@ MK_TARGET_AVX2 void mk_f32_bf16_vcvt_ukernel__avx2_nt_x32(size_t n, const void* 
     _mm_sfence(); /* order the streamed lines before whatever the caller does next */
     mk_f32_bf16_vcvt_ukernel__avx2_x8(n, in, out);
 }
+
+#endif /* MK_CAST_X86 */

@@ -2,9 +2,10 @@
  * NaNs made the canonical quiet NaN with their sign (ml_dtypes), 32 per step (vpermt2w
  * packs two vectors), masked tail.
  * Not vcvtneps2bf16 (AVX512_BF16), which flushes subnormal inputs to zero. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 /* u rounded so that its upper 16 bits are the bfloat16 (NaN lanes: the canonical NaN). */
 static inline MK_TARGET_AVX512 __m512i mk_round(__m512i u) {
@@ -76,3 +77,5 @@ MK_TARGET_AVX512 void mk_f32_bf16_vcvt_ukernel__avx512_nt_x32(size_t n, const vo
     _mm_sfence(); /* order the streamed lines before whatever the caller does next */
     mk_f32_bf16_vcvt_ukernel__avx512_x32(n, in, out);
 }
+
+#endif /* MK_CAST_X86 */

@@ -1,8 +1,9 @@
 /* float32 -> float16, AVX-512: vcvtps2ph zmm (round-to-nearest-even), 16 per step, masked
  * tail. NaN lanes are rebuilt with NumPy's rule (payload kept, not quieted). */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 static inline MK_TARGET_AVX512 __m256i mk_cvt16(__m512 v) {
     __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -55,3 +56,5 @@ MK_TARGET_AVX512 void mk_f32_f16_vcvt_ukernel__avx512_nt_x32(size_t n, const voi
     _mm_sfence(); /* order the streamed lines before whatever the caller does next */
     mk_f32_f16_vcvt_ukernel__avx512_x16(n, in, out);
 }
+
+#endif /* MK_CAST_X86 */

@@ -1,8 +1,9 @@
 /* float32 -> float16, AVX2 level: F16C vcvtps2ph (round-to-nearest-even), 8 per step.
  * The hardware quiets NaNs; NumPy keeps their payload, so NaN lanes are rebuilt. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 #include "cast-scalar.h"
 
 static inline MK_TARGET_AVX2 __m128i mk_cvt8(__m256 v) {
@@ -60,3 +61,5 @@ MK_TARGET_AVX2 void mk_f32_f16_vcvt_ukernel__f16c_nt_x32(size_t n, const void* i
     _mm_sfence(); /* order the streamed lines before whatever the caller does next */
     mk_f32_f16_vcvt_ukernel__f16c_x8(n, in, out);
 }
+
+#endif /* MK_CAST_X86 */

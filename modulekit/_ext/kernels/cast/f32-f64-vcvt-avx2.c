@@ -1,7 +1,8 @@
 /* float32 -> float64, AVX2: vcvtps2pd (exact; NaNs quieted, as NumPy's C cast), 4 per step. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 MK_TARGET_AVX2 void mk_f32_f64_vcvt_ukernel__avx2_x4(size_t n, const void* input, void* output) {
     const float* in = (const float*)input; /* input: n float32 */
@@ -11,3 +12,5 @@ MK_TARGET_AVX2 void mk_f32_f64_vcvt_ukernel__avx2_x4(size_t n, const void* input
     }
     for (; n != 0; n--) *out++ = (double)*in++;
 }
+
+#endif /* MK_CAST_X86 */

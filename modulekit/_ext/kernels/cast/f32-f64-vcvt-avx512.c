@@ -1,8 +1,9 @@
 /* float32 -> float64, AVX-512: vcvtps2pd zmm (exact; NaNs quieted, as NumPy's C cast),
  * 8 per step, masked tail. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 MK_TARGET_AVX512 void mk_f32_f64_vcvt_ukernel__avx512_x8(size_t n, const void* input,
                                                          void* output) {
@@ -16,3 +17,5 @@ MK_TARGET_AVX512 void mk_f32_f64_vcvt_ukernel__avx512_x8(size_t n, const void* i
         _mm512_mask_storeu_pd(out, m, _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, in)));
     }
 }
+
+#endif /* MK_CAST_X86 */

@@ -1,9 +1,10 @@
 /* float64 -> bfloat16, AVX2, 4 per step: vcvtpd2ps corrected to round-to-odd (see
  * f64-f16-vcvt-f16c.c), then the software round-to-nearest-even to bfloat16: one correct
  * rounding, as ml_dtypes. A step holding a NaN goes through the scalar reference. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 #include "cast-scalar.h"
 
 MK_TARGET_AVX2 void mk_f64_bf16_vcvt_ukernel__avx2_x4(size_t n, const void* input, void* output) {
@@ -36,3 +37,5 @@ MK_TARGET_AVX2 void mk_f64_bf16_vcvt_ukernel__avx2_x4(size_t n, const void* inpu
     }
     for (; n != 0; n--) *out++ = mk_f64_to_bf16_bits(*in++);
 }
+
+#endif /* MK_CAST_X86 */

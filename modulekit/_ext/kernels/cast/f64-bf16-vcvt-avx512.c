@@ -2,9 +2,10 @@
  * round-toward-zero made round-to-odd (see f64-f16-vcvt-avx512.c), then the software
  * round-to-nearest-even to bfloat16: one correct rounding, as ml_dtypes. NaNs become the
  * canonical quiet NaN with their sign. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 static inline MK_TARGET_AVX512 __m128i mk_cvt8(__m512d d) {
     const __m256 t = _mm512_cvt_roundpd_ps(d, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -34,3 +35,5 @@ MK_TARGET_AVX512 void mk_f64_bf16_vcvt_ukernel__avx512_x8(size_t n, const void* 
         _mm_mask_storeu_epi16(out, m, mk_cvt8(_mm512_maskz_loadu_pd(m, in)));
     }
 }
+
+#endif /* MK_CAST_X86 */

@@ -2,9 +2,10 @@
  * round-toward-zero, the last bit set where inexact (round-to-odd), then vcvtps2ph
  * (round-to-nearest-even): one correct rounding, as NumPy's direct double -> half.
  * NaN lanes are rebuilt with NumPy's rule (top 10 payload bits, a zero payload made 1). */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 static inline MK_TARGET_AVX512 __m128i mk_cvt8(__m512d d) {
     const __m256 t = _mm512_cvt_roundpd_ps(d, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -37,3 +38,5 @@ MK_TARGET_AVX512 void mk_f64_f16_vcvt_ukernel__avx512_x8(size_t n, const void* i
         _mm_mask_storeu_epi16(out, m, mk_cvt8(_mm512_maskz_loadu_pd(m, in)));
     }
 }
+
+#endif /* MK_CAST_X86 */

@@ -2,9 +2,10 @@
  * (step back towards zero where rounding went up, set the last bit where inexact), then
  * F16C vcvtps2ph: one correct rounding, as NumPy's direct double -> half conversion.
  * A step holding a NaN goes through the scalar reference (NumPy's NaN rule). */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 #include "cast-scalar.h"
 
 MK_TARGET_AVX2 void mk_f64_f16_vcvt_ukernel__f16c_x4(size_t n, const void* input, void* output) {
@@ -34,3 +35,5 @@ MK_TARGET_AVX2 void mk_f64_f16_vcvt_ukernel__f16c_x4(size_t n, const void* input
     }
     for (; n != 0; n--) *out++ = mk_f64_to_f16_bits(*in++);
 }
+
+#endif /* MK_CAST_X86 */

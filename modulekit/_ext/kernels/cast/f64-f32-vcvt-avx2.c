@@ -1,7 +1,8 @@
 /* float64 -> float32, AVX2: vcvtpd2ps (round-to-nearest-even, as NumPy's C cast), 4 per step. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 MK_TARGET_AVX2 void mk_f64_f32_vcvt_ukernel__avx2_x4(size_t n, const void* input, void* output) {
     const double* in = (const double*)input; /* input: n float64 */
@@ -11,3 +12,5 @@ MK_TARGET_AVX2 void mk_f64_f32_vcvt_ukernel__avx2_x4(size_t n, const void* input
     }
     for (; n != 0; n--) *out++ = (float)*in++;
 }
+
+#endif /* MK_CAST_X86 */

@@ -1,8 +1,9 @@
 /* float64 -> float32, AVX-512: vcvtpd2ps zmm (round-to-nearest-even, as NumPy's C cast),
  * 8 per step, masked tail. */
-#include <immintrin.h>
-
 #include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
 
 MK_TARGET_AVX512 void mk_f64_f32_vcvt_ukernel__avx512_x8(size_t n, const void* input,
                                                          void* output) {
@@ -16,3 +17,5 @@ MK_TARGET_AVX512 void mk_f64_f32_vcvt_ukernel__avx512_x8(size_t n, const void* i
         _mm256_mask_storeu_ps(out, m, _mm512_cvtpd_ps(_mm512_maskz_loadu_pd(m, in)));
     }
 }
+
+#endif /* MK_CAST_X86 */
