@@ -5,7 +5,7 @@
  * Parameters (undefined at the end): MK_FN, MK_SM, MK_NV, MK_WT, MK_LOADW(p). */
 
 #define MK_NR_ (MK_NV * V_N)
-#define MK_KU_ ((MK_SM * MK_NV) < 4 ? 2 : 1)
+#define MK_KU_ 1 /* accumulator sets over k (kept at 1, see above) */
 
 MK_TARGET void MK_FN(size_t nc, size_t k, const void *a_, ptrdiff_t lda, const void *w_,
                      const void *bias_, void *c_, size_t ldc, const mk_epilogue *ep) {

@@ -18,6 +18,9 @@
 /* Below this many multiply-adds a call stays on the calling thread (a libgomp region costs
  * 1-2 us while its team spins and much more after idling; OpenBLAS uses 2^18). */
 #define MK_GEMM_PARALLEL_MIN_MACS (1u << 19)
+/* Small-M calls are bound by reading the weights: split them over the threads once they
+ * exceed this many bytes, so each core streams its share from its own L2. */
+#define MK_GEMM_PARALLEL_MIN_WEIGHT_BYTES (256u << 10)
 
 static size_t mk_min(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -124,15 +127,19 @@ static int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t
 }
 
 static int mk_use_direct(const mk_gemm_config *cfg, size_t m, ptrdiff_t csa) {
-    return m <= MK_SMALLM_MAX && cfg->smallm[m] != NULL && csa == 1;
+    (void)csa; /* A with a non-unit column stride is copied first */
+    return m <= MK_SMALLM_MAX && cfg->smallm[m] != NULL;
 }
 
 int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k,
                          int nthreads) {
-    if (nthreads <= 1 || (double)m * (double)n * (double)(k ? k : 1) < MK_GEMM_PARALLEL_MIN_MACS)
+    const int direct = mk_use_direct(cfg, m, 1);
+    if (nthreads <= 1) return 1;
+    if (direct ? (double)n * (double)k * (double)cfg->wsize < MK_GEMM_PARALLEL_MIN_WEIGHT_BYTES
+               : (double)m * (double)n * (double)k < MK_GEMM_PARALLEL_MIN_MACS)
         return 1;
     const size_t panels = (n + cfg->nr - 1) / cfg->nr, mtiles = (m + cfg->mr - 1) / cfg->mr;
-    const size_t units = mk_use_direct(cfg, m, 1) ? panels : panels * mtiles;
+    const size_t units = direct ? panels : panels * mtiles;
     return (size_t)nthreads < units ? nthreads : (int)units;
 }
 
@@ -166,6 +173,19 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
     mk_gemm_problem pr = {cfg, m, n, k, mk_gemm_panel_stride(cfg, k), (const unsigned char *)a,
                           rsa, csa, (const unsigned char *)packed, (unsigned char *)c, ldc, ep,
                           mk_use_direct(cfg, m, csa)};
+    if (pr.direct && csa != 1 && k > 1) {
+        /* the direct kernels read rows with unit stride: copy the (at most 8) rows */
+        unsigned char *buf = (unsigned char *)mk_tl_buffer(m * k * cfg->esize);
+        if (buf == NULL) return -1;
+        for (size_t i = 0; i < m; i++)
+            for (size_t kk = 0; kk < k; kk++)
+                memcpy(buf + (i * k + kk) * cfg->esize,
+                       pr.a + ((ptrdiff_t)i * rsa + (ptrdiff_t)kk * csa) * (ptrdiff_t)cfg->esize,
+                       cfg->esize);
+        pr.a = buf;
+        pr.rsa = (ptrdiff_t)k;
+        pr.csa = 1;
+    }
     const int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
     if (nt <= 1) {
         size_t m0, m1, p0, p1;
