@@ -90,8 +90,7 @@ def check(p, x, y, act="none", alpha=-0.5, beta=0.75):
     tol = 1.2 * rtol * scale + eps * np.abs(ref) + 1e-30
     bad = ~(np.abs(y - ref) <= tol)
     assert not bad.any(), (
-        f"{bad.sum()} elements off, worst {np.max(np.abs(y - ref) - tol)} "
-        f"({p.kernel}, act={act})"
+        f"{bad.sum()} elements off, worst {np.max(np.abs(y - ref) - tol)} ({p.kernel}, act={act})"
     )
 
 
@@ -108,8 +107,9 @@ def test_shapes_every_m(isa, storage):
 
 
 @pytest.mark.parametrize("storage", STORAGES)
-@pytest.mark.parametrize("n,k", [(1, 1), (1, 7), (5, 1), (13, 29), (31, 97), (64, 64),
-                                 (97, 389), (33, 0)])
+@pytest.mark.parametrize(
+    "n,k", [(1, 1), (1, 7), (5, 1), (13, 29), (31, 97), (64, 64), (97, 389), (33, 0)]
+)
 def test_shapes_odd_sizes(isa, storage, n, k):
     rng = np.random.default_rng(2)
     for m, bias in ((1, True), (3, False), (11, True), (70, False)):
@@ -136,10 +136,14 @@ def test_epilogues(isa, storage, act):
         check(p, x, p.forward(x, act, -0.5, 0.75), act)
 
 
-GRID = np.concatenate([
-    np.linspace(-12, 12, 2401), np.geomspace(1e-30, 40, 300), -np.geomspace(1e-30, 40, 300),
-    [0.0, -0.0, 88.0, -88.0, 100.0, -100.0, 1e30, -1e30],
-])
+GRID = np.concatenate(
+    [
+        np.linspace(-12, 12, 2401),
+        np.geomspace(1e-30, 40, 300),
+        -np.geomspace(1e-30, 40, 300),
+        [0.0, -0.0, 88.0, -88.0, 100.0, -100.0, 1e30, -1e30],
+    ]
+)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -169,10 +173,15 @@ def test_against_torch(isa, dtype):
     b = rng.standard_normal(70).astype(dtype)
     p = _gemm.pack_linear(w, b, dtype)
     fns = {
-        "none": lambda t: t, "relu": F.relu, "relu6": F.relu6,
-        "clamp": lambda t: torch.clamp(t, -0.5, 0.75), "gelu": F.gelu,
-        "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
-        "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+        "none": lambda t: t,
+        "relu": F.relu,
+        "relu6": F.relu6,
+        "clamp": lambda t: torch.clamp(t, -0.5, 0.75),
+        "gelu": F.gelu,
+        "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+        "silu": F.silu,
+        "sigmoid": torch.sigmoid,
+        "tanh": torch.tanh,
     }
     for m in (1, 6, 40):
         x = (rng.standard_normal((m, 90)) * 0.3).astype(dtype)
@@ -375,8 +384,11 @@ def test_matmul(isa):
     _matmul_check(a3, b3[0], _gemm.matmul(a3, b3[0]))
     _matmul_check(a3[0], b3, _gemm.matmul(a3[0], b3))
     _matmul_check(a3[:1], b3, _gemm.matmul(a3[:1], b3))
-    _matmul_check(a3.transpose(0, 2, 1)[:, :, :17].transpose(0, 2, 1), b3,
-                  _gemm.matmul(a3.transpose(0, 2, 1)[:, :, :17].transpose(0, 2, 1), b3))
+    _matmul_check(
+        a3.transpose(0, 2, 1)[:, :, :17].transpose(0, 2, 1),
+        b3,
+        _gemm.matmul(a3.transpose(0, 2, 1)[:, :, :17].transpose(0, 2, 1), b3),
+    )
     d = _gemm.matmul(a.astype(np.float64), b)
     assert d.dtype == np.float64
     _matmul_check(a, b, d)

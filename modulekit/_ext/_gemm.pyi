@@ -1,4 +1,4 @@
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -15,14 +15,14 @@ class PackedLinear:
     @property
     def nbytes(self) -> int: ...
     @property
-    def kernel(self) -> Optional[str]: ...
+    def kernel(self) -> str | None: ...
     def forward(
         self,
         x: npt.ArrayLike,
         activation: str = "none",
         alpha: float = 0.0,
         beta: float = 0.0,
-        out: Optional[np.ndarray] = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray: ...
     def __call__(
         self,
@@ -30,18 +30,18 @@ class PackedLinear:
         activation: str = "none",
         alpha: float = 0.0,
         beta: float = 0.0,
-        out: Optional[np.ndarray] = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray: ...
-    def unpack(self) -> tuple[np.ndarray, Optional[np.ndarray]]: ...
+    def unpack(self) -> tuple[np.ndarray, np.ndarray | None]: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
 
 def pack_linear(
-    weight: npt.ArrayLike, bias: Optional[npt.ArrayLike] = None, storage: str = "float32"
+    weight: npt.ArrayLike, bias: npt.ArrayLike | None = None, storage: str = "float32"
 ) -> PackedLinear: ...
 def linear(
     x: npt.ArrayLike,
     weight: npt.ArrayLike,
-    bias: Optional[npt.ArrayLike] = None,
+    bias: npt.ArrayLike | None = None,
     activation: str = "none",
 ) -> np.ndarray: ...
 def matmul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray: ...
