@@ -143,14 +143,16 @@ int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k
     return (size_t)nthreads < units ? nthreads : (int)units;
 }
 
-/* Thread t of nt: its rows and panels. Rows are split in MR multiples when there are enough
- * row tiles, else panels (batch-1 style problems share A and split the weights). */
+/* Thread t of nt: its rows and panels. Rows are split (in MR multiples) when there are
+ * enough row tiles and A is not much smaller than the weights (BLIS: the threads share the
+ * weight panels, each packs its own rows); otherwise panels are split, so each thread
+ * streams only its share of the weights (batch-1 .. batch-64 style problems). */
 static void mk_gemm_part(const mk_gemm_problem *pr, int t, int nt, size_t *m0, size_t *m1,
                          size_t *p0, size_t *p1) {
     const size_t mr = pr->cfg->mr, nr = pr->cfg->nr;
     const size_t panels = (pr->n + nr - 1) / nr, mtiles = (pr->m + mr - 1) / mr;
     int tm = 1;
-    if (!pr->direct) {
+    if (!pr->direct && (2 * pr->m >= pr->n || panels < (size_t)(2 * nt))) {
         for (int d = nt; d >= 1; d--) {
             if (nt % d == 0 && (d == 1 || mtiles >= (size_t)(2 * d))) {
                 tm = d;
