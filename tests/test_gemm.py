@@ -108,7 +108,7 @@ def test_shapes_every_m(isa, storage):
 
 @pytest.mark.parametrize("storage", STORAGES)
 @pytest.mark.parametrize(
-    "n,k", [(1, 1), (1, 7), (5, 1), (13, 29), (31, 97), (64, 64), (97, 389), (33, 0)]
+    "n,k", [(1, 1), (1, 7), (5, 1), (13, 29), (31, 97), (64, 64), (97, 389), (33, 0), (0, 5)]
 )
 def test_shapes_odd_sizes(isa, storage, n, k):
     rng = np.random.default_rng(2)

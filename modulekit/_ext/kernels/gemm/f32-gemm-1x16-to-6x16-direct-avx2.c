@@ -1,5 +1,5 @@
 /* f32 small-M GEMM microkernels, 1x16 .. 6x16, AVX2: A read in place (no packing),
- * the whole K in one pass (batch-1 .. batch-6 inference). One instantiation of
+ * MK_NP panels per call (2 for one row, else 1), the whole K in one pass (batch-1 .. batch-6 inference). One instantiation of
  * gemm-direct.inc.h per row count and weight storage:
  *   mk_f32_gemm_<m>x16d__avx2, m = 1..6
  *   mk_f32_f16w_gemm_<m>x16d__avx2, m = 1..6
@@ -10,6 +10,7 @@
 
 #define MK_FN mk_f32_gemm_1x16d__avx2
 #define MK_SM 1
+#define MK_NP 2
 #define MK_NV 2
 #define MK_WT float
 #define MK_LOADW(p) MK_LOADW_F32(p)
@@ -17,6 +18,7 @@
 
 #define MK_FN mk_f32_gemm_2x16d__avx2
 #define MK_SM 2
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT float
 #define MK_LOADW(p) MK_LOADW_F32(p)
@@ -24,6 +26,7 @@
 
 #define MK_FN mk_f32_gemm_3x16d__avx2
 #define MK_SM 3
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT float
 #define MK_LOADW(p) MK_LOADW_F32(p)
@@ -31,6 +34,7 @@
 
 #define MK_FN mk_f32_gemm_4x16d__avx2
 #define MK_SM 4
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT float
 #define MK_LOADW(p) MK_LOADW_F32(p)
@@ -38,6 +42,7 @@
 
 #define MK_FN mk_f32_gemm_5x16d__avx2
 #define MK_SM 5
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT float
 #define MK_LOADW(p) MK_LOADW_F32(p)
@@ -45,6 +50,7 @@
 
 #define MK_FN mk_f32_gemm_6x16d__avx2
 #define MK_SM 6
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT float
 #define MK_LOADW(p) MK_LOADW_F32(p)
@@ -52,6 +58,7 @@
 
 #define MK_FN mk_f32_f16w_gemm_1x16d__avx2
 #define MK_SM 1
+#define MK_NP 2
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_F16(p)
@@ -59,6 +66,7 @@
 
 #define MK_FN mk_f32_f16w_gemm_2x16d__avx2
 #define MK_SM 2
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_F16(p)
@@ -66,6 +74,7 @@
 
 #define MK_FN mk_f32_f16w_gemm_3x16d__avx2
 #define MK_SM 3
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_F16(p)
@@ -73,6 +82,7 @@
 
 #define MK_FN mk_f32_f16w_gemm_4x16d__avx2
 #define MK_SM 4
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_F16(p)
@@ -80,6 +90,7 @@
 
 #define MK_FN mk_f32_f16w_gemm_5x16d__avx2
 #define MK_SM 5
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_F16(p)
@@ -87,6 +98,7 @@
 
 #define MK_FN mk_f32_f16w_gemm_6x16d__avx2
 #define MK_SM 6
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_F16(p)
@@ -94,6 +106,7 @@
 
 #define MK_FN mk_f32_bf16w_gemm_1x16d__avx2
 #define MK_SM 1
+#define MK_NP 2
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_BF16(p)
@@ -101,6 +114,7 @@
 
 #define MK_FN mk_f32_bf16w_gemm_2x16d__avx2
 #define MK_SM 2
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_BF16(p)
@@ -108,6 +122,7 @@
 
 #define MK_FN mk_f32_bf16w_gemm_3x16d__avx2
 #define MK_SM 3
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_BF16(p)
@@ -115,6 +130,7 @@
 
 #define MK_FN mk_f32_bf16w_gemm_4x16d__avx2
 #define MK_SM 4
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_BF16(p)
@@ -122,6 +138,7 @@
 
 #define MK_FN mk_f32_bf16w_gemm_5x16d__avx2
 #define MK_SM 5
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_BF16(p)
@@ -129,6 +146,7 @@
 
 #define MK_FN mk_f32_bf16w_gemm_6x16d__avx2
 #define MK_SM 6
+#define MK_NP 1
 #define MK_NV 2
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_BF16(p)

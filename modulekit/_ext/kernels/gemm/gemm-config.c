@@ -11,80 +11,80 @@
  * GFLOP/s; KC 128-256 lost 5-15% (more C reloads); 12x32 was no faster; 14x16 (one zmm per
  * row, a broadcast per FMA) ran at 85. The AVX2 and f64 blocks follow the same rules
  * (KC x NR micro-panel <= 24 KiB).
- * The small-M ("direct") kernels serve M = 1..8 rows without packing A; NULL entries fall
- * back to the main kernel. */
+ * The small-M ("direct") kernels serve M = 1..8 rows without packing A (the 1-row kernel
+ * takes two panels per call); NULL entries fall back to the main kernel. */
 #include <stddef.h>
 
 #include "gemm.h"
 
-void mk_f32_bf16w_gemm_1x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_bf16w_gemm_1x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_bf16w_gemm_2x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_bf16w_gemm_2x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_bf16w_gemm_3x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_bf16w_gemm_3x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_bf16w_gemm_4x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_bf16w_gemm_4x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_1x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_1x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_2x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_2x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_3x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_3x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_4x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_4x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f32_bf16w_gemm_4x8__scalar(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f32_bf16w_gemm_5x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_bf16w_gemm_5x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_5x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_5x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f32_bf16w_gemm_6x16__avx2(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f32_bf16w_gemm_6x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_bf16w_gemm_6x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_bf16w_gemm_7x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_6x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_6x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_7x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f32_bf16w_gemm_8x32__avx512(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f32_bf16w_gemm_8x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_f16w_gemm_1x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_f16w_gemm_1x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_f16w_gemm_2x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_f16w_gemm_2x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_f16w_gemm_3x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_f16w_gemm_3x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_f16w_gemm_4x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_f16w_gemm_4x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f32_bf16w_gemm_8x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_1x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_1x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_2x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_2x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_3x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_3x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_4x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_4x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f32_f16w_gemm_4x8__scalar(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f32_f16w_gemm_5x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_f16w_gemm_5x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_5x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_5x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f32_f16w_gemm_6x16__avx2(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f32_f16w_gemm_6x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_f16w_gemm_6x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_f16w_gemm_7x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_6x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_6x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_7x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f32_f16w_gemm_8x32__avx512(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f32_f16w_gemm_8x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_gemm_1x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_gemm_1x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_gemm_2x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_gemm_2x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_gemm_3x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_gemm_3x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_gemm_4x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_gemm_4x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f32_f16w_gemm_8x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_1x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_1x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_2x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_2x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_3x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_3x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_4x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_4x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f32_gemm_4x8__scalar(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f32_gemm_5x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_gemm_5x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_5x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_5x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f32_gemm_6x16__avx2(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f32_gemm_6x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_gemm_6x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f32_gemm_7x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_6x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_6x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_7x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f32_gemm_8x32__avx512(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f32_gemm_8x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f64_gemm_1x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f64_gemm_1x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f64_gemm_2x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f64_gemm_2x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f64_gemm_3x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f64_gemm_3x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f64_gemm_4x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f32_gemm_8x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_1x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_1x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_2x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_2x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_3x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_3x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_4x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f64_gemm_4x4__scalar(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f64_gemm_4x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f64_gemm_5x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f64_gemm_5x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f64_gemm_6x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_4x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_5x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_5x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_6x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f64_gemm_6x8__avx2(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f64_gemm_6x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
-void mk_f64_gemm_7x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_6x8d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_7x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 void mk_f64_gemm_8x16__avx512(size_t, size_t, size_t, const void *, const void *, void *, size_t, const void *, const mk_epilogue *);
-void mk_f64_gemm_8x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, const void *, void *, size_t, const mk_epilogue *);
+void mk_f64_gemm_8x16d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *);
 
 static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
     [MK_ISA_GENERIC][MK_STORAGE_F32] = {
@@ -120,6 +120,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .mr = 6, .nr = 16, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 4,
         .ukernel = mk_f32_gemm_6x16__avx2,
         .smallm = {NULL, mk_f32_gemm_1x16d__avx2, mk_f32_gemm_2x16d__avx2, mk_f32_gemm_3x16d__avx2, mk_f32_gemm_4x16d__avx2, mk_f32_gemm_5x16d__avx2, mk_f32_gemm_6x16d__avx2, NULL, NULL},
+        .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx2,
     },
     [MK_ISA_AVX2][MK_STORAGE_F16] = {
@@ -127,6 +128,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .mr = 6, .nr = 16, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 2,
         .ukernel = mk_f32_f16w_gemm_6x16__avx2,
         .smallm = {NULL, mk_f32_f16w_gemm_1x16d__avx2, mk_f32_f16w_gemm_2x16d__avx2, mk_f32_f16w_gemm_3x16d__avx2, mk_f32_f16w_gemm_4x16d__avx2, mk_f32_f16w_gemm_5x16d__avx2, mk_f32_f16w_gemm_6x16d__avx2, NULL, NULL},
+        .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx2,
     },
     [MK_ISA_AVX2][MK_STORAGE_BF16] = {
@@ -134,6 +136,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .mr = 6, .nr = 16, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 2,
         .ukernel = mk_f32_bf16w_gemm_6x16__avx2,
         .smallm = {NULL, mk_f32_bf16w_gemm_1x16d__avx2, mk_f32_bf16w_gemm_2x16d__avx2, mk_f32_bf16w_gemm_3x16d__avx2, mk_f32_bf16w_gemm_4x16d__avx2, mk_f32_bf16w_gemm_5x16d__avx2, mk_f32_bf16w_gemm_6x16d__avx2, NULL, NULL},
+        .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx2,
     },
     [MK_ISA_AVX2][MK_STORAGE_F64] = {
@@ -141,6 +144,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .mr = 6, .nr = 8, .kc = 384, .mc = 96, .nc = 2048, .esize = 8, .wsize = 8,
         .ukernel = mk_f64_gemm_6x8__avx2,
         .smallm = {NULL, mk_f64_gemm_1x8d__avx2, mk_f64_gemm_2x8d__avx2, mk_f64_gemm_3x8d__avx2, mk_f64_gemm_4x8d__avx2, mk_f64_gemm_5x8d__avx2, mk_f64_gemm_6x8d__avx2, NULL, NULL},
+        .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f64_scalar,
     },
     [MK_ISA_AVX512][MK_STORAGE_F32] = {
@@ -148,6 +152,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .mr = 8, .nr = 32, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 4,
         .ukernel = mk_f32_gemm_8x32__avx512,
         .smallm = {NULL, mk_f32_gemm_1x32d__avx512, mk_f32_gemm_2x32d__avx512, mk_f32_gemm_3x32d__avx512, mk_f32_gemm_4x32d__avx512, mk_f32_gemm_5x32d__avx512, mk_f32_gemm_6x32d__avx512, mk_f32_gemm_7x32d__avx512, mk_f32_gemm_8x32d__avx512},
+        .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx512,
     },
     [MK_ISA_AVX512][MK_STORAGE_F16] = {
@@ -155,6 +160,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .mr = 8, .nr = 32, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 2,
         .ukernel = mk_f32_f16w_gemm_8x32__avx512,
         .smallm = {NULL, mk_f32_f16w_gemm_1x32d__avx512, mk_f32_f16w_gemm_2x32d__avx512, mk_f32_f16w_gemm_3x32d__avx512, mk_f32_f16w_gemm_4x32d__avx512, mk_f32_f16w_gemm_5x32d__avx512, mk_f32_f16w_gemm_6x32d__avx512, mk_f32_f16w_gemm_7x32d__avx512, mk_f32_f16w_gemm_8x32d__avx512},
+        .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx512,
     },
     [MK_ISA_AVX512][MK_STORAGE_BF16] = {
@@ -162,6 +168,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .mr = 8, .nr = 32, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 2,
         .ukernel = mk_f32_bf16w_gemm_8x32__avx512,
         .smallm = {NULL, mk_f32_bf16w_gemm_1x32d__avx512, mk_f32_bf16w_gemm_2x32d__avx512, mk_f32_bf16w_gemm_3x32d__avx512, mk_f32_bf16w_gemm_4x32d__avx512, mk_f32_bf16w_gemm_5x32d__avx512, mk_f32_bf16w_gemm_6x32d__avx512, mk_f32_bf16w_gemm_7x32d__avx512, mk_f32_bf16w_gemm_8x32d__avx512},
+        .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx512,
     },
     [MK_ISA_AVX512][MK_STORAGE_F64] = {
@@ -169,6 +176,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .mr = 8, .nr = 16, .kc = 256, .mc = 96, .nc = 2048, .esize = 8, .wsize = 8,
         .ukernel = mk_f64_gemm_8x16__avx512,
         .smallm = {NULL, mk_f64_gemm_1x16d__avx512, mk_f64_gemm_2x16d__avx512, mk_f64_gemm_3x16d__avx512, mk_f64_gemm_4x16d__avx512, mk_f64_gemm_5x16d__avx512, mk_f64_gemm_6x16d__avx512, mk_f64_gemm_7x16d__avx512, mk_f64_gemm_8x16d__avx512},
+        .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f64_scalar,
     },
 };

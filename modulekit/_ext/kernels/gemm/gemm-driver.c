@@ -82,9 +82,10 @@ static int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t
 
     if (pr->direct) {
         const mk_gemm_smallm_ukernel kern = cfg->smallm[pr->m];
-        for (size_t p = p0; p < p1; p++) {
-            const unsigned char *panel = pr->packed + p * pr->ps;
-            kern(mk_min(nr, pr->n - p * nr), pr->k, pr->a, pr->rsa, panel + nr * es, panel,
+        const size_t np = cfg->smallm_np[pr->m];
+        for (size_t p = p0; p < p1; p += np) {
+            const size_t cols = mk_min(mk_min(np, p1 - p) * nr, pr->n - p * nr);
+            kern(cols, pr->k, pr->a, pr->rsa, pr->packed + p * pr->ps, pr->ps,
                  pr->c + p * nr * es, pr->ldc, pr->ep);
         }
         return 0;

@@ -64,10 +64,11 @@ typedef void (*mk_gemm_ukernel)(size_t mr, size_t nc, size_t kc, const void *a, 
                                 void *c, size_t ldc, const void *init, const mk_epilogue *ep);
 
 /* Small-M microkernel (one per row count m = 1..MK_SMALLM_MAX): the whole K, A read in place.
- *   a: m rows, row stride lda elements (any sign), unit stride along K;  w: K x NR panel weights;
- *   bias: NR values; c: m rows of stride ldc; always applies ep (never NULL). */
+ *   a: m rows, row stride lda elements (any sign), unit stride along K;
+ *   panel: the first of smallm_np[m] adjacent packed panels ([bias[NR]][K x NR]), ps bytes
+ *   apart; c: m rows of stride ldc; nc <= smallm_np[m] * NR columns; ep never NULL. */
 typedef void (*mk_gemm_smallm_ukernel)(size_t nc, size_t k, const void *a, ptrdiff_t lda,
-                                       const void *w, const void *bias, void *c, size_t ldc,
+                                       const void *panel, size_t ps, void *c, size_t ldc,
                                        const mk_epilogue *ep);
 
 /* Activation of a stored tile in place: rows x nc elements, row stride ldc. */
@@ -86,6 +87,7 @@ typedef struct {
     size_t esize, wsize;     /* bytes per compute / storage element */
     mk_gemm_ukernel ukernel;
     mk_gemm_smallm_ukernel smallm[MK_SMALLM_MAX + 1]; /* [m], m = 1..MK_SMALLM_MAX */
+    size_t smallm_np[MK_SMALLM_MAX + 1];              /* panels per smallm[m] call */
     mk_act_tile_fn act_tile; /* transcendental activations on a stored tile */
 } mk_gemm_config;
 
