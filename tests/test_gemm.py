@@ -430,3 +430,20 @@ def test_warm_threads_and_repr():
     p = _gemm.pack_linear(np.ones((3, 2)), None, "bfloat16")
     assert "PackedLinear(in_features=2, out_features=3, bias=False" in repr(p)
     assert p.compute_dtype == np.float32
+
+
+@pytest.mark.skipif(not _openmp_helpers.openmp_enabled(), reason="built without OpenMP")
+def test_matmul_batched_threads(isa, threads):
+    """Many small products run one per thread; same results as one thread."""
+    rng = np.random.default_rng(14)
+    a3 = rng.standard_normal((9, 20, 33)).astype(np.float32)
+    b3 = rng.standard_normal((9, 33, 18)).astype(np.float32)
+    cases = [(a3, b3), (a3, b3[0]), (a3[0], b3), (a3[:, ::-1], b3[:, ::-1])]
+    cases.append((a3.astype(np.float64), b3))
+    for a, b in cases:
+        threads(1)
+        y1 = _gemm.matmul(a, b)
+        threads(2)
+        y2 = _gemm.matmul(a, b)
+        np.testing.assert_array_equal(y1, y2)
+        _matmul_check(a, b, y2)

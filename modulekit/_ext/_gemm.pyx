@@ -14,7 +14,9 @@ from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free
 
 from modulekit._ext._isa cimport active_isa
-from modulekit._ext._openmp_helpers cimport effective_threads
+from cython.parallel cimport prange
+
+from modulekit._ext._openmp_helpers cimport effective_threads, omp_get_thread_num
 
 cnp.import_array()
 
@@ -374,14 +376,14 @@ def matmul(a, b):
     """``a @ b`` for 2-D (M, K) @ (K, N) and batched 3-D (B, M, K) @ (B, K, N), a 2-D (or
     batch-1) operand broadcast over the batch. Any strides. float32 unless either operand is
     float64 (float16/bfloat16 are promoted to float32). Returns a C-contiguous ndarray."""
-    cdef cnp.ndarray out, ai, bi, oi
+    cdef cnp.ndarray out
     A = np.asarray(a)
     Bm = np.asarray(b)
     cdef const mk_gemm_config *cfg
     cdef mk_epilogue ep
     cdef Py_ssize_t batch, ba, bb, i, M, K, N, es
     cdef void *packed = NULL
-    cdef int rc = 0, nthreads
+    cdef int nthreads
     adt = _float_dtype(A.dtype, "a")
     bdt = _float_dtype(Bm.dtype, "b")
     if A.ndim not in (2, 3) or Bm.ndim not in (2, 3):
@@ -421,31 +423,54 @@ def matmul(a, b):
                              MK_STORAGE_F64 if cdt == _F64 else MK_STORAGE_F32,
                              <int>active_isa())
     make_epilogue("none", 0.0, 0.0, &ep)
-    cdef size_t size = mk_gemm_packed_size(cfg, <size_t>N, <size_t>K)
-    packed = aligned_alloc(64, size)
-    if packed == NULL:
-        raise MemoryError(f"cannot allocate {size} bytes to pack b")
-    nthreads = effective_threads()
     A3 = A if A.ndim == 3 else A[None]
     B3 = Bm if Bm.ndim == 3 else Bm[None]
-    O3 = out if out.ndim == 3 else out[None]
+    cdef char *pa = <char *>cnp.PyArray_DATA(<cnp.ndarray>A3)
+    cdef char *pb = <char *>cnp.PyArray_DATA(<cnp.ndarray>B3)
+    cdef char *po = <char *>cnp.PyArray_DATA(out)
+    # strides in elements; a broadcast operand has batch stride 0
+    cdef Py_ssize_t sab = A3.strides[0] // es if ba > 1 else 0
+    cdef Py_ssize_t rsa = A3.strides[1] // es, csa = A3.strides[2] // es
+    cdef Py_ssize_t sbb = B3.strides[0] // es if bb > 1 else 0
+    cdef Py_ssize_t rsb = B3.strides[1] // es, csb = B3.strides[2] // es
+    cdef size_t size = mk_gemm_packed_size(cfg, <size_t>N, <size_t>K)
+    cdef int nt = 1, t, r, rcsum = 0
+    cdef void *buf
+    nthreads = effective_threads()
+    # Many small products: one thread per product (each packs its own b), instead of
+    # threads inside products too small to split. Either way every product is computed the
+    # same way, so results do not depend on the thread count.
+    if batch > 1 and nthreads > 1 and mk_gemm_plan_threads(cfg, M, N, K, nthreads) == 1:
+        nt = nthreads if nthreads < batch else <int>batch
+    packed = aligned_alloc(64, size * (<size_t>nt if bb > 1 else 1))
+    if packed == NULL:
+        raise MemoryError(f"cannot allocate {size} bytes to pack b")
     try:
-        for i in range(batch):
-            ai = A3[i if ba > 1 else 0]
-            bi = B3[i if bb > 1 else 0]
-            oi = O3[i]
-            with nogil:
-                if i == 0 or bb > 1:
-                    mk_gemm_pack(cfg, <size_t>N, <size_t>K, cnp.PyArray_DATA(bi),
-                                 cnp.PyArray_STRIDE(bi, 0) // es, cnp.PyArray_STRIDE(bi, 1) // es,
-                                 NULL, packed, nthreads)
-                rc = mk_gemm_run(cfg, <size_t>M, <size_t>N, <size_t>K, cnp.PyArray_DATA(ai),
-                                 cnp.PyArray_STRIDE(ai, 0) // es, cnp.PyArray_STRIDE(ai, 1) // es,
-                                 packed, cnp.PyArray_DATA(oi), <size_t>N, &ep, nthreads)
-            if rc != 0:
-                raise MemoryError("cannot allocate the GEMM packing buffer")
+        with nogil:
+            if bb == 1:
+                mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb, rsb, csb, NULL, packed, nthreads)
+            if nt > 1:
+                for i in prange(batch, num_threads=nt, schedule="static"):
+                    t = omp_get_thread_num()
+                    buf = <char *>packed + (<size_t>t * size if bb > 1 else 0)
+                    if bb > 1:
+                        mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb + i * sbb * es, rsb, csb,
+                                     NULL, buf, 1)
+                    r = mk_gemm_run(cfg, <size_t>M, <size_t>N, <size_t>K, pa + i * sab * es,
+                                    rsa, csa, buf, po + i * M * N * es, <size_t>N, &ep, 1)
+                    rcsum += r
+            else:
+                for i in range(batch):
+                    if bb > 1:
+                        mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb + i * sbb * es, rsb, csb,
+                                     NULL, packed, nthreads)
+                    rcsum += mk_gemm_run(cfg, <size_t>M, <size_t>N, <size_t>K,
+                                         pa + i * sab * es, rsa, csa, packed,
+                                         po + i * M * N * es, <size_t>N, &ep, nthreads)
     finally:
         free(packed)
+    if rcsum != 0:
+        raise MemoryError("cannot allocate the GEMM packing buffer")
     return out
 
 
