@@ -77,6 +77,7 @@ cdef class PackedLinear:
     cdef const mk_gemm_config *_cfg    # configuration the buffer is packed for
     cdef void *_packed                 # 64-byte aligned packed panels (owned)
     cdef size_t _packed_size
+    cdef list _retired                 # buffers replaced by a re-pack (freed at dealloc)
 
     cdef int _pack(self, const mk_gemm_config *cfg, object w, object b) except -1
     cdef object _check_out(self, object out, Py_ssize_t m, object x)

@@ -124,9 +124,12 @@ cdef class PackedLinear:
     def __cinit__(self):
         self._packed = NULL
         self._cfg = NULL
+        self._retired = []
 
     def __dealloc__(self):
         free(self._packed)
+        for addr in self._retired:
+            free(<void *><uintptr_t>addr)
 
     cdef int _pack(self, const mk_gemm_config *cfg, object w, object b) except -1:
         """Pack w (N, K) C-contiguous in the storage dtype and b (N,) or None for cfg."""
@@ -142,7 +145,10 @@ cdef class PackedLinear:
             bptr = cnp.PyArray_DATA(<cnp.ndarray>b)
         with nogil:
             mk_gemm_pack(cfg, n, k, wptr, 1, <ptrdiff_t>k, bptr, buf, nthreads)
-        free(self._packed)
+        if self._packed != NULL:
+            # another thread may still be computing from the old buffer (it read the
+            # pointer before this re-pack): keep it until the object dies
+            self._retired.append(<uintptr_t>self._packed)
         self._packed = buf
         self._packed_size = size
         self._cfg = cfg
