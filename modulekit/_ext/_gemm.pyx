@@ -10,12 +10,11 @@ call. Every check happens here, before the C kernels run without the GIL.
 import numpy as np
 
 cimport numpy as cnp
+from cython.parallel cimport prange
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free
 
 from modulekit._ext._isa cimport active_isa
-from cython.parallel cimport prange
-
 from modulekit._ext._openmp_helpers cimport effective_threads, omp_get_thread_num
 
 cnp.import_array()

@@ -2,15 +2,15 @@
  * register block MR x NR (which fixes the packed weight layout), the cache blocks KC, MC, NC
  * and the tile-activation routine. This is the ONLY place where these are chosen.
  *
- * Cache blocking (L1d 32 KiB, L2 1 MiB per core, L3 32 MiB shared): the KC x NR weight
- * micro-panel stays in L1 while the MR-row activation micro-panels of the MC x KC block
- * stream from L2; NC bounds the KC x NC weight block a thread sweeps per A block.
- * Measured on this 2-core AMD EPYC (one thread, 1024^3 and 2048^3, noisy shared machine):
- * its AVX-512 FMAs run at full 512-bit rate (OpenBLAS SkylakeX reaches ~215 GFLOP/s per
- * core, AVX2 kernels about half). f32 AVX-512: 8x32 with KC=384, MC=96 reached 200-219
- * GFLOP/s; KC 128-256 lost 5-15% (more C reloads); 12x32 was no faster; 14x16 (one zmm per
- * row, a broadcast per FMA) ran at 85. The AVX2 and f64 blocks follow the same rules
- * (KC x NR micro-panel <= 24 KiB).
+ * Cache blocking: the KC x NR weight micro-panel stays in L1 while the MR-row activation
+ * micro-panels of the MC x KC block stream from L2; NC bounds the KC x NC weight block a
+ * thread sweeps per A block. The machine measured (sysfs / cpuid): AMD EPYC family 26
+ * (Zen 5), L1d 48 KiB, L2 1 MiB per core, L3 32 MiB; its AVX-512 FMAs run at full 512-bit
+ * rate (OpenBLAS's SkylakeX kernel reaches ~215 GFLOP/s on one core, AVX2 kernels about
+ * half). f32 AVX-512, one thread, 1024^3 and 2048^3: 8x32 with KC=384 (a 48 KiB micro-panel)
+ * and MC=96 reached 200-219 GFLOP/s; KC 128-256 lost 5-15% (more C reloads); 12x32 was no
+ * faster; 14x16 (one zmm per row, a broadcast per FMA) ran at 85. The AVX2 and f64 blocks
+ * follow the same rules (micro-panel 24-32 KiB), not tuned separately.
  * The small-M ("direct") kernels serve M = 1..8 rows without packing A (the 1-row kernel
  * takes two panels per call); NULL entries fall back to the main kernel. */
 #include <stddef.h>
