@@ -288,6 +288,12 @@ def test_bad_inputs():
         p.forward(np.ones((3, 6), np.float32), "clamp", 1.0, 0.0)
     with pytest.raises(ValueError, match="alpha"):
         p.forward(np.ones((3, 6), np.float32), "clamp", math.nan, 1.0)
+    with pytest.raises(TypeError, match="pack_linear"):
+        _gemm.PackedLinear()
+    with pytest.raises(ValueError, match="pack_linear"):
+        _gemm.PackedLinear.__new__(_gemm.PackedLinear).forward(np.ones((1, 1), np.float32))
+    with pytest.raises(ValueError, match="pack_linear"):
+        _gemm.PackedLinear.__new__(_gemm.PackedLinear).unpack()
     with pytest.raises(ValueError, match="unknown storage 'int8'"):
         _gemm.pack_linear(np.ones((4, 6)), None, "int8")
     with pytest.raises(ValueError, match=r"bias must have shape \(4,\)"):

@@ -125,6 +125,11 @@ cdef class PackedLinear:
         self._cfg = NULL
         self._retired = []
 
+    def __init__(self, *args, **kwargs):
+        raise TypeError(
+            "PackedLinear cannot be created directly: use pack_linear(weight, bias, storage)"
+        )
+
     def __dealloc__(self):
         free(self._packed)
         for addr in self._retired:
@@ -159,6 +164,8 @@ cdef class PackedLinear:
                                                             <int>active_isa())
         if cfg == self._cfg:
             return 0
+        if self._cfg == NULL:
+            raise ValueError("this PackedLinear holds no weights: create it with pack_linear")
         if cfg == NULL:  # pragma: no cover - every ISA level has every storage
             raise RuntimeError("no GEMM kernel for this storage and instruction set")
         if cfg.nr == self._cfg.nr and cfg.wsize == self._cfg.wsize:
@@ -272,6 +279,8 @@ cdef class PackedLinear:
         bias : ndarray, shape (out_features,), ``compute_dtype``; or None
         """
         cdef cnp.ndarray w, b = None
+        if self._cfg == NULL:
+            raise ValueError("this PackedLinear holds no weights: create it with pack_linear")
         sdt = _storage_dtype(self.storage)
         # bfloat16 is moved as raw 16-bit words, then viewed as ml_dtypes.bfloat16
         w = np.empty((self.out_features, self.in_features),
