@@ -114,8 +114,12 @@ def run(quick=False):
             )
     except ImportError:
         print("[threadpoolctl not installed: OpenBLAS kernel unknown]")
-    stripped = [k for k in _STRIP if k in os.environ]
-    print(f"modulekit threads: {nthreads}; {', '.join(_STRIP)} set: {stripped or 'none'}")
+    still = [k for k in _STRIP if k in os.environ]
+    removed = os.environ.get("_MK_BENCH_REMOVED", "")
+    print(
+        f"modulekit threads: {nthreads}; removed from the environment: {removed or 'nothing'}"
+        + (f"; still set: {', '.join(still)} (run as a script to remove them)" if still else "")
+    )
     torch = _optional("torch")
     ort = _optional("onnxruntime")
     onnx = _optional("onnx") if ort is not None else None
@@ -142,6 +146,7 @@ def run(quick=False):
             [lambda a=a, b=b: _gemm.matmul(a, b), lambda a=a, b=b: np.matmul(a, b)],
             repeats,
             min_time,
+            gap,
         )
         report(f"matmul {n}^3", 2.0 * n**3, ["modulekit", "numpy"], times)
 
@@ -238,6 +243,18 @@ def run(quick=False):
     t1, t2 = _timeit([with_threads(1), with_threads(2)], repeats, min_time, gap)
     report("matmul 1024^3 threads", 2.0 * 1024**3, ["1 thread", "2 threads"], [t1, t2])
     print(f"speed-up 2 threads / 1 thread: {t1 / t2:.2f}x")
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return results
+
+    def numpy_one_thread():
+        with threadpool_limits(1, user_api="blas"):
+            return np.matmul(a, b)
+
+    # one core each: the kernels compared without thread-team effects (robust to a busy box)
+    times = _timeit([with_threads(1), numpy_one_thread], repeats, min_time, gap)
+    report("matmul 1024^3 one thread", 2.0 * 1024**3, ["modulekit", "numpy"], times)
     return results
 
 
@@ -247,6 +264,9 @@ def main():
     args = parser.parse_args()
     if any(k in os.environ for k in _STRIP):
         env = {k: v for k, v in os.environ.items() if k not in _STRIP}
+        env["_MK_BENCH_REMOVED"] = ", ".join(
+            f"{k}={os.environ[k]}" for k in _STRIP if k in os.environ
+        )
         os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env)
     run(quick=args.quick)
 
