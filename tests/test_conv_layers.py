@@ -12,8 +12,26 @@ torch = pytest.importorskip("torch")
 tnn = torch.nn
 
 import modulekit as mk  # noqa: E402
-from modulekit import nn  # noqa: E402
-from modulekit.nn.modules.conv import conv_bn_act  # noqa: E402
+from modulekit import nn as _nn  # noqa: E402
+from modulekit.nn.modules import batchnorm, pooling  # noqa: E402
+from modulekit.nn.modules.conv import Conv2d, conv_bn_act  # noqa: E402
+
+# the layers from their own modules (modulekit.nn re-exports them once they are wired in)
+nn = type(
+    "nn",
+    (),
+    dict(
+        Conv2d=Conv2d,
+        BatchNorm1d=batchnorm.BatchNorm1d,
+        BatchNorm2d=batchnorm.BatchNorm2d,
+        MaxPool2d=pooling.MaxPool2d,
+        AvgPool2d=pooling.AvgPool2d,
+        AdaptiveAvgPool2d=pooling.AdaptiveAvgPool2d,
+        Hardswish=pooling.Hardswish,
+        Sequential=_nn.Sequential,
+        StateDictError=_nn.StateDictError,
+    ),
+)
 
 CONV_CONFIGS = [
     dict(in_channels=3, out_channels=8, kernel_size=3),
