@@ -63,6 +63,7 @@ GEOMETRIES = [
     (1, 5, 5, 3, 8, 9, 2, 0, 1, 5),  # the same, depthwise
     (1, 4, 4, 5, 12, 11, 2, 2, 1, 4),  # stride 2 with padding 2: the general phase copy
     (1, 3, 4, 3, 9, 1, 2, 1, 1, 1),  # a one-column input
+    (2, 6, 8, 1, 5, 7, 1, 0, 1, 2),  # 1x1 direct path, grouped
 ]
 
 
