@@ -4,7 +4,7 @@
  *     out[co, q] = bias[co] + sum_k A[co, k] * B[k, q]
  * with k = (ci, kh, kw) and q = an output pixel on a "grid" of width Wq >= OW. B is never
  * materialised (no im2col): the input is copied once per image into a zero-padded,
- * stride-phase-split image ("phase image", see mk_conv_phase_f32) in which, for every k, the
+ * stride-phase-split image ("phase image", see mk_conv_phase_channel_f32) in which, for every k, the
  * B row is the contiguous run  phase + koff[k] + q.  koff is the per-k indirection table, so the
  * microkernel's lanes are consecutive output pixels and the same code handles every stride,
  * dilation and padding. Grid columns ow >= OW are computed and dropped at the store (masked
@@ -91,9 +91,6 @@ typedef struct {
 void mk_conv_geometry(mk_conv_geom *g);
 /* Floats of phase image needed for `channels` channels (includes slack for tail reads). */
 ptrdiff_t mk_conv_phase_size(const mk_conv_geom *g, int channels);
-/* Build image n's phase image of all C channels into `ph` (pad value `padv`), nthreads. */
-void mk_conv_phase_f32(const mk_conv_geom *g, const float *x, int n, float *ph, float padv,
-                       int nthreads);
 
 /* Phase image of one channel plane xc (strides sh, sw of g) into ph (g->plane floats). */
 void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv);

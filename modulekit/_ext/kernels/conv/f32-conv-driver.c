@@ -126,15 +126,6 @@ void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph
     }
 }
 
-void mk_conv_phase_f32(const mk_conv_geom *g, const float *x, int n, float *ph, float padv,
-                       int nthreads) {
-    const ptrdiff_t total = mk_conv_phase_size(g, g->C);
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int c = 0; c < g->C; c++)
-        mk_conv_phase_channel_f32(g, x + n * g->sn + c * g->sc, ph + c * g->plane, padv);
-    for (ptrdiff_t i = (ptrdiff_t)g->C * g->plane; i < total; i++) ph[i] = 0.0f;
-}
-
 /* Segments of the tile starting at grid lane q0 with nl lanes (see mk_seg). */
 static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *segs) {
     const int Wq = g->Wq, OW = g->OW;
