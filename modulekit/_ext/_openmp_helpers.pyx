@@ -50,6 +50,11 @@ def get_num_threads():
     return effective_threads()
 
 
+def user_threads():
+    """The count set by set_num_threads, 0 when none is set."""
+    return _user_threads
+
+
 def reset_num_threads():
     """Forget the count set by set_num_threads (OpenMP's default applies again)."""
     global _user_threads
