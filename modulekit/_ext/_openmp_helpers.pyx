@@ -22,18 +22,22 @@ cdef int _team_maybe_started = 0   # set once a region may have run with more th
 cdef int _serial_after_fork = 0    # set in a child forked after that: serial from then on
 
 
-cdef int effective_threads() noexcept nogil:
-    global _team_maybe_started
+cdef inline int _current_threads() noexcept nogil:
     if _serial_after_fork:
         return 1
     cdef int now = omp_get_max_threads()
     cdef int n = _user_threads if _user_threads > 0 else now
     if now < _initial_max and now < n:
         n = now    # a limit set after import (threadpoolctl) wins
+    return n if n > 1 else 1
+
+
+cdef int effective_threads() noexcept nogil:
+    global _team_maybe_started
+    cdef int n = _current_threads()
     if n > 1:
-        _team_maybe_started = 1
-        return n
-    return 1
+        _team_maybe_started = 1    # the caller may now start a team of n threads
+    return n
 
 
 def openmp_enabled():
@@ -47,7 +51,7 @@ def set_num_threads(int n):
 
 
 def get_num_threads():
-    return effective_threads()
+    return _current_threads()
 
 
 def user_threads():
