@@ -2,6 +2,7 @@
 
 from modulekit import nn
 from modulekit._ext._tensor import Parameter, Tensor
+from modulekit.checkpoint import CheckpointError, load, save
 from modulekit.device import Device
 from modulekit.dtypes import (
     DataType,
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 __all__ = [
     "bfloat16",
     "bool_",
+    "CheckpointError",
     "DataType",
     "Device",
     "float16",
@@ -33,11 +35,13 @@ __all__ = [
     "int32",
     "int64",
     "int8",
+    "load",
     "LoadResult",
     "Module",
     "nn",
     "Parameter",
     "profile",
+    "save",
     "set_num_threads",
     "StateDictError",
     "Tensor",
