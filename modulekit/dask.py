@@ -95,6 +95,8 @@ def scatter(model, client=None, *, n_threads=None) -> ScatteredModel:
 
 def _call(model, method, x):
     if method is None:
+        if hasattr(x, "to_numpy"):  # a pandas partition: a Module takes arrays
+            x = x.to_numpy()
         return np.asarray(model(x))
     return np.asarray(getattr(model, method)(x))
 

@@ -204,7 +204,8 @@ class _ModuleEstimatorBase(BaseEstimator):
         """Run the model on the first row of ``X``: the output must be a floating array with
         one row per input row. Returns it flattened to (1, width)."""
         try:
-            return self._forward(self.module_, X[:1], None)
+            with _thread_count(self.n_threads):  # the first forward packs the weights
+                return self._forward(self.module_, X[:1], None)
         except (ValueError, TypeError) as exc:
             raise ValueError(
                 f"{self._name()}: the model cannot take X with {X.shape[1]} features: {exc}"

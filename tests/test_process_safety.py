@@ -7,6 +7,7 @@ runs in a fresh interpreter with a timeout, so a hang fails the test instead of 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -28,7 +29,7 @@ SCRIPT = textwrap.dedent(
     def build():
         mk.nn.manual_seed(0)
         return mk.nn.Sequential(
-            mk.nn.Linear(32, 64), mk.nn.ReLU(), mk.nn.Linear(64, 3)
+            mk.nn.Linear(256, 512), mk.nn.ReLU(), mk.nn.Linear(512, 3)
         ).eval()
 
     def work(args):
@@ -43,7 +44,8 @@ SCRIPT = textwrap.dedent(
     if __name__ == "__main__":
         method, start_team = sys.argv[1], sys.argv[2] == "1"
         mk.set_num_threads(2)  # a real team even on one core
-        x = np.random.default_rng(0).normal(size=(64, 32)).astype(np.float32)
+        # (16 x 256 x 512 products: large enough for the packed GEMM to use both threads)
+        x = np.random.default_rng(0).normal(size=(64, 256)).astype(np.float32)
         # without start_team, every call before the fork runs on one thread
         n_threads = None if start_team else 1
         est = ModuleClassifier(build(), classes=[0, 1, 2], batch_size=16, n_threads=n_threads)
@@ -70,19 +72,24 @@ def run_scenario(tmp_path, method, start_team):
     script.write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("OMP_NUM_THREADS", None)
+    # its own process group: on a hang, the scenario and its pool workers are all killed
+    proc = subprocess.Popen(
+        [sys.executable, str(script), method, "1" if start_team else "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            [sys.executable, str(script), method, "1" if start_team else "0"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-            cwd=tmp_path,
-        )
+        stdout, stderr = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         pytest.fail(f"multiprocessing with {method!r} hung (no result within 60 s)")
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0, stderr
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 needs_openmp = pytest.mark.skipif(
