@@ -2,13 +2,15 @@
 
 ``ModuleTransformer``, ``ModuleClassifier`` and ``ModuleRegressor`` wrap a *pretrained* model:
 ``fit`` does not train anything. It validates the data and the parameters, builds the model
-when given a factory (loading its checkpoint), checks that the model's output fits the
-estimator's kind, and records the fitted attributes. ``predict``/``transform`` then run the
+when given a factory (loading its checkpoint), initializes it (``Module.initialize``: packed
+weights, fused calls), checks that the model's output fits the estimator's kind, and records
+the fitted attributes. ``predict``/``transform`` then run the
 model over the rows of ``X`` in chunks of ``batch_size``.
 
-The model parameter ``module`` is either a built :class:`~modulekit.Module` (used as it is,
-never modified: it must be in eval mode) or a factory (any callable returning a Module, e.g.
-the class or a ``functools.partial``), called in ``fit``. A factory that accepts the keyword
+The model parameter ``module`` is either a built :class:`~modulekit.Module` (used as it is: it
+must be in eval mode; the estimator changes nothing in it beyond its packed, kernel-ready
+form) or a factory (any callable returning a Module, e.g. the class or a
+``functools.partial``), called in ``fit``. A factory that accepts the keyword
 ``n_features_in`` (and, for the classifier and the regressor, ``n_outputs``) gets the sizes
 taken from the data, so one factory can build models of any input width. ``checkpoint`` names
 a file read with ``modulekit.load`` whose tensors are loaded into the built model
@@ -201,10 +203,12 @@ class _ModuleEstimatorBase(BaseEstimator):
     _y_opts: dict = {}
 
     def _probe_output(self, X) -> np.ndarray:
-        """Run the model on the first row of ``X``: the output must be a floating array with
-        one row per input row. Returns it flattened to (1, width)."""
+        """Initialize the model (pack the weights, plan fused calls, start the kernels' threads)
+        and run it on the first row of ``X``: the output must be a floating array with one row
+        per input row. Returns it flattened to (1, width)."""
         try:
-            with _thread_count(self.n_threads):  # the first forward packs the weights
+            with _thread_count(self.n_threads):
+                self.module_.initialize()
                 return self._forward(self.module_, X[:1], None)
         except (ValueError, TypeError) as exc:
             raise ValueError(

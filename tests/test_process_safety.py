@@ -24,7 +24,6 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     import modulekit as mk
     from modulekit._ext import _openmp_helpers as omp
-    from modulekit.sklearn import ModuleClassifier
 
     def build():
         mk.nn.manual_seed(0)
@@ -33,30 +32,28 @@ SCRIPT = textwrap.dedent(
         ).eval()
 
     def work(args):
-        est, x = args
+        model, x = args
         mk.set_num_threads(2)  # as the parent (a spawned child starts from the defaults)
         return {
-            "proba": est.predict_proba(x).tolist(),
+            "out": model(x).tolist(),
             "serial": omp.serial_after_fork(),
             "team": omp.parallel_team_size(),
         }
 
     if __name__ == "__main__":
         method, start_team = sys.argv[1], sys.argv[2] == "1"
-        mk.set_num_threads(2)  # a real team even on one core
-        # (16 x 256 x 512 products: large enough for the packed GEMM to use both threads)
+        # start_team: two threads, a real team even on one core (32 x 256 x 512 products are
+        # large enough for the packed GEMM to use both); else every kernel gets one thread
+        mk.set_num_threads(2 if start_team else 1)
         x = np.random.default_rng(0).normal(size=(64, 256)).astype(np.float32)
-        # without start_team, every call before the fork runs on one thread
-        n_threads = None if start_team else 1
-        est = ModuleClassifier(build(), classes=[0, 1, 2], batch_size=16, n_threads=n_threads)
-        est.fit(x)
-        expected = est.predict_proba(x)
+        model = build().initialize()
+        halves = [x[:32], x[32:]]
+        expected = np.concatenate([model(h) for h in halves])
         parent_team = omp.parallel_team_size() if start_team else 0
         ctx = mp.get_context(method)
-        with ctx.Pool(2) as pool:
-            # split on a batch boundary: every child runs the same 16-row products as the parent
-            results = pool.map(work, [(est, x[:32]), (est, x[32:])])
-        got = np.concatenate([np.asarray(r["proba"], dtype=np.float32) for r in results])
+        with ctx.Pool(2) as pool:  # the model travels pickled (raw weights), re-packs there
+            results = pool.map(work, [(model, h) for h in halves])
+        got = np.concatenate([np.asarray(r["out"], dtype=np.float32) for r in results])
         print(json.dumps({
             "equal": bool(np.array_equal(got, expected)),
             "max_diff": float(np.abs(got - expected).max()),
@@ -107,8 +104,9 @@ def test_fork_after_the_team_started_does_not_hang_and_computes_correctly(tmp_pa
 
 @needs_openmp
 def test_fork_before_any_team_keeps_threads(tmp_path):
-    # Every kernel ran with n_threads=1 before the fork, so no team can exist: the children
-    # keep modulekit's thread count.
+    # Every kernel was given one thread before the fork, so no team can exist: the children
+    # keep full threading. (The fallback is conservative: a parent whose kernels were ever
+    # handed more than one thread counts as having a team.)
     out = run_scenario(tmp_path, "fork", start_team=False)
     assert out["equal"], out["max_diff"]
     assert out["children"] == [{"serial": False, "team": 2}] * 2
