@@ -9,7 +9,8 @@ The same MLP (``n_features -> 512 -> 256 -> 10``, ReLU, softmax; float32 weights
   ``torch.inference_mode()`` (skipped when torch is not installed).
 
 Each case times ``predict_proba`` of the whole pipeline on a batch of rows (many rows:
-throughput; one row: per-call overhead), interleaved, after checking that the three agree.
+throughput; one row: per-call latency, with the default threads and with every library
+limited to one thread), interleaved, after checking that the three agree.
 Run ``python bench/pipeline.py [--quick]`` or ``python -m modulekit.bench pipeline``.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -94,6 +96,29 @@ def _torch_predict(layers, scaler):
     return predict_proba
 
 
+@contextmanager
+def _one_thread(enabled):
+    """Limit modulekit (through OpenMP), NumPy's BLAS and torch to one thread inside."""
+    if not enabled:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    before = torch.get_num_threads() if torch is not None else None
+    with threadpool_limits(1):
+        if torch is not None:
+            torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            if torch is not None:
+                torch.set_num_threads(before)
+
+
 def run(quick=False):
     """Time the three pipelines; returns rows (suite, case, impl, seconds, low, high, ...)."""
     rng = np.random.default_rng(0)
@@ -119,14 +144,18 @@ def run(quick=False):
             )
     dims = " -> ".join(map(str, (n_features, *HIDDEN, N_CLASSES)))
     rows = []
-    for rows_in, number, rounds in (
-        (n_rows, 2 if quick else 3, 5 if quick else 9),
-        (1, 200 if quick else 2000, 5 if quick else 9),
-    ):
+    cases = (  # rows, calls per round, rounds, one thread for every library
+        (n_rows, 2 if quick else 3, 5 if quick else 9, False),
+        (1, 200 if quick else 2000, 5 if quick else 9, False),
+        (1, 200 if quick else 2000, 5 if quick else 9, True),
+    )
+    for rows_in, number, rounds, single in cases:
         batch = X[:rows_in]
         funcs = {name: (lambda fn=fn, b=batch: fn(b)) for name, fn in impls.items()}
-        res = interleaved(funcs, rounds=rounds, number=number)
+        with _one_thread(single):
+            res = interleaved(funcs, rounds=rounds, number=number)
         case = f"StandardScaler + MLP {dims} predict_proba, {rows_in} row(s)"
+        case += ", 1 thread" if single else ""
         flops = 2.0 * rows_in * sum(w.size for w, _ in layers)
         for name, r in res.items():
             rows.append(
