@@ -12,6 +12,7 @@ import pytest
 
 import modulekit as mk
 import modulekit.dask as mkd
+from modulekit.nn import _random
 from modulekit.sklearn import ModuleClassifier, ModuleTransformer
 
 da = pytest.importorskip("dask.array")
@@ -19,6 +20,15 @@ dd = pytest.importorskip("dask.dataframe")
 distributed = pytest.importorskip("distributed")
 
 BATCH = 16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _restore_layer_rng():
+    """These tests reseed modulekit's initialisation generator: give the next module the
+    generator they found."""
+    saved = _random.default_generator()
+    yield
+    _random._generator = saved
 
 
 class CountingMLP(mk.nn.Sequential):

@@ -11,7 +11,17 @@ import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import modulekit as mk
+from modulekit.nn import _random
 from modulekit.sklearn import ModuleClassifier, ModuleRegressor, ModuleTransformer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _restore_layer_rng():
+    """These tests reseed modulekit's initialisation generator: give the next module the
+    generator they found."""
+    saved = _random.default_generator()
+    yield
+    _random._generator = saved
 
 
 def adaptive_mlp(n_features_in, n_outputs=3, hidden=8, dtype="float64"):
