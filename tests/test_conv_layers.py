@@ -27,7 +27,7 @@ nn = type(
         MaxPool2d=pooling.MaxPool2d,
         AvgPool2d=pooling.AvgPool2d,
         AdaptiveAvgPool2d=pooling.AdaptiveAvgPool2d,
-        Hardswish=pooling.Hardswish,
+        Hardswish=_nn.Hardswish,
         Sequential=_nn.Sequential,
         StateDictError=_nn.StateDictError,
     ),
@@ -230,7 +230,7 @@ def test_pooling_layers(rng):
 
 
 def test_functional_conv2d(rng):
-    from modulekit.nn.modules.conv import conv2d
+    from modulekit.nn.functional import conv2d
 
     x = rng.standard_normal((2, 4, 9, 8))
     w = rng.standard_normal((6, 2, 3, 3))

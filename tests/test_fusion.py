@@ -93,3 +93,38 @@ def test_unfusable_followers_left_alone():
     m = nn.Sequential(nn.Linear(4, 4), nn.Softmax(dim=-1), nn.Linear(4, 2), nn.Dropout())
     m.eval().initialize()
     assert m._fused_plan is None
+
+
+@pytest.mark.parametrize("act", [nn.ReLU, nn.ReLU6, nn.SiLU, nn.Hardswish, None])
+@pytest.mark.parametrize("with_bn", [True, False])
+def test_conv_bn_activation_fused_in_sequential(act, with_bn, rng):
+    torch = pytest.importorskip("torch")
+    layers = [nn.Conv2d(3, 8, 3, padding=1)]
+    tlayers = [torch.nn.Conv2d(3, 8, 3, padding=1)]
+    if with_bn:
+        layers.append(nn.BatchNorm2d(8))
+        tlayers.append(torch.nn.BatchNorm2d(8))
+    if act is not None:
+        layers.append(act())
+        tlayers.append(getattr(torch.nn, act.__name__)())
+    layers.append(nn.Conv2d(8, 4, 1))
+    tlayers.append(torch.nn.Conv2d(8, 4, 1))
+    m, ref = nn.Sequential(*layers).eval(), torch.nn.Sequential(*tlayers).eval()
+    state = {k: torch.from_numpy(rng.standard_normal(tuple(v.shape)).astype(np.float32))
+             for k, v in ref.state_dict().items() if v.dtype == torch.float32}
+    for k in state:
+        if k.endswith("running_var"):
+            state[k] = state[k].abs() + 0.5
+    ref.load_state_dict(state, strict=False)
+    m.load_state_dict({k: v for k, v in ref.state_dict().items()})
+    m.initialize()
+    if with_bn or act is not None:
+        assert m._fused_plan is not None and len(m._fused_plan[1][0]) == len(layers) - 1
+    x = rng.standard_normal((2, 3, 11, 9)).astype(np.float32)
+    with torch.no_grad():
+        expected = ref(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(m(x), expected, rtol=1e-4, atol=1e-4)
+    m.train()  # batch statistics: the fused plan runs the norm unfused
+    with torch.no_grad():
+        expected = ref.train()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(m(x), expected, rtol=1e-4, atol=1e-4)

@@ -14,6 +14,8 @@ import warnings
 import numpy as np
 from ml_dtypes import bfloat16 as _np_bfloat16
 
+from modulekit._ext import _conv
+from modulekit._ext._conv import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from modulekit._ext._tensor import as_array
 from modulekit.nn._random import default_generator
 
@@ -28,6 +30,11 @@ __all__ = [
     "softmax",
     "dropout",
     "flatten",
+    "conv2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "hardswish",
 ]
 
 _F32 = np.dtype(np.float32)
@@ -243,3 +250,19 @@ def flatten(input, start_dim: int = 0, end_dim: int = -1) -> np.ndarray:
         raise ValueError("flatten() has invalid args: start_dim cannot come after end_dim")
     shape = x.shape[:start] + (math.prod(x.shape[start : end + 1]),) + x.shape[end + 1 :]
     return x.reshape(shape)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
+    """``torch.nn.functional.conv2d``: packs ``weight`` for this one call (a layer packs once).
+
+    float64 weights compute in float64, any other floating type in float32.
+    """
+    storage = "float64" if np.asarray(weight).dtype == np.float64 else "float32"
+    packed = _conv.pack_conv2d(weight, bias, stride, padding, dilation, groups, storage)
+    return packed.forward(input)
+
+
+def hardswish(input) -> np.ndarray:
+    """``x * relu6(x + 3) / 6`` element-wise."""
+    x = as_float_array(input, "hardswish")
+    return x * np.clip(x + 3, 0, 6) / 6

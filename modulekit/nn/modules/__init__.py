@@ -1,17 +1,36 @@
 """modulekit's layers and containers, one concept per file."""
 
-from modulekit.nn.modules.activation import GELU, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Tanh
+from modulekit.nn.modules.activation import (
+    GELU,
+    Hardswish,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Tanh,
+)
+from modulekit.nn.modules.batchnorm import BatchNorm1d, BatchNorm2d
 from modulekit.nn.modules.container import ModuleDict, ModuleList, Sequential
+from modulekit.nn.modules.conv import Conv2d
 from modulekit.nn.modules.dropout import Dropout
 from modulekit.nn.modules.flatten import Flatten
 from modulekit.nn.modules.linear import Identity, Linear
+from modulekit.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 
 __all__ = [
+    "AdaptiveAvgPool2d",
+    "AvgPool2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Conv2d",
     "Dropout",
     "Flatten",
     "GELU",
+    "Hardswish",
     "Identity",
     "Linear",
+    "MaxPool2d",
     "ModuleDict",
     "ModuleList",
     "ReLU",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from modulekit.module import Module
 from modulekit.nn import functional as F
 
-__all__ = ["GELU", "ReLU", "ReLU6", "SiLU", "Sigmoid", "Softmax", "Tanh"]
+__all__ = ["GELU", "Hardswish", "ReLU", "ReLU6", "SiLU", "Sigmoid", "Softmax", "Tanh"]
 
 
 class _InplaceActivation(Module):
@@ -93,3 +95,19 @@ class Softmax(Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+class Hardswish(Module):
+    """``x * relu6(x + 3) / 6`` element-wise, as ``torch.nn.Hardswish``."""
+
+    _epilogue = ("hardswish", 0.0, 0.0)
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
+
+    def forward(self, input) -> np.ndarray:
+        return F.hardswish(input)

@@ -14,8 +14,9 @@ from modulekit.device import as_device
 from modulekit.dtypes import DataType, as_dtype, float32
 from modulekit.module import Module
 from modulekit.nn._random import default_generator
+from modulekit.nn.modules.batchnorm import BatchNorm2d
 
-__all__ = ["Conv2d", "apply_activation", "conv2d", "conv_bn_act", "prefold"]
+__all__ = ["Conv2d", "apply_activation", "conv_bn_act", "prefold"]
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -253,6 +254,35 @@ class Conv2d(Module):
         except ValueError as exc:
             raise self._error(exc) from None
 
+    # ---------------------------------------------------------------- fusion in containers
+    _EPILOGUES = ("relu", "relu6", "silu", "hardswish")
+
+    def _fusable(self, following) -> int:
+        """In a Sequential: absorb a following BatchNorm2d (folded into the weights in eval
+        mode) and/or a following ReLU/ReLU6/SiLU/Hardswish (the kernel's epilogue)."""
+        n = 0
+        if following and isinstance(following[0], BatchNorm2d):
+            n = 1
+        nxt = following[n] if len(following) > n else None
+        epilogue = nxt._epilogue if nxt is not None else None
+        if epilogue is not None and epilogue[0] in self._EPILOGUES:
+            n += 1
+        return n
+
+    def _forward_fused(self, following, input) -> np.ndarray:
+        bn = following[0] if following[0]._epilogue is None else None
+        act = following[-1]._epilogue[0] if following[-1]._epilogue is not None else None
+        if bn is not None:
+            return conv_bn_act(self, bn, act, input)
+        packed = self._packed  # a Conv2d and its activation: the kernel's epilogue
+        if packed is None:
+            self._pack()
+            packed = self._packed
+        try:
+            return packed.forward(input, act)
+        except ValueError as exc:
+            raise self._error(exc) from None
+
     # ---------------------------------------------------------------- Conv + BN fusion
     def _clear_fused(self, module=None, incompatible_keys=None) -> None:
         self._fused = None
@@ -294,13 +324,6 @@ class Conv2d(Module):
                     self.__dict__["_fuse_hooked"] = True
             self._fused[key] = packed
         return packed
-
-
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
-    """``torch.nn.functional.conv2d``: packs ``weight`` for this one call (a layer packs once)."""
-    storage = "float64" if np.asarray(weight).dtype == np.float64 else "float32"
-    packed = _conv.pack_conv2d(weight, bias, stride, padding, dilation, groups, storage)
-    return packed.forward(input)
 
 
 def apply_activation(y: np.ndarray, activation) -> np.ndarray:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from modulekit._ext._gemm import pack_linear
+from modulekit._ext._gemm import ACTIVATIONS, pack_linear
 from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
 from modulekit.dtypes import DataType, as_dtype, float32
@@ -149,7 +149,8 @@ class Linear(Module):
         return self._compute(input, "none", 0.0, 0.0)
 
     def _fusable(self, following) -> int:
-        return 1 if following and following[0] is not None and following[0]._epilogue else 0
+        epilogue = following[0]._epilogue if following and following[0] is not None else None
+        return 1 if epilogue is not None and epilogue[0] in ACTIVATIONS else 0
 
     def _forward_fused(self, following, input) -> np.ndarray:
         return self._compute(input, *following[0]._epilogue)

@@ -1,4 +1,4 @@
-"""Pooling layers (``MaxPool2d``, ``AvgPool2d``, ``AdaptiveAvgPool2d``) and ``Hardswish``."""
+"""Pooling layers: ``MaxPool2d``, ``AvgPool2d``, ``AdaptiveAvgPool2d``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 from modulekit._ext import _conv
 from modulekit.module import Module
 
-__all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "Hardswish", "MaxPool2d"]
+__all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "MaxPool2d"]
 
 
 def _checked(layer: Module, fn, *args):
@@ -108,20 +108,3 @@ class AdaptiveAvgPool2d(Module):
 
     def forward(self, input) -> np.ndarray:
         return _checked(self, _conv.adaptive_avg_pool2d, input, self.output_size)
-
-
-class Hardswish(Module):
-    """``x * relu6(x + 3) / 6`` element-wise, as ``torch.nn.Hardswish``."""
-
-    def __init__(self, inplace: bool = False) -> None:
-        super().__init__()
-        self.inplace = inplace
-
-    def extra_repr(self) -> str:
-        return "inplace=True" if self.inplace else ""
-
-    def forward(self, input) -> np.ndarray:
-        x = np.asarray(input)
-        if x.dtype != np.float64:
-            x = x.astype(np.float32)
-        return x * np.clip(x + 3, 0, 6) / 6
