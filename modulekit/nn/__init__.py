@@ -48,3 +48,20 @@ __all__ = [
     "functional",
     "manual_seed",
 ]
+
+# transformer layers (branch bert)
+from modulekit.nn.modules import (  # noqa: E402
+    Embedding,
+    LayerNorm,
+    MultiheadAttention,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
+
+__all__ += [
+    "Embedding",
+    "LayerNorm",
+    "MultiheadAttention",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+]
