@@ -133,8 +133,8 @@ MK_AVX2 static inline __m256 gelu8(__m256 x, int approx)
         __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
         __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
                                  _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
-        __m256 e = exp8(_mm256_add_ps(u, u));
-        return _mm256_sub_ps(x, _mm256_div_ps(x, _mm256_add_ps(e, one)));
+        __m256 e = exp8(_mm256_mul_ps(u, _mm256_set1_ps(-2.0f)));
+        return _mm256_div_ps(x, _mm256_add_ps(e, one));
     }
     __m256 u = _mm256_mul_ps(x, _mm256_set1_ps(-0.70710678118654752f));
     __m256 z = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), u);
