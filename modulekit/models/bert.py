@@ -403,4 +403,3 @@ def mean_pool(last_hidden_state, attention_mask=None) -> np.ndarray:
     m = m.astype(h.dtype)
     summed = np.einsum("bsh,bs->bh", h, m)
     return summed / np.maximum(m.sum(axis=1), 1e-9)[:, None]
-
