@@ -276,3 +276,17 @@ def test_encoder_layer_bad_activation_and_input():
     m = nn.TransformerEncoderLayer(E, H, 16)
     with pytest.raises(ValueError, match="2-D or 3-D"):
         m(np.zeros((1, 2, 3, E), np.float32))
+
+
+def test_mha_float64_module_computes_in_float64():
+    t, _ = mha_pair(True)
+    t = t.double()
+    m = loaded(nn.MultiheadAttention(E, H, batch_first=True, dtype="float64"), t)
+    x = RNG.standard_normal((2, 5, E))
+    kpm = np.array([[False] * 5, [False] * 3 + [True] * 2])
+    with torch.no_grad():
+        ro, rw = t(*(torch.from_numpy(x),) * 3, key_padding_mask=torch.from_numpy(kpm))
+    o, w = m(x, x, x, key_padding_mask=kpm)
+    assert o.dtype == np.float64
+    np.testing.assert_allclose(o, to_np(ro), atol=1e-12)
+    np.testing.assert_allclose(w, to_np(rw), atol=1e-13)

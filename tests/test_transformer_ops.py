@@ -151,3 +151,54 @@ def test_embedding_checks_every_index_before_reading():
     with pytest.raises(ValueError, match="out must be"):
         _ops.embedding([1], table, out=np.zeros((1, 3), np.float32))
     assert _ops.embedding(np.zeros((0, 3), np.int64), table).shape == (0, 3, 4)
+
+
+def ref_attention(q, k, v, H, mask, scale):
+    B, Lq, E = q.shape
+    Lk, Ev = k.shape[1], v.shape[2]
+    qh = q.astype(np.float64).reshape(B, Lq, H, -1).transpose(0, 2, 1, 3)
+    kh = k.astype(np.float64).reshape(B, Lk, H, -1).transpose(0, 2, 1, 3)
+    vh = v.astype(np.float64).reshape(B, Lk, H, -1).transpose(0, 2, 1, 3)
+    p = ref_softmax(qh @ kh.transpose(0, 1, 3, 2), scale, mask)
+    return (p @ vh).transpose(0, 2, 1, 3).reshape(B, Lq, Ev), p
+
+
+@pytest.mark.parametrize(
+    "B, H, Lq, Lk, d, dv",
+    [(2, 3, 5, 37, 20, 12), (1, 2, 9, 1, 16, 16), (3, 1, 4, 64, 64, 48), (1, 12, 33, 33, 32, 32)],
+)
+def test_fused_attention_matches_reference(isa, B, H, Lq, Lk, d, dv):
+    E, Ev = H * d, H * dv
+    qkv = RNG.standard_normal((B, max(Lq, Lk), 2 * E + Ev)).astype(np.float32)
+    q = qkv[:, :Lq, :E]  # strided slices of one packed projection, as in self-attention
+    k = qkv[:, :Lk, E : 2 * E]
+    v = qkv[:, :Lk, 2 * E :]
+    mask = np.where(RNG.random((B, 1, 1, Lk)) < 0.3, -np.inf, 0).astype(np.float32)
+    mask[..., 0] = 0.5
+    mask = mask + RNG.standard_normal((1, 1, Lq, Lk)).astype(np.float32)
+    for m in (None, mask):
+        out, w = _ops.attention(q, k, v, H, m, None, need_weights=True)
+        want, p = ref_attention(q, k, v, H, m, 1 / math.sqrt(d))
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=2e-5)
+        np.testing.assert_allclose(w, p, rtol=1e-5, atol=1e-6)
+        out2, none = _ops.attention(q, k, v, H, m, 0.5 / math.sqrt(d))
+        assert none is None and out2.flags.c_contiguous
+        np.testing.assert_allclose(
+            out2, ref_attention(q, k, v, H, m, 0.5 / math.sqrt(d))[0], rtol=1e-5, atol=2e-5
+        )
+
+
+def test_fused_attention_parallel_and_validation():
+    q = RNG.standard_normal((4, 128, 384)).astype(np.float32)
+    out, _ = _ops.attention(q, q, q, 12)
+    np.testing.assert_allclose(
+        out, ref_attention(q, q, q, 12, None, 1 / math.sqrt(32))[0], rtol=1e-5, atol=2e-5
+    )
+    with pytest.raises(TypeError, match="float32"):
+        _ops.attention(q.astype(np.float64), q, q, 12)
+    with pytest.raises(ValueError, match="not divisible by num_heads=5"):
+        _ops.attention(q, q, q, 5)
+    with pytest.raises(ValueError, match="do not fit"):
+        _ops.attention(q, q[:, :, :192], q, 12)
+    with pytest.raises(ValueError, match="cannot be broadcast"):
+        _ops.attention(q, q, q, 12, mask=np.zeros((4, 127), np.float32))

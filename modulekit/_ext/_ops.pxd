@@ -26,3 +26,9 @@ cdef extern from "ops/ops.h" nogil:
     ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows)
     void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
                    const void *table, void *out, size_t ldo, int accumulate, int nthreads)
+    int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t d,
+                         size_t dv, const float *q, ptrdiff_t qsb, ptrdiff_t qsr,
+                         const float *k, ptrdiff_t ksb, ptrdiff_t ksr, const float *v,
+                         ptrdiff_t vsb, ptrdiff_t vsr, const float *mask, ptrdiff_t msb,
+                         ptrdiff_t msh, ptrdiff_t msr, float scale, float *out, ptrdiff_t osb,
+                         ptrdiff_t osr, float *weights, int nthreads)

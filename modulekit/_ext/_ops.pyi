@@ -23,3 +23,12 @@ def embedding(
     out: np.ndarray | None = None,
     accumulate: bool = False,
 ) -> np.ndarray: ...
+def attention(
+    q: npt.ArrayLike,
+    k: npt.ArrayLike,
+    v: npt.ArrayLike,
+    num_heads: int,
+    mask: npt.ArrayLike | None = None,
+    scale: float | None = None,
+    need_weights: bool = False,
+) -> tuple[np.ndarray, np.ndarray | None]: ...

@@ -173,9 +173,9 @@ class BertSelfAttention(Module):
 
     def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
         h = x.shape[1]
-        q = self.query.forward(x).reshape(B, L, h)
-        k = self.key.forward(x).reshape(B, L, h)
-        v = self.value.forward(x).reshape(B, L, h)
+        q = self.query(x).reshape(B, L, h)
+        k = self.key(x).reshape(B, L, h)
+        v = self.value(x).reshape(B, L, h)
         ctx, _ = attention(q, k, v, self.num_attention_heads, mask)
         return ctx.reshape(B * L, h)
 
@@ -188,7 +188,7 @@ class BertSelfOutput(Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden: np.ndarray, input_tensor: np.ndarray) -> np.ndarray:
-        return self.LayerNorm(self.dense.forward(hidden), residual=input_tensor)
+        return self.LayerNorm(self.dense(hidden), residual=input_tensor)
 
 
 class BertAttention(Module):

@@ -1,9 +1,10 @@
 """``MultiheadAttention`` and the attention core shared with the transformer models.
 
-Attention runs per batch element as two batched GEMMs over the heads (``modulekit``'s
-``matmul``) around the fused softmax kernel (scale and additive mask folded in), so the scores
-held at any time are one batch element's ``heads x Lq x Lk`` block (786 KB for 12 heads at
-sequence 128: it stays in L2).
+float32 attention is one fused kernel (``modulekit._ext._ops.attention``): per (batch, head)
+task a thread computes the head's scores with a register-blocked QK^T, the softmax with the
+scale and mask folded in, and the PV product, holding one head's ``Lq x Lk`` scores at a time
+(64 KB at sequence 128: they stay in L1/L2). float64 attention runs per batch element as two
+batched GEMMs over the heads (``modulekit``'s ``matmul``) around the same softmax kernel.
 """
 
 from __future__ import annotations
@@ -68,14 +69,18 @@ def attention(q, k, v, num_heads: int, mask=None, scale=None, need_weights=False
     -------
     out : ndarray (B, Lq, Ev), C-contiguous
     weights : ndarray or None
+
+    float32 inputs run the fused kernel; float64 inputs the batched-GEMM path.
     """
+    if q.dtype == _F32 and k.dtype == _F32 and v.dtype == _F32:
+        return _ops.attention(q, k, v, num_heads, mask, scale, need_weights)
     B, Lq, E = q.shape
     Lk, Ev = k.shape[1], v.shape[2]
     H = num_heads
     d, dv = E // H, Ev // H
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    dt = q.dtype
+    dt = np.result_type(q.dtype, k.dtype, v.dtype)
     out = np.empty((B, Lq, Ev), dtype=dt)
     weights = np.empty((B, H, Lq, Lk), dtype=dt) if need_weights else None
     if mask is not None:
@@ -94,7 +99,6 @@ def attention(q, k, v, num_heads: int, mask=None, scale=None, need_weights=False
         ctx = _matmul(s, vh)  # (H, Lq, dv)
         out[b].reshape(Lq, H, dv)[...] = ctx.transpose(1, 0, 2)
     return out, weights
-
 
 class MultiheadAttention(Module):
     """Multi-head attention with torch's signature and state-dict keys (``in_proj_weight``,

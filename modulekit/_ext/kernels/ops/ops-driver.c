@@ -28,6 +28,8 @@ static const mk_ops_config *ops_config(int isa)
     return &ops_configs[isa];
 }
 
+mk_softmax_row_f32 mk_ops_softmax_row(int isa) { return ops_config(isa)->softmax; }
+
 void mk_layernorm_f32(int isa, size_t rows, size_t n, const float *x, size_t ldx,
                       const float *res, size_t ldr, const float *gamma, const float *beta,
                       float eps, float *y, size_t ldy, int nthreads)

@@ -74,6 +74,26 @@ ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows);
 void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
                const void *table, void *out, size_t ldo, int accumulate, int nthreads);
 
+/* The softmax row kernel the drivers use for an ISA level. */
+mk_softmax_row_f32 mk_ops_softmax_row(int isa);
+
+/* Fused multi-head attention, float32 (ops-attention.c). For batch b < nb and head h < nh:
+ *   Q_h row i at q + b*qsb + i*qsr + h*d (d values), K_h row j at k + b*ksb + j*ksr + h*d,
+ *   V_h row j at v + b*vsb + j*vsr + h*dv (dv values), output row i at out + b*osb + i*osr + h*dv;
+ *   additive mask row (b, h, i) at mask + b*msb + h*msh + i*msr (lk values; NULL: none;
+ *   stride 0 broadcasts); weights (NULL, or nb x nh x lq x lk contiguous) receives the
+ *   probabilities. Tasks (b, h) run on up to nthreads threads, each holding one head's
+ *   scores at a time. Returns 0, or -1 when a scratch buffer could not be allocated. */
+void mk_attention_qk_f32_avx512(size_t lq, size_t lk, size_t d, const float *q, ptrdiff_t qsr,
+                                const float *kt, size_t ldk, float *s, size_t lds);
+void mk_attention_pv_f32_avx512(size_t lq, size_t lk, size_t dv, const float *p, size_t ldp,
+                                const float *v, ptrdiff_t vsr, float *o, ptrdiff_t osr);
+int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_t dv,
+                     const float *q, ptrdiff_t qsb, ptrdiff_t qsr, const float *k, ptrdiff_t ksb,
+                     ptrdiff_t ksr, const float *v, ptrdiff_t vsb, ptrdiff_t vsr,
+                     const float *mask, ptrdiff_t msb, ptrdiff_t msh, ptrdiff_t msr, float scale,
+                     float *out, ptrdiff_t osb, ptrdiff_t osr, float *weights, int nthreads);
+
 #ifdef __cplusplus
 }
 #endif
