@@ -46,11 +46,22 @@ def _flops(batch, seq):
 
 
 def _export_onnx(hf, torch, path):
-    ids = torch.ones((1, 8), dtype=torch.int64)
+    class Wrapped(torch.nn.Module):  # positional inputs, tuple outputs
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            out = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            )
+            return out.last_hidden_state, out.pooler_output
+
+    ids = torch.ones((2, 8), dtype=torch.int64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            hf,
+            Wrapped(hf).eval(),
             (ids, torch.ones_like(ids), torch.zeros_like(ids)),
             path,
             input_names=["input_ids", "attention_mask", "token_type_ids"],
