@@ -131,7 +131,7 @@ def test_defaults_one_dimensional_input_and_mean_pool(saved):
         mean_pool(h, mask[:, :3])
 
 
-@pytest.mark.parametrize("dtype, tol", [("float16", 3e-2), ("bfloat16", 2e-1)])
+@pytest.mark.parametrize("dtype, tol", [("float16", 5e-3), ("bfloat16", 5e-2)])
 def test_half_weight_storage(saved, dtype, tol):
     """16-bit storage is weight-only: against transformers running the same rounded weights
     in float32 the outputs agree within 1e-4; against the original float32 weights within the

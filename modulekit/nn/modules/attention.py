@@ -100,6 +100,7 @@ def attention(q, k, v, num_heads: int, mask=None, scale=None, need_weights=False
         out[b].reshape(Lq, H, dv)[...] = ctx.transpose(1, 0, 2)
     return out, weights
 
+
 class MultiheadAttention(Module):
     """Multi-head attention with torch's signature and state-dict keys (``in_proj_weight``,
     ``in_proj_bias``, ``out_proj.weight``, ``out_proj.bias``).
