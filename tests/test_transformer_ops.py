@@ -194,8 +194,14 @@ def test_fused_attention_parallel_and_validation():
     np.testing.assert_allclose(
         out, ref_attention(q, q, q, 12, None, 1 / math.sqrt(32))[0], rtol=1e-5, atol=2e-5
     )
-    with pytest.raises(TypeError, match="float32"):
-        _ops.attention(q.astype(np.float64), q, q, 12)
+    q64 = q[:2, :40].astype(np.float64)
+    out64, w64 = _ops.attention(q64, q64, q64, 12, need_weights=True)
+    want64, p64 = ref_attention(q64, q64, q64, 12, None, 1 / math.sqrt(32))
+    assert out64.dtype == np.float64
+    np.testing.assert_allclose(out64, want64, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(w64, p64, rtol=1e-12, atol=1e-14)
+    with pytest.raises(TypeError, match="real numbers"):
+        _ops.attention(q.astype(np.complex64), q, q, 12)
     with pytest.raises(ValueError, match="not divisible by num_heads=5"):
         _ops.attention(q, q, q, 5)
     with pytest.raises(ValueError, match="do not fit"):

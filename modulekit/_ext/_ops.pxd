@@ -32,3 +32,9 @@ cdef extern from "ops/ops.h" nogil:
                          ptrdiff_t vsb, ptrdiff_t vsr, const float *mask, ptrdiff_t msb,
                          ptrdiff_t msh, ptrdiff_t msr, float scale, float *out, ptrdiff_t osb,
                          ptrdiff_t osr, float *weights, int nthreads)
+    int mk_attention_f64(size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_t dv,
+                         const double *q, ptrdiff_t qsb, ptrdiff_t qsr, const double *k,
+                         ptrdiff_t ksb, ptrdiff_t ksr, const double *v, ptrdiff_t vsb,
+                         ptrdiff_t vsr, const double *mask, ptrdiff_t msb, ptrdiff_t msh,
+                         ptrdiff_t msr, double scale, double *out, ptrdiff_t osb, ptrdiff_t osr,
+                         double *weights, int nthreads)

@@ -5,7 +5,7 @@
 * :func:`softmax_`: in-place softmax over the last axis with a scale and an additive mask folded
   in (attention scores).
 * :func:`gelu`: GELU, erf or tanh form.
-* :func:`attention`: fused multi-head attention (float32), one head's scores per thread.
+* :func:`attention`: fused multi-head attention, one head's scores per thread.
 * :func:`embedding`: embedding gather (float32/float64 tables, or float16/bfloat16 tables widened
   to float32), every index checked before anything is read.
 
@@ -303,14 +303,17 @@ def embedding(ids, table, out=None, bint accumulate=False):
     return O
 
 
-def _rows_view(x, str what, Py_ssize_t width_multiple):
-    """``x`` as a float32 3-D array with a unit-stride last axis (no copy when it has one)."""
+def _rows_view(x, str what, Py_ssize_t width_multiple, dt):
+    """``x`` as a 3-D ``dt`` array with a unit-stride last axis (no copy when it has one)."""
     A = np.asarray(x)
-    if A.dtype != _F32:
-        raise TypeError(f"attention: {what} must be float32, got {A.dtype}")
+    if A.dtype.kind not in "biuf" and A.dtype != _BF16:
+        raise TypeError(f"attention: {what} must hold real numbers, got dtype {A.dtype}")
+    if A.dtype != dt:
+        A = A.astype(dt)
     if A.ndim != 3:
         raise ValueError(f"attention: {what} must be 3-D (batch, seq, features), got {A.shape}")
-    if (A.shape[2] > 1 and A.strides[2] != 4) or A.strides[0] % 4 or A.strides[1] % 4:
+    es = dt.itemsize
+    if (A.shape[2] > 1 and A.strides[2] != es) or A.strides[0] % es or A.strides[1] % es:
         A = np.ascontiguousarray(A)
     if A.shape[2] % width_multiple:
         raise ValueError(
@@ -320,15 +323,16 @@ def _rows_view(x, str what, Py_ssize_t width_multiple):
 
 
 def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_weights=False):
-    """Fused multi-head scaled dot-product attention, float32.
+    """Fused multi-head scaled dot-product attention.
 
     Parameters
     ----------
     q : ndarray (B, Lq, E)
     k : ndarray (B, Lk, E)
     v : ndarray (B, Lk, Ev)
-        float32 with a unit-stride last axis (any row and batch strides: slices of a packed
-        QKV projection need no copy); head ``h`` owns columns ``h * E / num_heads`` to
+        Real arrays; computed in float64 when any is float64, else float32. With a unit-stride
+        last axis any row and batch strides are used in place (slices of a packed QKV
+        projection need no copy). Head ``h`` owns columns ``h * E / num_heads`` to
         ``(h + 1) * E / num_heads`` (and likewise of ``Ev``).
     num_heads : int
     mask : array_like or None
@@ -340,14 +344,16 @@ def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_we
 
     Returns
     -------
-    out : ndarray (B, Lq, Ev), C-contiguous float32
+    out : ndarray (B, Lq, Ev), C-contiguous
     weights : ndarray or None
     """
     if num_heads <= 0:
         raise ValueError(f"attention: num_heads must be positive, got {num_heads}")
-    Q = _rows_view(q, "q", num_heads)
-    K = _rows_view(k, "k", num_heads)
-    V = _rows_view(v, "v", num_heads)
+    dt = _F64 if _F64 in (np.asarray(q).dtype, np.asarray(k).dtype, np.asarray(v).dtype) else _F32
+    cdef Py_ssize_t es = dt.itemsize
+    Q = _rows_view(q, "q", num_heads, dt)
+    K = _rows_view(k, "k", num_heads, dt)
+    V = _rows_view(v, "v", num_heads, dt)
     cdef Py_ssize_t B = Q.shape[0], Lq = Q.shape[1], E = Q.shape[2]
     cdef Py_ssize_t Lk = K.shape[1], Ev = V.shape[2]
     if K.shape[0] != B or V.shape[0] != B or K.shape[2] != E or V.shape[1] != Lk:
@@ -355,23 +361,23 @@ def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_we
             f"attention: shapes q {Q.shape}, k {K.shape}, v {V.shape} do not fit "
             "q (B, Lq, E), k (B, Lk, E), v (B, Lk, Ev)")
     cdef Py_ssize_t d = E // num_heads, dv = Ev // num_heads
-    cdef float fscale = (1.0 / np.sqrt(d) if d else 1.0) if scale is None else float(scale)
-    cdef cnp.ndarray out = np.empty((B, Lq, Ev), dtype=_F32)
-    W = np.empty((B, num_heads, Lq, Lk), dtype=_F32) if need_weights else None
+    cdef double fscale = (1.0 / np.sqrt(d) if d else 1.0) if scale is None else float(scale)
+    cdef cnp.ndarray out = np.empty((B, Lq, Ev), dtype=dt)
+    W = np.empty((B, num_heads, Lq, Lk), dtype=dt) if need_weights else None
     M = None
     if mask is not None:
         M = np.asarray(mask)
-        if M.dtype != _F32:
+        if M.dtype != dt:
             if M.dtype.kind not in "biuf":
                 raise TypeError(f"attention: mask must hold real numbers, got dtype {M.dtype}")
-            M = M.astype(_F32)
+            M = M.astype(dt)
         try:
             M = np.broadcast_to(M, (B, num_heads, Lq, Lk))
         except ValueError:
             raise ValueError(
                 f"attention: mask of shape {M.shape} cannot be broadcast to "
                 f"{(B, num_heads, Lq, Lk)}") from None
-        if Lk > 1 and M.strides[3] != 4:
+        if Lk > 1 and M.strides[3] != es:
             M = np.ascontiguousarray(M)
     if out.size == 0 or Lq == 0:
         return out, W
@@ -380,27 +386,36 @@ def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_we
         if W is not None:
             W[...] = np.nan
         return out, W
-    cdef const float *pq = <const float *>cnp.PyArray_DATA(<cnp.ndarray>Q)
-    cdef const float *pk = <const float *>cnp.PyArray_DATA(<cnp.ndarray>K)
-    cdef const float *pv = <const float *>cnp.PyArray_DATA(<cnp.ndarray>V)
-    cdef float *po = <float *>cnp.PyArray_DATA(out)
-    cdef float *pw = NULL if W is None else <float *>cnp.PyArray_DATA(<cnp.ndarray>W)
-    cdef const float *pm = NULL
+    cdef void *pq = cnp.PyArray_DATA(<cnp.ndarray>Q)
+    cdef void *pk = cnp.PyArray_DATA(<cnp.ndarray>K)
+    cdef void *pv = cnp.PyArray_DATA(<cnp.ndarray>V)
+    cdef void *po = cnp.PyArray_DATA(out)
+    cdef void *pw = NULL if W is None else cnp.PyArray_DATA(<cnp.ndarray>W)
+    cdef void *pm = NULL
     cdef ptrdiff_t msb = 0, msh = 0, msr = 0
     if M is not None:
-        pm = <const float *>cnp.PyArray_DATA(<cnp.ndarray>M)
-        msb, msh, msr = M.strides[0] // 4, M.strides[1] // 4, M.strides[2] // 4
-    cdef ptrdiff_t qsb = Q.strides[0] // 4, qsr = Q.strides[1] // 4
-    cdef ptrdiff_t ksb = K.strides[0] // 4, ksr = K.strides[1] // 4
-    cdef ptrdiff_t vsb = V.strides[0] // 4, vsr = V.strides[1] // 4
+        pm = cnp.PyArray_DATA(<cnp.ndarray>M)
+        msb, msh, msr = M.strides[0] // es, M.strides[1] // es, M.strides[2] // es
+    cdef ptrdiff_t qsb = Q.strides[0] // es, qsr = Q.strides[1] // es
+    cdef ptrdiff_t ksb = K.strides[0] // es, ksr = K.strides[1] // es
+    cdef ptrdiff_t vsb = V.strides[0] // es, vsr = V.strides[1] // es
     cdef ptrdiff_t osb = Lq * Ev, osr = Ev
     cdef Py_ssize_t work = B * num_heads * Lq * Lk * (d + dv) // 8
     cdef int nt = _threads(work)
     cdef int isa = <int>active_isa()
     cdef int rc
-    with nogil:
-        rc = mk_attention_f32(isa, B, num_heads, Lq, Lk, d, dv, pq, qsb, qsr, pk, ksb, ksr,
-                              pv, vsb, vsr, pm, msb, msh, msr, fscale, po, osb, osr, pw, nt)
+    if dt == _F32:
+        with nogil:
+            rc = mk_attention_f32(isa, B, num_heads, Lq, Lk, d, dv, <const float *>pq, qsb,
+                                  qsr, <const float *>pk, ksb, ksr, <const float *>pv, vsb, vsr,
+                                  <const float *>pm, msb, msh, msr, <float>fscale,
+                                  <float *>po, osb, osr, <float *>pw, nt)
+    else:
+        with nogil:
+            rc = mk_attention_f64(B, num_heads, Lq, Lk, d, dv, <const double *>pq, qsb, qsr,
+                                  <const double *>pk, ksb, ksr, <const double *>pv, vsb, vsr,
+                                  <const double *>pm, msb, msh, msr, fscale, <double *>po,
+                                  osb, osr, <double *>pw, nt)
     if rc != 0:
         raise MemoryError("attention: could not allocate the per-thread scratch buffers")
     return out, W

@@ -1,10 +1,9 @@
 """``MultiheadAttention`` and the attention core shared with the transformer models.
 
-float32 attention is one fused kernel (``modulekit._ext._ops.attention``): per (batch, head)
-task a thread computes the head's scores with a register-blocked QK^T, the softmax with the
-scale and mask folded in, and the PV product, holding one head's ``Lq x Lk`` scores at a time
-(64 KB at sequence 128: they stay in L1/L2). float64 attention runs per batch element as two
-batched GEMMs over the heads (``modulekit``'s ``matmul``) around the same softmax kernel.
+Attention is one fused kernel (``modulekit._ext._ops.attention``): per (batch, head) task a
+thread computes the head's scores with a register-blocked QK^T, the softmax with the scale and
+mask folded in, and the PV product, holding one head's ``Lq x Lk`` scores at a time (64 KB at
+sequence 128: they stay in L1/L2).
 """
 
 from __future__ import annotations
@@ -22,11 +21,6 @@ from modulekit.nn._packing import pack_linear
 from modulekit.nn._random import default_generator
 from modulekit.nn.functional import as_real_array
 from modulekit.nn.modules.linear import Linear
-
-try:  # the ONE place choosing the batched GEMM (a NumPy stand-in until _gemm is merged)
-    from modulekit._ext._gemm import matmul as _matmul
-except ImportError:  # pragma: no cover - removed once the GEMM engine is on main
-    _matmul = np.matmul
 
 __all__ = ["MultiheadAttention", "attention", "additive_mask"]
 
@@ -70,35 +64,9 @@ def attention(q, k, v, num_heads: int, mask=None, scale=None, need_weights=False
     out : ndarray (B, Lq, Ev), C-contiguous
     weights : ndarray or None
 
-    float32 inputs run the fused kernel; float64 inputs the batched-GEMM path.
+    Computes in float64 when any input is float64, else in float32.
     """
-    if q.dtype == _F32 and k.dtype == _F32 and v.dtype == _F32:
-        return _ops.attention(q, k, v, num_heads, mask, scale, need_weights)
-    B, Lq, E = q.shape
-    Lk, Ev = k.shape[1], v.shape[2]
-    H = num_heads
-    d, dv = E // H, Ev // H
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    dt = np.result_type(q.dtype, k.dtype, v.dtype)
-    out = np.empty((B, Lq, Ev), dtype=dt)
-    weights = np.empty((B, H, Lq, Lk), dtype=dt) if need_weights else None
-    if mask is not None:
-        mask = np.asarray(mask, dtype=dt)
-        mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
-    if out.size == 0:
-        return out, weights
-    for b in range(B):
-        qh = q[b].reshape(Lq, H, d).transpose(1, 0, 2)  # (H, Lq, d), a view
-        kt = k[b].reshape(Lk, H, d).transpose(1, 2, 0)  # (H, d, Lk)
-        vh = v[b].reshape(Lk, H, dv).transpose(1, 0, 2)  # (H, Lk, dv)
-        s = _matmul(qh, kt)  # (H, Lq, Lk), C-contiguous
-        _ops.softmax_(s, scale, None if mask is None else mask[b if mask.shape[0] > 1 else 0])
-        if weights is not None:
-            weights[b] = s
-        ctx = _matmul(s, vh)  # (H, Lq, dv)
-        out[b].reshape(Lq, H, dv)[...] = ctx.transpose(1, 0, 2)
-    return out, weights
+    return _ops.attention(q, k, v, num_heads, mask, scale, need_weights)
 
 
 class MultiheadAttention(Module):

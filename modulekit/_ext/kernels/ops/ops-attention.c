@@ -10,6 +10,7 @@
 #include "mk_omp.h"
 #include "ops.h"
 
+#define ATT_T float
 #define ATT_ATTR
 #define ATT_NAME(op) att_##op##_generic
 #include "attention-generic.inc.h"
@@ -21,6 +22,15 @@
 #include "attention-generic.inc.h"
 #undef ATT_ATTR
 #undef ATT_NAME
+#undef ATT_T
+
+#define ATT_T double
+#define ATT_ATTR
+#define ATT_NAME(op) att_##op##_f64
+#include "attention-generic.inc.h"
+#undef ATT_ATTR
+#undef ATT_NAME
+#undef ATT_T
 
 typedef void (*att_qk_fn)(size_t, size_t, size_t, const float *, ptrdiff_t, const float *, size_t,
                           float *, size_t);
@@ -91,6 +101,52 @@ int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t
             for (size_t i = 0; i < lq; i++)
                 softmax(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, scale);
             pv(lq, lk, dv, s, lk, vh, vsr, oh, osr);
+        }
+        free(kt);
+        free(sbuf);
+    }
+    return failed ? -1 : 0;
+}
+
+int mk_attention_f64(size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_t dv,
+                     const double *q, ptrdiff_t qsb, ptrdiff_t qsr, const double *k,
+                     ptrdiff_t ksb, ptrdiff_t ksr, const double *v, ptrdiff_t vsb, ptrdiff_t vsr,
+                     const double *mask, ptrdiff_t msb, ptrdiff_t msh, ptrdiff_t msr,
+                     double scale, double *out, ptrdiff_t osb, ptrdiff_t osr, double *weights,
+                     int nthreads)
+{
+    const ptrdiff_t tasks = (ptrdiff_t)(nb * nh);
+    int failed = 0;
+    if (tasks < nthreads) nthreads = (int)(tasks > 0 ? tasks : 1);
+
+    #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        double *kt = (double *)alloc64(d * lk * sizeof(double));
+        double *sbuf = weights ? NULL : (double *)alloc64(lq * lk * sizeof(double));
+        const int ok = kt != NULL && (weights != NULL || sbuf != NULL);
+        ptrdiff_t t;
+        #pragma omp for schedule(static)
+        for (t = 0; t < tasks; t++) {
+            if (!ok) {
+                #pragma omp atomic write
+                failed = 1;
+                continue;
+            }
+            const size_t b = (size_t)t / nh, h = (size_t)t % nh;
+            const double *qh = q + (ptrdiff_t)b * qsb + (ptrdiff_t)(h * d);
+            const double *kh = k + (ptrdiff_t)b * ksb + (ptrdiff_t)(h * d);
+            const double *vh = v + (ptrdiff_t)b * vsb + (ptrdiff_t)(h * dv);
+            double *oh = out + (ptrdiff_t)b * osb + (ptrdiff_t)(h * dv);
+            double *s = weights ? weights + (size_t)t * lq * lk : sbuf;
+            for (size_t j = 0; j < lk; j++) {
+                const double *kj = kh + (ptrdiff_t)j * ksr;
+                for (size_t c = 0; c < d; c++) kt[c * lk + j] = kj[c];
+            }
+            att_qk_f64(lq, lk, d, qh, qsr, kt, lk, s, lk);
+            const double *mrow = mask ? mask + (ptrdiff_t)b * msb + (ptrdiff_t)h * msh : NULL;
+            for (size_t i = 0; i < lq; i++)
+                mk_softmax_row_f64(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, scale);
+            att_pv_f64(lq, lk, dv, s, lk, vh, vsr, oh, osr);
         }
         free(kt);
         free(sbuf);

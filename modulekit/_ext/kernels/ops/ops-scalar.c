@@ -134,7 +134,7 @@ void mk_layernorm_f64(size_t rows, size_t n, const double *x, size_t ldx, const 
                           beta, eps, y + (size_t)r * ldy);
 }
 
-static void softmax_row_f64(size_t n, double *x, const double *mask, double scale)
+void mk_softmax_row_f64(size_t n, double *x, const double *mask, double scale)
 {
     size_t i;
     double mx = -INFINITY, sum = 0.0;
@@ -160,7 +160,7 @@ void mk_softmax_f64(size_t na, size_t nb, size_t nc, size_t n, double *x, ptrdif
     for (r = 0; r < total; r++) {
         ptrdiff_t a = r / (ptrdiff_t)(nb * nc), b = (r / (ptrdiff_t)nc) % (ptrdiff_t)nb,
                   c = r % (ptrdiff_t)nc;
-        softmax_row_f64(n, x + a * sx0 + b * sx1 + c * sx2,
+        mk_softmax_row_f64(n, x + a * sx0 + b * sx1 + c * sx2,
                         mask ? mask + a * sm0 + b * sm1 + c * sm2 : NULL, scale);
     }
 }

@@ -74,6 +74,9 @@ ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows);
 void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
                const void *table, void *out, size_t ldo, int accumulate, int nthreads);
 
+/* float64 softmax row (portable C). */
+void mk_softmax_row_f64(size_t n, double *x, const double *mask, double scale);
+
 /* The softmax row kernel the drivers use for an ISA level. */
 mk_softmax_row_f32 mk_ops_softmax_row(int isa);
 
@@ -93,6 +96,13 @@ int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t
                      ptrdiff_t ksr, const float *v, ptrdiff_t vsb, ptrdiff_t vsr,
                      const float *mask, ptrdiff_t msb, ptrdiff_t msh, ptrdiff_t msr, float scale,
                      float *out, ptrdiff_t osb, ptrdiff_t osr, float *weights, int nthreads);
+/* The same in float64 (portable C loops). */
+int mk_attention_f64(size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_t dv,
+                     const double *q, ptrdiff_t qsb, ptrdiff_t qsr, const double *k,
+                     ptrdiff_t ksb, ptrdiff_t ksr, const double *v, ptrdiff_t vsb, ptrdiff_t vsr,
+                     const double *mask, ptrdiff_t msb, ptrdiff_t msh, ptrdiff_t msr,
+                     double scale, double *out, ptrdiff_t osb, ptrdiff_t osr, double *weights,
+                     int nthreads);
 
 #ifdef __cplusplus
 }
