@@ -191,6 +191,8 @@ def test_bad_input_raises_clear_errors(saved):
         ValueError, match="sequence length 131 is longer than max_position_embeddings=130"
     ):
         m(np.ones((1, 131), np.int64))
+    with pytest.raises(ValueError, match="no tokens"):
+        m(np.zeros((2, 0), np.int64))
     with pytest.raises(TypeError, match="input_ids must hold integers"):
         m(np.ones((1, 3), np.float32))
     with pytest.raises(ValueError, match="divisible"):
@@ -223,3 +225,13 @@ def test_from_pretrained_needs_neither_torch_nor_transformers(saved):
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.split("\n")[:2] == ["(1, 3, 64)", "(1, 3, 64)"]
+
+
+def test_float64_model_computes_in_float64(saved):
+    hf, dirs = saved["small"]
+    m = BertModel.from_pretrained(dirs["safetensors"], dtype="float64")
+    ids, mask, tt = inputs(CONFIGS["small"], 2, 9, np.random.default_rng(2))
+    want_h, _ = hf_out(copy.deepcopy(hf).double(), ids, mask, tt)
+    got = m(ids, mask, tt).last_hidden_state
+    assert got.dtype == np.float64
+    assert np.abs(got - want_h).max() <= 1e-12

@@ -318,6 +318,8 @@ class BertModel(Module):
         if ids.ndim != 2:
             raise ValueError(f"BertModel: input_ids must be (batch, seq), got shape {ids.shape}")
         B, L = ids.shape
+        if L == 0:
+            raise ValueError("BertModel: input_ids has no tokens (sequence length 0)")
         cfg = self.config
         if L > cfg.max_position_embeddings:
             raise ValueError(
