@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from ml_dtypes import bfloat16 as _np_bfloat16
 
+from modulekit._ext._gemm import warm_threads as _warm_threads
 from modulekit._ext._tensor import Parameter, Tensor, as_array
 from modulekit.device import Device, as_device
 from modulekit.dtypes import DataType, as_dtype
@@ -1129,9 +1130,29 @@ class Module:
     def _repack(self, values: dict[str, np.ndarray], dtype: DataType | None = None) -> None:
         """Re-pack from ``values`` and/or into storage ``dtype`` (no-op here)."""
 
+    # ------------------------------------------------------------------ fusion protocol
+    #: The kernel epilogue an activation module stands for, as ``(name, alpha, beta)`` with a
+    #: name from ``modulekit._ext._gemm.ACTIVATIONS``; None for modules that are not one.
+    _epilogue: tuple[str, float, float] | None = None
+
+    def _fusable(self, following: list[Module]) -> int:
+        """How many of the modules ``following`` this one (in a Sequential) can absorb into
+        one fused call; 0 for none (the default)."""
+        return 0
+
+    def _forward_fused(self, following: tuple[Module, ...], input: Any) -> Any:
+        """Compute ``following[-1](...following[0](self(input)))`` as one fused call; only
+        called with the modules :meth:`_fusable` accepted."""
+        raise NotImplementedError(f"{type(self).__name__} fuses nothing")
+
+    def _fuse(self) -> None:
+        """Plan fused calls over this module's children (containers override; no-op here)."""
+
     def initialize(self) -> Module:
         """Warm the whole tree up eagerly: every module packs its bound weights now (children
-        first) instead of on its first forward. Returns self."""
+        first) instead of on its first forward, containers fuse what they can (a Linear
+        followed by a supported activation runs as one kernel call with the activation in
+        its epilogue), and the kernels' thread pool is started. Returns self."""
         seen = set()
 
         def visit(module: Module) -> None:
@@ -1140,8 +1161,10 @@ class Module:
                 if child is not None and child not in seen:
                     visit(child)
             module._pack()
+            module._fuse()
 
         visit(self)
+        _warm_threads()
         return self
 
     # ------------------------------------------------------------------ repr

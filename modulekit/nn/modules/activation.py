@@ -26,18 +26,21 @@ class ReLU(_InplaceActivation):
     """``max(x, 0)`` element-wise; ``inplace=True`` overwrites a writable float ndarray."""
 
     _fn = staticmethod(F.relu)
+    _epilogue = ("relu", 0.0, 0.0)
 
 
 class ReLU6(_InplaceActivation):
     """``min(max(x, 0), 6)`` element-wise."""
 
     _fn = staticmethod(F.relu6)
+    _epilogue = ("relu6", 0.0, 6.0)
 
 
 class SiLU(_InplaceActivation):
     """``x * sigmoid(x)`` element-wise."""
 
     _fn = staticmethod(F.silu)
+    _epilogue = ("silu", 0.0, 0.0)
 
 
 class GELU(Module):
@@ -49,6 +52,10 @@ class GELU(Module):
             raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
 
+    @property
+    def _epilogue(self):
+        return ("gelu" if self.approximate == "none" else "gelu_tanh", 0.0, 0.0)
+
     def forward(self, input):
         return F.gelu(input, approximate=self.approximate)
 
@@ -59,12 +66,16 @@ class GELU(Module):
 class Sigmoid(Module):
     """``1 / (1 + exp(-x))`` element-wise."""
 
+    _epilogue = ("sigmoid", 0.0, 0.0)
+
     def forward(self, input):
         return F.sigmoid(input)
 
 
 class Tanh(Module):
     """Hyperbolic tangent element-wise."""
+
+    _epilogue = ("tanh", 0.0, 0.0)
 
     def forward(self, input):
         return F.tanh(input)

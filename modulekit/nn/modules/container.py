@@ -138,7 +138,37 @@ class Sequential(_IndexedContainer):
 
     __rmul__ = __mul__
 
+    #: (children when planned, steps): each step a tuple of consecutive children run as one
+    #: call, ``steps[i][0]._forward_fused(steps[i][1:], x)`` when it has more than one.
+    _fused_plan = None
+
+    def _fuse(self) -> None:
+        """Plan fused calls: a child that can absorb the children after it (a Linear and a
+        following activation) runs them as one kernel call. Built by ``initialize()``; used
+        while the children are unchanged, and per step only while none of its modules has
+        hooks (hooks then see every call, unfused)."""
+        children = tuple(self._modules.values())
+        steps, i = [], 0
+        while i < len(children):
+            lead = children[i]
+            n = lead._fusable(list(children[i + 1:])) if lead is not None else 0
+            steps.append(children[i:i + 1 + n])
+            i += 1 + n
+        fused = any(len(step) > 1 for step in steps)
+        self.__dict__["_fused_plan"] = (children, tuple(steps)) if fused else None
+
     def forward(self, input):
+        plan = self._fused_plan
+        if plan is not None and plan[0] == tuple(self._modules.values()):
+            for step in plan[1]:
+                if len(step) == 1:
+                    input = step[0](input)
+                elif any(m._has_hooks for m in step):
+                    for module in step:
+                        input = module(input)
+                else:
+                    input = step[0]._forward_fused(step[1:], input)
+            return input
         for module in self._modules.values():
             input = module(input)
         return input

@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 
+from modulekit._ext._gemm import pack_linear
 from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
 from modulekit.dtypes import DataType, as_dtype, float32
 from modulekit.module import Module
-from modulekit.nn._packing import pack_linear
 from modulekit.nn._random import default_generator
 from modulekit.nn.functional import as_real_array
 
@@ -146,6 +146,17 @@ class Linear(Module):
 
     # ---------------------------------------------------------------- compute
     def forward(self, input) -> np.ndarray:
+        return self._compute(input, "none", 0.0, 0.0)
+
+    def _fusable(self, following) -> int:
+        return 1 if following and following[0] is not None and following[0]._epilogue else 0
+
+    def _forward_fused(self, following, input) -> np.ndarray:
+        return self._compute(input, *following[0]._epilogue)
+
+    def _compute(self, input, activation: str, alpha: float, beta: float) -> np.ndarray:
+        """``activation(input @ weight.T + bias)``, the activation applied in the kernel's
+        epilogue while the output tile is in registers."""
         packed = self._packed
         if packed is None:
             self._pack()
@@ -154,7 +165,7 @@ class Linear(Module):
         if type(input) is np.ndarray and input.dtype.kind == "f":
             shape = input.shape
             if len(shape) == 2 and shape[1] == self.in_features:
-                return packed.forward(input)
+                return packed.forward(input, activation, alpha, beta)
         x = as_real_array(input, "Linear")
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             got = x.shape[-1] if x.ndim else "a scalar"
@@ -166,7 +177,7 @@ class Linear(Module):
         if x.dtype.kind in "biu":  # the kernels take floating inputs only
             x = x.astype(packed.compute_dtype)
         if x.ndim == 2:
-            return packed.forward(x)
+            return packed.forward(x, activation, alpha, beta)
         lead = x.shape[:-1]
-        y = packed.forward(x.reshape(math.prod(lead), self.in_features))
+        y = packed.forward(x.reshape(math.prod(lead), self.in_features), activation, alpha, beta)
         return y.reshape(lead + (self.out_features,))

@@ -1,0 +1,12 @@
+/* bfloat16 -> float16, generic C (any CPU); the reference the SIMD kernels match. */
+#include "cast.h"
+#include "cast-scalar.h"
+
+void mk_bf16_f16_vcvt_ukernel__scalar_x1(size_t n, const void* input, void* output) {
+    const uint16_t* in = (const uint16_t*)input; /* input: n bfloat16 */
+    uint16_t* out = (uint16_t*)output;           /* output: n float16 (may alias input when not wider) */
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t x = in[i];
+        out[i] = mk_bf16_to_f16_bits(x);
+    }
+}

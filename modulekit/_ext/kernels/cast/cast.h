@@ -1,0 +1,147 @@
+/* Element-type conversions between float32, float64, float16 and bfloat16.
+ *
+ * Layout (XNNPACK style): one micro-kernel per (conversion, instruction set) in
+ * `<src>-<dst>-vcvt-<isa>.c`, one table choosing them (cast-config.c) and one driver
+ * (cast-run.c) that splits the work over OpenMP threads and handles in-place narrowing.
+ *
+ * Results are bit-identical, in every instruction-set path, to NumPy's `astype` for the
+ * float16/float32/float64 pairs and to ml_dtypes' `astype` for the pairs involving
+ * bfloat16 (the rules are spelled out in cast-scalar.h). They assume the default
+ * floating-point environment (round-to-nearest-even, no flush-to-zero), as NumPy does. */
+#ifndef MK_CAST_H
+#define MK_CAST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "isa.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The AVX2 and AVX-512 kernels exist on x86 only; elsewhere the config table holds the
+ * generic kernels at every level (and mk_isa_detect never reports a SIMD level). */
+#ifndef MK_CAST_X86
+#if defined(__x86_64__) || defined(__i386__)
+#define MK_CAST_X86 1
+#else
+#define MK_CAST_X86 0
+#endif
+#endif
+
+/* Function attributes of the two SIMD levels (see isa.h); whole loops live inside them. */
+#define MK_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define MK_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+/* Element-type codes (also exported to Cython through _cast.pxd). */
+typedef enum {
+    MK_DT_F32 = 0,  /* IEEE binary32 */
+    MK_DT_F64 = 1,  /* IEEE binary64 */
+    MK_DT_F16 = 2,  /* IEEE binary16 (NumPy float16) */
+    MK_DT_BF16 = 3, /* bfloat16 (ml_dtypes.bfloat16): the upper half of a binary32 */
+    MK_DT_COUNT = 4
+} mk_dtype_code;
+
+/* Size in bytes of one element of `code` (0 for an unknown code). */
+size_t mk_dtype_size(int code);
+
+/* A conversion micro-kernel: converts `n` elements from `input` into `output`.
+ * `output` may alias `input` (same start address) when the output element is not wider
+ * than the input element: every kernel reads a block before it writes it, front to back. */
+typedef void (*mk_vcvt_ukernel_fn)(size_t n, const void* input, void* output);
+
+/* The kernel for (src, dst, isa) from the config table; NULL for an unknown code.
+ * Identity pairs map to a plain copy kernel. An `isa` above the best implemented level for
+ * a pair falls back to the best lower one. */
+mk_vcvt_ukernel_fn mk_cast_select(int src_code, int dst_code, mk_isa isa);
+
+/* The non-temporal-store variant of the (src, dst, isa) kernel, or NULL where there is
+ * none; for large casts that do not alias. */
+mk_vcvt_ukernel_fn mk_cast_select_stream(int src_code, int dst_code, mk_isa isa);
+
+/* Work (bytes read + bytes written) from which a non-aliasing cast streams its output. */
+size_t mk_cast_stream_min_bytes(void);
+/* Change it (for measuring and tests; not synchronised with running casts). */
+void mk_cast_set_stream_min_bytes(size_t nbytes);
+
+/* Work (bytes read + bytes written) below which a cast stays on one thread. */
+size_t mk_cast_parallel_min_bytes(void);
+/* Change it (for measuring and tests; not synchronised with running casts). */
+void mk_cast_set_parallel_min_bytes(size_t nbytes);
+
+/* Convert `n` elements of `src_code` at `src` into `dst_code` at `dst` with up to
+ * `nthreads` OpenMP threads (1: serial), using the kernels of level `isa`.
+ * `dst` may equal `src` when dst's element size is <= src's (in-place narrowing, also in
+ * parallel); any other overlap is the caller's error (checked in Cython before this runs).
+ * Returns 0, or -1 for an unknown type code (nothing written). */
+int mk_cast_run(const void* src, int src_code, void* dst, int dst_code, size_t n, int nthreads,
+                mk_isa isa);
+
+/* ---- micro-kernels (name: mk_<src>_<dst>_vcvt_ukernel__<isa>_x<elements per step>) ---- */
+#define MK_DECLARE_VCVT(name) void name(size_t n, const void* input, void* output)
+
+MK_DECLARE_VCVT(mk_x16_copy_ukernel__memcpy);
+MK_DECLARE_VCVT(mk_x32_copy_ukernel__memcpy);
+MK_DECLARE_VCVT(mk_x64_copy_ukernel__memcpy);
+
+MK_DECLARE_VCVT(mk_f32_f16_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_f32_f16_vcvt_ukernel__f16c_x8);
+MK_DECLARE_VCVT(mk_f32_f16_vcvt_ukernel__avx512_x16);
+MK_DECLARE_VCVT(mk_f32_f16_vcvt_ukernel__f16c_nt_x32);
+MK_DECLARE_VCVT(mk_f32_f16_vcvt_ukernel__avx512_nt_x32);
+
+MK_DECLARE_VCVT(mk_f16_f32_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_f16_f32_vcvt_ukernel__f16c_x8);
+MK_DECLARE_VCVT(mk_f16_f32_vcvt_ukernel__avx512_x16);
+MK_DECLARE_VCVT(mk_f16_f32_vcvt_ukernel__f16c_nt_x16);
+MK_DECLARE_VCVT(mk_f16_f32_vcvt_ukernel__avx512_nt_x16);
+
+MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx2_x8);
+MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx512_x32);
+MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx2_nt_x32);
+MK_DECLARE_VCVT(mk_f32_bf16_vcvt_ukernel__avx512_nt_x32);
+
+MK_DECLARE_VCVT(mk_bf16_f32_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_bf16_f32_vcvt_ukernel__avx2_x8);
+MK_DECLARE_VCVT(mk_bf16_f32_vcvt_ukernel__avx512_x16);
+MK_DECLARE_VCVT(mk_bf16_f32_vcvt_ukernel__avx2_nt_x16);
+MK_DECLARE_VCVT(mk_bf16_f32_vcvt_ukernel__avx512_nt_x16);
+
+MK_DECLARE_VCVT(mk_f32_f64_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_f32_f64_vcvt_ukernel__avx2_x4);
+MK_DECLARE_VCVT(mk_f32_f64_vcvt_ukernel__avx512_x8);
+
+MK_DECLARE_VCVT(mk_f64_f32_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_f64_f32_vcvt_ukernel__avx2_x4);
+MK_DECLARE_VCVT(mk_f64_f32_vcvt_ukernel__avx512_x8);
+
+MK_DECLARE_VCVT(mk_f64_f16_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_f64_f16_vcvt_ukernel__f16c_x4);
+MK_DECLARE_VCVT(mk_f64_f16_vcvt_ukernel__avx512_x8);
+
+MK_DECLARE_VCVT(mk_f16_f64_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_f16_f64_vcvt_ukernel__f16c_x8);
+MK_DECLARE_VCVT(mk_f16_f64_vcvt_ukernel__avx512_x8);
+
+MK_DECLARE_VCVT(mk_f64_bf16_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_f64_bf16_vcvt_ukernel__avx2_x4);
+MK_DECLARE_VCVT(mk_f64_bf16_vcvt_ukernel__avx512_x8);
+
+MK_DECLARE_VCVT(mk_bf16_f64_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_bf16_f64_vcvt_ukernel__avx2_x8);
+MK_DECLARE_VCVT(mk_bf16_f64_vcvt_ukernel__avx512_x8);
+
+MK_DECLARE_VCVT(mk_f16_bf16_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_f16_bf16_vcvt_ukernel__f16c_x8);
+MK_DECLARE_VCVT(mk_f16_bf16_vcvt_ukernel__avx512_x16);
+
+MK_DECLARE_VCVT(mk_bf16_f16_vcvt_ukernel__scalar_x1);
+MK_DECLARE_VCVT(mk_bf16_f16_vcvt_ukernel__f16c_x8);
+MK_DECLARE_VCVT(mk_bf16_f16_vcvt_ukernel__avx512_x16);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MK_CAST_H */

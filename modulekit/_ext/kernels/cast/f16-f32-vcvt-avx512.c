@@ -1,0 +1,58 @@
+/* float16 -> float32, AVX-512: vcvtph2ps zmm, 16 per step, masked tail. NaN lanes are
+ * rebuilt with their payload unquieted, as NumPy gives. */
+#include "cast.h"
+
+#if MK_CAST_X86
+#include <immintrin.h>
+
+static inline MK_TARGET_AVX512 __m512 mk_cvt16(__m256i h) {
+    __m512 v = _mm512_cvtph_ps(h);
+    const __mmask16 nan = _mm256_cmpgt_epu16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7fff)),
+                                                  _mm256_set1_epi16(0x7c00));
+    if (nan) {
+        const __m512i u = _mm512_cvtepu16_epi32(h);
+        const __m512i r = _mm512_or_si512(
+            _mm512_slli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x8000)), 16),
+            _mm512_or_si512(_mm512_set1_epi32(0x7f800000),
+                            _mm512_slli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x3ff)), 13)));
+        v = _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(r));
+    }
+    return v;
+}
+
+MK_TARGET_AVX512 void mk_f16_f32_vcvt_ukernel__avx512_x16(size_t n, const void* input,
+                                                          void* output) {
+    const uint16_t* in = (const uint16_t*)input; /* input: n float16 */
+    float* out = (float*)output;                 /* output: n float32 */
+    for (; n >= 16; n -= 16, in += 16, out += 16) {
+        _mm512_storeu_ps(out, mk_cvt16(_mm256_loadu_si256((const __m256i*)in)));
+    }
+    if (n != 0) {
+        const __mmask16 m = (__mmask16)((1u << n) - 1u);
+        _mm512_mask_storeu_ps(out, m, mk_cvt16(_mm256_maskz_loadu_epi16(m, in)));
+    }
+}
+
+/* The same with non-temporal stores, for outputs far larger than the caches (chosen by the
+ * driver, never in place): the output lines are written whole without being read first.
+ * Unaligned head and short tail go through the kernel above. */
+MK_TARGET_AVX512 void mk_f16_f32_vcvt_ukernel__avx512_nt_x16(size_t n, const void* input, void* output) {
+    const uint16_t* in = (const uint16_t*)input; /* input: n elements */
+    float* out = (float*)output;         /* output: n elements, not overlapping input */
+    const size_t head = ((64u - ((uintptr_t)out & 63u)) & 63u) / sizeof(float);
+    if (((uintptr_t)out % sizeof(float)) != 0 || head + 16 > n) {
+        mk_f16_f32_vcvt_ukernel__avx512_x16(n, in, out);
+        return;
+    }
+    mk_f16_f32_vcvt_ukernel__avx512_x16(head, in, out);
+    in += head;
+    out += head;
+    n -= head;
+    for (; n >= 16; n -= 16, in += 16, out += 16) { /* one 64-byte line */
+        _mm512_stream_ps(out, mk_cvt16(_mm256_loadu_si256((const __m256i*)in)));
+    }
+    _mm_sfence(); /* order the streamed lines before whatever the caller does next */
+    mk_f16_f32_vcvt_ukernel__avx512_x16(n, in, out);
+}
+
+#endif /* MK_CAST_X86 */
