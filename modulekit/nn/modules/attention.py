@@ -13,11 +13,11 @@ import math
 import numpy as np
 
 from modulekit._ext import _ops
+from modulekit._ext._gemm import pack_linear
 from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
 from modulekit.dtypes import DataType, as_dtype, float32
 from modulekit.module import Module
-from modulekit.nn._packing import pack_linear
 from modulekit.nn._random import default_generator
 from modulekit.nn.functional import as_real_array
 from modulekit.nn.modules.linear import Linear

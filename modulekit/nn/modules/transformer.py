@@ -18,17 +18,11 @@ from modulekit.nn.modules.normalization import LayerNorm
 __all__ = ["TransformerEncoder", "TransformerEncoderLayer", "linear_act"]
 
 
-def linear_act(linear: Linear, x2d: np.ndarray, activation: str = "none") -> np.ndarray:
-    """``activation(linear(x2d))`` with the activation fused into the GEMM's epilogue
-    (``x2d``: a 2-D float array of width ``linear.in_features``)."""
-    packed = linear._packed
-    if packed is None:
-        linear._pack()
-        packed = linear._packed
-    return packed.forward(x2d, activation)
-
-
-_FUSED = {"relu": "relu", "gelu": "gelu"}
+def linear_act(linear: Linear, x2d: np.ndarray, activation: str = "none", alpha=0.0, beta=0.0):
+    """``activation(linear(x2d))`` with the activation applied in the GEMM's epilogue
+    (``x2d``: a 2-D float array of width ``linear.in_features``; ``activation`` a name of
+    ``modulekit._ext._gemm.ACTIVATIONS``)."""
+    return linear._compute(x2d, activation, alpha, beta)
 
 
 class TransformerEncoderLayer(Module):
@@ -40,8 +34,8 @@ class TransformerEncoderLayer(Module):
     dropout : float
         Kept for signature compatibility (inference applies none).
     activation : "relu", "gelu" or a callable
-        The feed-forward activation; "relu" and "gelu" (and ReLU/GELU modules) are fused into
-        the first linear layer's GEMM epilogue.
+        The feed-forward activation; "relu", "gelu" and activation modules the GEMM epilogue
+        implements (ReLU, GELU in both forms, SiLU, ...) are fused into ``linear1``'s GEMM.
     layer_norm_eps : float
     batch_first : bool
     norm_first : bool
@@ -80,23 +74,16 @@ class TransformerEncoderLayer(Module):
         self.dropout2 = Dropout(dropout)
         self.batch_first = batch_first
         if isinstance(activation, str):
-            if activation not in _FUSED:
+            if activation not in ("relu", "gelu"):
                 raise RuntimeError(f"activation should be relu/gelu, not {activation}")
-            self._act = _FUSED[activation]
-            self.activation = ReLU() if activation == "relu" else GELU()
-        elif isinstance(activation, ReLU) or (
-            isinstance(activation, GELU) and activation.approximate == "none"
-        ):
-            self._act = "relu" if isinstance(activation, ReLU) else "gelu"
-            self.activation = activation
-        elif isinstance(activation, GELU):
-            self._act = "gelu_tanh"
-            self.activation = activation
-        elif callable(activation):
-            self._act = None
-            self.activation = activation
-        else:
+            activation = ReLU() if activation == "relu" else GELU()
+        elif not callable(activation):
             raise TypeError(f"activation must be 'relu', 'gelu' or a callable, got {activation!r}")
+        self.activation = activation
+        # ReLU, GELU (both forms), SiLU...: applied in linear1's GEMM epilogue
+        self._ff_epilogue = (
+            getattr(activation, "_epilogue", None) if isinstance(activation, Module) else None
+        )
 
     def _sa(self, x, attn_mask, key_padding_mask, batched):
         # x: (N, L, E) batch-first
@@ -105,8 +92,8 @@ class TransformerEncoderLayer(Module):
         )[0]
 
     def _ff(self, x2d):
-        if self._act is not None:
-            h = linear_act(self.linear1, x2d, self._act)
+        if self._ff_epilogue is not None:
+            h = linear_act(self.linear1, x2d, *self._ff_epilogue)
         else:
             h = np.asarray(self.activation(self.linear1(x2d)), dtype=x2d.dtype)
         return self.linear2.forward(h)
