@@ -217,8 +217,14 @@ def test_mha_half_storage_within_tolerance():
 # ----------------------------------------------------------------------------- encoder layers
 def layer_pair(norm_first, activation, batch_first):
     torch.manual_seed(1)
-    t_act = {"gelu_tanh": torch.nn.GELU(approximate="tanh")}.get(activation, activation)
-    m_act = {"gelu_tanh": nn.GELU(approximate="tanh")}.get(activation, activation)
+    t_act = {
+        "gelu_tanh": torch.nn.GELU(approximate="tanh"),
+        "silu": torch.nn.SiLU(),
+        "tanh": torch.tanh,
+    }.get(activation, activation)
+    m_act = {"gelu_tanh": nn.GELU(approximate="tanh"), "silu": nn.SiLU(), "tanh": np.tanh}.get(
+        activation, activation
+    )
     kw = dict(dim_feedforward=48, norm_first=norm_first, batch_first=batch_first, dropout=0.0)
     t = torch.nn.TransformerEncoderLayer(E, H, activation=t_act, **kw).eval()
     m = loaded(nn.TransformerEncoderLayer(E, H, activation=m_act, **kw), t)
@@ -226,7 +232,7 @@ def layer_pair(norm_first, activation, batch_first):
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu", "tanh"])
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_encoder_layer_matches_torch(norm_first, activation, batch_first):
     t, m = layer_pair(norm_first, activation, batch_first)
