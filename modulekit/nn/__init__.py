@@ -62,3 +62,20 @@ __all__ = [
     "StateDictTypeError",
     "Tanh",
 ]
+
+# transformer layers (branch bert)
+from modulekit.nn.modules import (  # noqa: E402
+    Embedding,
+    LayerNorm,
+    MultiheadAttention,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
+
+__all__ += [
+    "Embedding",
+    "LayerNorm",
+    "MultiheadAttention",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+]

@@ -41,3 +41,20 @@ __all__ = [
     "Softmax",
     "Tanh",
 ]
+
+# transformer layers (branch bert)
+from modulekit.nn.modules.attention import MultiheadAttention  # noqa: E402
+from modulekit.nn.modules.normalization import LayerNorm  # noqa: E402
+from modulekit.nn.modules.sparse import Embedding  # noqa: E402
+from modulekit.nn.modules.transformer import (  # noqa: E402
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
+
+__all__ += [
+    "Embedding",
+    "LayerNorm",
+    "MultiheadAttention",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+]

@@ -1,0 +1,34 @@
+import numpy as np
+import numpy.typing as npt
+
+PARALLEL_THRESHOLD: int
+
+def layer_norm(
+    x: npt.ArrayLike,
+    n: int,
+    weight: npt.ArrayLike | None = None,
+    bias: npt.ArrayLike | None = None,
+    eps: float = 1e-5,
+    residual: npt.ArrayLike | None = None,
+) -> np.ndarray: ...
+def softmax_(
+    scores: np.ndarray, scale: float = 1.0, mask: npt.ArrayLike | None = None
+) -> np.ndarray: ...
+def gelu(
+    x: npt.ArrayLike, approximate: str = "none", out: np.ndarray | None = None
+) -> np.ndarray: ...
+def embedding(
+    ids: npt.ArrayLike,
+    table: np.ndarray,
+    out: np.ndarray | None = None,
+    accumulate: bool = False,
+) -> np.ndarray: ...
+def attention(
+    q: npt.ArrayLike,
+    k: npt.ArrayLike,
+    v: npt.ArrayLike,
+    num_heads: int,
+    mask: npt.ArrayLike | None = None,
+    scale: float | None = None,
+    need_weights: bool = False,
+) -> tuple[np.ndarray, np.ndarray | None]: ...

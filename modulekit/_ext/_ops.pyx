@@ -1,0 +1,421 @@
+"""Fused row-wise ops of the transformer layers, over the C kernels in ``kernels/ops``.
+
+* :func:`layer_norm`: LayerNorm over the trailing ``n`` elements in one pass (an optional
+  residual added on the way in).
+* :func:`softmax_`: in-place softmax over the last axis with a scale and an additive mask folded
+  in (attention scores).
+* :func:`gelu`: GELU, erf or tanh form.
+* :func:`attention`: fused multi-head attention, one head's scores per thread.
+* :func:`embedding`: embedding gather (float32/float64 tables, or float16/bfloat16 tables widened
+  to float32), every index checked before anything is read.
+
+Each function validates shapes, dtypes and strides in Python before the ``nogil`` kernel runs;
+float32 work dispatches on :func:`modulekit._ext._isa.get_isa`'s level, float64 work runs the
+portable C path. Work above ``PARALLEL_THRESHOLD`` elements runs on
+``modulekit.get_num_threads()`` OpenMP threads.
+"""
+
+cimport numpy as cnp
+import numpy as np
+from ml_dtypes import bfloat16 as _np_bfloat16
+from libc.stdint cimport int64_t
+
+from modulekit._ext._isa cimport active_isa
+from modulekit._ext._openmp_helpers cimport effective_threads
+
+cnp.import_array()
+
+__all__ = ["PARALLEL_THRESHOLD", "attention", "layer_norm", "softmax_", "gelu", "embedding"]
+
+# Below this many elements an op runs on the calling thread (a parallel region costs 1-15 us).
+PARALLEL_THRESHOLD = 1 << 15
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_F16 = np.dtype(np.float16)
+_BF16 = np.dtype(_np_bfloat16)
+_I64 = np.dtype(np.int64)
+
+
+cdef inline int _threads(Py_ssize_t work) noexcept:
+    return effective_threads() if work >= PARALLEL_THRESHOLD else 1
+
+
+def _float_array(x, str what):
+    """``x`` as an ndarray in its compute dtype (float64 stays, other reals become float32)."""
+    arr = np.asarray(x)
+    if arr.dtype == _F32 or arr.dtype == _F64:
+        return arr
+    if arr.dtype.kind not in "biuf" and arr.dtype != _BF16:
+        raise TypeError(f"{what}: expected real numbers, got dtype {arr.dtype}")
+    return arr.astype(_F32)
+
+
+def layer_norm(x, Py_ssize_t n, weight=None, bias=None, double eps=1e-5, residual=None):
+    """LayerNorm of ``x + residual`` over its trailing ``n`` elements.
+
+    Parameters
+    ----------
+    x : array_like
+        Input; its trailing dimensions must hold ``n`` elements per row.
+    n : int
+        Elements normalised together (the product of ``normalized_shape``).
+    weight, bias : array_like or None
+        ``n`` values each (any shape of that size), or None for 1 and 0.
+    eps : float
+        Added to the variance.
+    residual : array_like or None
+        Added to ``x`` before normalising (same shape as ``x``).
+
+    Returns
+    -------
+    ndarray
+        New C-contiguous array of ``x``'s shape, float64 if ``x`` is float64 else float32.
+    """
+    X = _float_array(x, "layer_norm")
+    if n <= 0 or X.ndim == 0 or X.size % n != 0:
+        raise ValueError(f"layer_norm: input of shape {X.shape} cannot be split into rows of {n}")
+    dt = X.dtype
+    X = np.ascontiguousarray(X)
+    cdef Py_ssize_t rows = X.size // n
+    R = None
+    if residual is not None:
+        R = np.ascontiguousarray(_float_array(residual, "layer_norm").astype(dt, copy=False))
+        if R.shape != X.shape:
+            raise ValueError(
+                f"layer_norm: residual shape {R.shape} does not match input shape {X.shape}")
+    G = B = None
+    if weight is not None:
+        G = np.ascontiguousarray(np.asarray(weight), dtype=dt).reshape(-1)
+        if G.shape[0] != n:
+            raise ValueError(f"layer_norm: weight has {G.shape[0]} elements, expected {n}")
+    if bias is not None:
+        B = np.ascontiguousarray(np.asarray(bias), dtype=dt).reshape(-1)
+        if B.shape[0] != n:
+            raise ValueError(f"layer_norm: bias has {B.shape[0]} elements, expected {n}")
+    cdef cnp.ndarray out = np.empty(X.shape, dtype=dt)
+    if rows == 0:
+        return out
+    cdef void *px = cnp.PyArray_DATA(<cnp.ndarray>X)
+    cdef void *pr = NULL if R is None else cnp.PyArray_DATA(<cnp.ndarray>R)
+    cdef void *pg = NULL if G is None else cnp.PyArray_DATA(<cnp.ndarray>G)
+    cdef void *pb = NULL if B is None else cnp.PyArray_DATA(<cnp.ndarray>B)
+    cdef void *po = cnp.PyArray_DATA(out)
+    cdef int nt = _threads(X.size)
+    cdef int isa = <int>active_isa()
+    if dt == _F32:
+        with nogil:
+            mk_layernorm_f32(isa, rows, n, <const float *>px, n, <const float *>pr, n,
+                             <const float *>pg, <const float *>pb, <float>eps, <float *>po, n,
+                             nt)
+    else:
+        with nogil:
+            mk_layernorm_f64(rows, n, <const double *>px, n, <const double *>pr, n,
+                             <const double *>pg, <const double *>pb, eps, <double *>po, n, nt)
+    return out
+
+
+def softmax_(scores, double scale=1.0, mask=None):
+    """Softmax over the last axis, in place: ``scores = softmax(scores * scale + mask)``.
+
+    Parameters
+    ----------
+    scores : ndarray
+        Writable float32 or float64 array of 1 to 4 dimensions with a unit-stride last axis.
+    scale : float
+        Multiplies the scores before the mask is added.
+    mask : array_like or None
+        Additive mask broadcastable to ``scores.shape`` (``-inf`` removes a position; a row
+        removed everywhere becomes NaN, as in torch).
+
+    Returns
+    -------
+    ndarray
+        ``scores``.
+    """
+    if not isinstance(scores, np.ndarray):
+        raise TypeError(f"softmax_: scores must be an ndarray, got {type(scores).__name__}")
+    S = scores
+    dt = S.dtype
+    if dt != _F32 and dt != _F64:
+        raise TypeError(f"softmax_: scores must be float32 or float64, got {dt}")
+    if not S.flags.writeable:
+        raise ValueError("softmax_: scores must be writable")
+    if not 1 <= S.ndim <= 4:
+        raise ValueError(f"softmax_: scores must have 1 to 4 dimensions, got shape {S.shape}")
+    cdef Py_ssize_t es = dt.itemsize
+    if S.shape[S.ndim - 1] > 1 and S.strides[S.ndim - 1] != es:
+        raise ValueError("softmax_: the last axis of scores must have unit stride")
+    for s in S.strides:
+        if s % es:
+            raise ValueError("softmax_: scores strides must be multiples of the item size")
+    S4 = S.reshape((1,) * (4 - S.ndim) + S.shape) if S.ndim < 4 else S
+    if S4.size == 0:
+        return scores
+    if not np.shares_memory(S4, S):
+        raise ValueError("softmax_: scores cannot be viewed as 4-D without a copy")
+    M4 = None
+    if mask is not None:
+        M = np.asarray(mask)
+        if M.dtype != dt:
+            if M.dtype.kind not in "biuf":
+                raise TypeError(f"softmax_: mask must hold real numbers, got dtype {M.dtype}")
+            M = M.astype(dt)
+        try:
+            M4 = np.broadcast_to(M, S.shape)
+        except ValueError:
+            raise ValueError(
+                f"softmax_: mask of shape {M.shape} cannot be broadcast to scores of shape "
+                f"{S.shape}") from None
+        if M4.strides[M4.ndim - 1] not in (es,) and M4.shape[M4.ndim - 1] > 1:
+            M4 = np.ascontiguousarray(M4)
+            M4 = np.broadcast_to(M4, S.shape)
+        M4 = M4.reshape((1,) * (4 - M4.ndim) + M4.shape) if M4.ndim < 4 else M4
+    cdef Py_ssize_t n = S4.shape[3]
+    cdef Py_ssize_t na = S4.shape[0], nb = S4.shape[1], nc = S4.shape[2]
+    cdef ptrdiff_t sx0 = S4.strides[0] // es, sx1 = S4.strides[1] // es, sx2 = S4.strides[2] // es
+    cdef ptrdiff_t sm0 = 0, sm1 = 0, sm2 = 0
+    cdef void *pm = NULL
+    if M4 is not None:
+        if M4.strides[3] != es and M4.shape[3] > 1:
+            raise ValueError("softmax_: mask's last axis must have unit stride")
+        sm0, sm1, sm2 = M4.strides[0] // es, M4.strides[1] // es, M4.strides[2] // es
+        pm = cnp.PyArray_DATA(<cnp.ndarray>M4)
+    cdef void *px = cnp.PyArray_DATA(<cnp.ndarray>S4)
+    cdef int nt = _threads(S4.size)
+    cdef int isa = <int>active_isa()
+    if dt == _F32:
+        with nogil:
+            mk_softmax_f32(isa, na, nb, nc, n, <float *>px, sx0, sx1, sx2, <const float *>pm,
+                           sm0, sm1, sm2, <float>scale, nt)
+    else:
+        with nogil:
+            mk_softmax_f64(na, nb, nc, n, <double *>px, sx0, sx1, sx2, <const double *>pm,
+                           sm0, sm1, sm2, scale, nt)
+    return scores
+
+
+def gelu(x, str approximate="none", out=None):
+    """GELU of ``x``: erf form (``approximate='none'``) or the tanh form.
+
+    float32 (and narrower) inputs give float32 (vector erfc, relative error about 1e-6);
+    float64 inputs give float64 (libm ``erfc``/``tanh``). ``out`` may be a writable
+    C-contiguous array of the result's dtype and shape (``x`` itself for in place).
+    """
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    X = np.ascontiguousarray(_float_array(x, "gelu"))
+    dt = X.dtype
+    cdef cnp.ndarray Y
+    if out is None:
+        Y = np.empty(X.shape, dtype=dt)
+    else:
+        if (not isinstance(out, np.ndarray) or out.dtype != dt or out.shape != X.shape
+                or not out.flags.c_contiguous or not out.flags.writeable):
+            raise ValueError(
+                f"gelu: out must be a writable C-contiguous {dt} array of shape {X.shape}")
+        Y = out
+    cdef Py_ssize_t n = X.size
+    if n == 0:
+        return Y
+    cdef void *px = cnp.PyArray_DATA(<cnp.ndarray>X)
+    cdef void *py = cnp.PyArray_DATA(Y)
+    cdef int ap = approximate == "tanh"
+    cdef int nt = _threads(n)
+    cdef int isa = <int>active_isa()
+    if dt == _F32:
+        with nogil:
+            mk_gelu_f32(isa, n, <const float *>px, <float *>py, ap, nt)
+    else:
+        with nogil:
+            mk_gelu_f64(n, <const double *>px, <double *>py, ap, nt)
+    return Y
+
+
+def embedding(ids, table, out=None, bint accumulate=False):
+    """Rows of ``table`` picked by ``ids``: ``out[..., :] (+)= table[ids[...], :]``.
+
+    Parameters
+    ----------
+    ids : array_like of integers
+        Any shape; every value must be in ``[0, table.shape[0])``, else ``IndexError`` (checked
+        before anything is read).
+    table : ndarray
+        2-D C-contiguous float32, float64, float16 or bfloat16 (16-bit tables are widened to
+        float32).
+    out : ndarray or None
+        Writable C-contiguous array of shape ``ids.shape + (table.shape[1],)`` in the result
+        dtype (float64 for float64 tables, else float32); required when ``accumulate``.
+    accumulate : bool
+        Add the rows to ``out`` instead of overwriting it.
+    """
+    I = np.asarray(ids)
+    if I.dtype.kind not in "iu" and not (I.dtype.kind == "b" and I.size == 0):
+        raise TypeError(f"embedding: indices must be integers, got dtype {I.dtype}")
+    if I.dtype.kind == "u" and I.size and I.max() > np.iinfo(np.int64).max:
+        raise IndexError("embedding: index out of range of int64")
+    I = np.ascontiguousarray(I, dtype=_I64)
+    if not isinstance(table, np.ndarray) or table.ndim != 2:
+        raise ValueError("embedding: table must be a 2-D ndarray")
+    T = np.ascontiguousarray(table)
+    cdef int tdt
+    if T.dtype == _F32:
+        tdt, rdt = MK_TABLE_F32, _F32
+    elif T.dtype == _F64:
+        tdt, rdt = MK_TABLE_F64, _F64
+    elif T.dtype == _F16:
+        tdt, rdt = MK_TABLE_F16, _F32
+    elif T.dtype == _BF16:
+        tdt, rdt = MK_TABLE_BF16, _F32
+    else:
+        raise TypeError(
+            f"embedding: table dtype must be float32, float64, float16 or bfloat16, got {T.dtype}")
+    cdef Py_ssize_t rows = T.shape[0], dim = T.shape[1], n = I.size
+    shape = I.shape + (dim,)
+    cdef cnp.ndarray O
+    if out is None:
+        if accumulate:
+            raise ValueError("embedding: accumulate=True needs out")
+        O = np.empty(shape, dtype=rdt)
+    else:
+        if (not isinstance(out, np.ndarray) or out.dtype != rdt or out.shape != shape
+                or not out.flags.c_contiguous or not out.flags.writeable):
+            raise ValueError(
+                f"embedding: out must be a writable C-contiguous {rdt} array of shape {shape}")
+        O = out
+    cdef const int64_t *pi = <const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>I)
+    cdef ptrdiff_t bad
+    with nogil:
+        bad = mk_ids_first_bad(pi, n, rows)
+    if bad >= 0:
+        raise IndexError(
+            f"embedding: index {int(I.reshape(-1)[bad])} at position "
+            f"{tuple(int(i) for i in np.unravel_index(bad, I.shape))} is out of range for a table "
+            f"of {rows} rows (valid: 0 to {rows - 1})")
+    if n == 0 or dim == 0:
+        return O
+    cdef const void *pt = cnp.PyArray_DATA(<cnp.ndarray>T)
+    cdef void *po = cnp.PyArray_DATA(O)
+    cdef int nt = _threads(n * dim)
+    cdef int isa = <int>active_isa()
+    with nogil:
+        mk_gather(isa, tdt, n, dim, pi, pt, po, dim, accumulate, nt)
+    return O
+
+
+def _rows_view(x, str what, Py_ssize_t width_multiple, dt):
+    """``x`` as a 3-D ``dt`` array with a unit-stride last axis (no copy when it has one)."""
+    A = np.asarray(x)
+    if A.dtype.kind not in "biuf" and A.dtype != _BF16:
+        raise TypeError(f"attention: {what} must hold real numbers, got dtype {A.dtype}")
+    if A.dtype != dt:
+        A = A.astype(dt)
+    if A.ndim != 3:
+        raise ValueError(f"attention: {what} must be 3-D (batch, seq, features), got {A.shape}")
+    es = dt.itemsize
+    if (A.shape[2] > 1 and A.strides[2] != es) or A.strides[0] % es or A.strides[1] % es:
+        A = np.ascontiguousarray(A)
+    if A.shape[2] % width_multiple:
+        raise ValueError(
+            f"attention: {what} has {A.shape[2]} features, not divisible by num_heads="
+            f"{width_multiple}")
+    return A
+
+
+def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_weights=False):
+    """Fused multi-head scaled dot-product attention.
+
+    Parameters
+    ----------
+    q : ndarray (B, Lq, E)
+    k : ndarray (B, Lk, E)
+    v : ndarray (B, Lk, Ev)
+        Real arrays; computed in float64 when any is float64, else float32. With a unit-stride
+        last axis any row and batch strides are used in place (slices of a packed QKV
+        projection need no copy). Head ``h`` owns columns ``h * E / num_heads`` to
+        ``(h + 1) * E / num_heads`` (and likewise of ``Ev``).
+    num_heads : int
+    mask : array_like or None
+        Additive mask broadcastable to ``(B, num_heads, Lq, Lk)`` (``-inf`` removes a key).
+    scale : float, optional
+        Multiplies ``q k^T``; defaults to ``1 / sqrt(E / num_heads)``.
+    need_weights : bool
+        Also return the probabilities, ``(B, num_heads, Lq, Lk)``.
+
+    Returns
+    -------
+    out : ndarray (B, Lq, Ev), C-contiguous
+    weights : ndarray or None
+    """
+    if num_heads <= 0:
+        raise ValueError(f"attention: num_heads must be positive, got {num_heads}")
+    dt = _F64 if _F64 in (np.asarray(q).dtype, np.asarray(k).dtype, np.asarray(v).dtype) else _F32
+    cdef Py_ssize_t es = dt.itemsize
+    Q = _rows_view(q, "q", num_heads, dt)
+    K = _rows_view(k, "k", num_heads, dt)
+    V = _rows_view(v, "v", num_heads, dt)
+    cdef Py_ssize_t B = Q.shape[0], Lq = Q.shape[1], E = Q.shape[2]
+    cdef Py_ssize_t Lk = K.shape[1], Ev = V.shape[2]
+    if K.shape[0] != B or V.shape[0] != B or K.shape[2] != E or V.shape[1] != Lk:
+        raise ValueError(
+            f"attention: shapes q {Q.shape}, k {K.shape}, v {V.shape} do not fit "
+            "q (B, Lq, E), k (B, Lk, E), v (B, Lk, Ev)")
+    cdef Py_ssize_t d = E // num_heads, dv = Ev // num_heads
+    cdef double fscale = (1.0 / np.sqrt(d) if d else 1.0) if scale is None else float(scale)
+    cdef cnp.ndarray out = np.empty((B, Lq, Ev), dtype=dt)
+    W = np.empty((B, num_heads, Lq, Lk), dtype=dt) if need_weights else None
+    M = None
+    if mask is not None:
+        M = np.asarray(mask)
+        if M.dtype != dt:
+            if M.dtype.kind not in "biuf":
+                raise TypeError(f"attention: mask must hold real numbers, got dtype {M.dtype}")
+            M = M.astype(dt)
+        try:
+            M = np.broadcast_to(M, (B, num_heads, Lq, Lk))
+        except ValueError:
+            raise ValueError(
+                f"attention: mask of shape {M.shape} cannot be broadcast to "
+                f"{(B, num_heads, Lq, Lk)}") from None
+        if Lk > 1 and M.strides[3] != es:
+            M = np.ascontiguousarray(M)
+    if out.size == 0 or Lq == 0:
+        return out, W
+    if Lk == 0:
+        out[...] = np.nan  # softmax over no keys, as torch
+        if W is not None:
+            W[...] = np.nan
+        return out, W
+    cdef void *pq = cnp.PyArray_DATA(<cnp.ndarray>Q)
+    cdef void *pk = cnp.PyArray_DATA(<cnp.ndarray>K)
+    cdef void *pv = cnp.PyArray_DATA(<cnp.ndarray>V)
+    cdef void *po = cnp.PyArray_DATA(out)
+    cdef void *pw = NULL if W is None else cnp.PyArray_DATA(<cnp.ndarray>W)
+    cdef void *pm = NULL
+    cdef ptrdiff_t msb = 0, msh = 0, msr = 0
+    if M is not None:
+        pm = cnp.PyArray_DATA(<cnp.ndarray>M)
+        msb, msh, msr = M.strides[0] // es, M.strides[1] // es, M.strides[2] // es
+    cdef ptrdiff_t qsb = Q.strides[0] // es, qsr = Q.strides[1] // es
+    cdef ptrdiff_t ksb = K.strides[0] // es, ksr = K.strides[1] // es
+    cdef ptrdiff_t vsb = V.strides[0] // es, vsr = V.strides[1] // es
+    cdef ptrdiff_t osb = Lq * Ev, osr = Ev
+    cdef Py_ssize_t work = B * num_heads * Lq * Lk * (d + dv) // 8
+    cdef int nt = _threads(work)
+    cdef int isa = <int>active_isa()
+    cdef int rc
+    if dt == _F32:
+        with nogil:
+            rc = mk_attention_f32(isa, B, num_heads, Lq, Lk, d, dv, <const float *>pq, qsb,
+                                  qsr, <const float *>pk, ksb, ksr, <const float *>pv, vsb, vsr,
+                                  <const float *>pm, msb, msh, msr, <float>fscale,
+                                  <float *>po, osb, osr, <float *>pw, nt)
+    else:
+        with nogil:
+            rc = mk_attention_f64(B, num_heads, Lq, Lk, d, dv, <const double *>pq, qsb, qsr,
+                                  <const double *>pk, ksb, ksr, <const double *>pv, vsb, vsr,
+                                  <const double *>pm, msb, msh, msr, fscale, <double *>po,
+                                  osb, osr, <double *>pw, nt)
+    if rc != 0:
+        raise MemoryError("attention: could not allocate the per-thread scratch buffers")
+    return out, W

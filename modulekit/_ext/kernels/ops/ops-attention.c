@@ -1,0 +1,155 @@
+/* Fused multi-head attention, float32: per (batch, head) task, on one thread,
+ *     Kt = K_h^T (packed, zero-padded), S = Q_h Kt, S = softmax(S * scale + mask), O_h = S V_h
+ * so each thread holds one head's scores (Lq x Lk) at a time, in a private buffer that stays
+ * in L2 (or in the caller's attention-weights array when it wants them). The QK and PV blocks
+ * come from the per-ISA table below; the softmax row kernel from ops-driver.c's table. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "isa.h"
+#include "mk_omp.h"
+#include "ops.h"
+
+#define ATT_T float
+#define ATT_ATTR
+#define ATT_NAME(op) att_##op##_generic
+#include "attention-generic.inc.h"
+#undef ATT_ATTR
+#undef ATT_NAME
+
+#define ATT_ATTR __attribute__((target("avx2,fma")))
+#define ATT_NAME(op) att_##op##_avx2
+#include "attention-generic.inc.h"
+#undef ATT_ATTR
+#undef ATT_NAME
+#undef ATT_T
+
+#define ATT_T double
+#define ATT_ATTR
+#define ATT_NAME(op) att_##op##_f64
+#include "attention-generic.inc.h"
+#undef ATT_ATTR
+#undef ATT_NAME
+#undef ATT_T
+
+typedef void (*att_qk_fn)(size_t, size_t, size_t, const float *, ptrdiff_t, const float *, size_t,
+                          float *, size_t);
+typedef void (*att_pv_fn)(size_t, size_t, size_t, const float *, size_t, const float *, ptrdiff_t,
+                          float *, ptrdiff_t);
+
+static const struct {
+    att_qk_fn qk;
+    att_pv_fn pv;
+    size_t kt_align; /* Kt row length is a multiple of this (the QK kernel's column block) */
+} att_configs[MK_ISA_COUNT] = {
+    [MK_ISA_GENERIC] = {att_qk_generic, att_pv_generic, 16},
+    [MK_ISA_AVX2] = {att_qk_avx2, att_pv_avx2, 16},
+    [MK_ISA_AVX512] = {mk_attention_qk_f32_avx512, mk_attention_pv_f32_avx512, 32},
+};
+
+static void *alloc64(size_t bytes)
+{
+    void *p = NULL;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (bytes == 0) bytes = 64;
+    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+    return p;
+}
+
+int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_t dv,
+                     const float *q, ptrdiff_t qsb, ptrdiff_t qsr, const float *k, ptrdiff_t ksb,
+                     ptrdiff_t ksr, const float *v, ptrdiff_t vsb, ptrdiff_t vsr,
+                     const float *mask, ptrdiff_t msb, ptrdiff_t msh, ptrdiff_t msr, float scale,
+                     float *out, ptrdiff_t osb, ptrdiff_t osr, float *weights, int nthreads)
+{
+    if (isa < 0 || isa >= MK_ISA_COUNT) isa = MK_ISA_GENERIC;
+    const att_qk_fn qk = att_configs[isa].qk;
+    const att_pv_fn pv = att_configs[isa].pv;
+    const mk_softmax_row_f32 softmax = mk_ops_softmax_row(isa);
+    const size_t al = att_configs[isa].kt_align;
+    const size_t ldk = (lk + al - 1) / al * al;
+    const ptrdiff_t tasks = (ptrdiff_t)(nb * nh);
+    int failed = 0;
+    if (tasks < nthreads) nthreads = (int)(tasks > 0 ? tasks : 1);
+
+    #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        float *kt = (float *)alloc64(d * ldk * sizeof(float));
+        float *sbuf = weights ? NULL : (float *)alloc64(lq * lk * sizeof(float));
+        const int ok = kt != NULL && (weights != NULL || sbuf != NULL);
+        if (ok) memset(kt, 0, d * ldk * sizeof(float)); /* the padding columns stay zero */
+        ptrdiff_t t;
+        #pragma omp for schedule(static)
+        for (t = 0; t < tasks; t++) {
+            if (!ok) {
+                #pragma omp atomic write
+                failed = 1;
+                continue;
+            }
+            const size_t b = (size_t)t / nh, h = (size_t)t % nh;
+            const float *qh = q + (ptrdiff_t)b * qsb + (ptrdiff_t)(h * d);
+            const float *kh = k + (ptrdiff_t)b * ksb + (ptrdiff_t)(h * d);
+            const float *vh = v + (ptrdiff_t)b * vsb + (ptrdiff_t)(h * dv);
+            float *oh = out + (ptrdiff_t)b * osb + (ptrdiff_t)(h * dv);
+            float *s = weights ? weights + (size_t)t * lq * lk : sbuf;
+            for (size_t j = 0; j < lk; j++) {
+                const float *kj = kh + (ptrdiff_t)j * ksr;
+                for (size_t c = 0; c < d; c++) kt[c * ldk + j] = kj[c];
+            }
+            qk(lq, lk, d, qh, qsr, kt, ldk, s, lk);
+            const float *mrow = mask ? mask + (ptrdiff_t)b * msb + (ptrdiff_t)h * msh : NULL;
+            for (size_t i = 0; i < lq; i++)
+                softmax(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, scale);
+            pv(lq, lk, dv, s, lk, vh, vsr, oh, osr);
+        }
+        free(kt);
+        free(sbuf);
+    }
+    return failed ? -1 : 0;
+}
+
+int mk_attention_f64(size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_t dv,
+                     const double *q, ptrdiff_t qsb, ptrdiff_t qsr, const double *k,
+                     ptrdiff_t ksb, ptrdiff_t ksr, const double *v, ptrdiff_t vsb, ptrdiff_t vsr,
+                     const double *mask, ptrdiff_t msb, ptrdiff_t msh, ptrdiff_t msr,
+                     double scale, double *out, ptrdiff_t osb, ptrdiff_t osr, double *weights,
+                     int nthreads)
+{
+    const ptrdiff_t tasks = (ptrdiff_t)(nb * nh);
+    int failed = 0;
+    if (tasks < nthreads) nthreads = (int)(tasks > 0 ? tasks : 1);
+
+    #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        double *kt = (double *)alloc64(d * lk * sizeof(double));
+        double *sbuf = weights ? NULL : (double *)alloc64(lq * lk * sizeof(double));
+        const int ok = kt != NULL && (weights != NULL || sbuf != NULL);
+        ptrdiff_t t;
+        #pragma omp for schedule(static)
+        for (t = 0; t < tasks; t++) {
+            if (!ok) {
+                #pragma omp atomic write
+                failed = 1;
+                continue;
+            }
+            const size_t b = (size_t)t / nh, h = (size_t)t % nh;
+            const double *qh = q + (ptrdiff_t)b * qsb + (ptrdiff_t)(h * d);
+            const double *kh = k + (ptrdiff_t)b * ksb + (ptrdiff_t)(h * d);
+            const double *vh = v + (ptrdiff_t)b * vsb + (ptrdiff_t)(h * dv);
+            double *oh = out + (ptrdiff_t)b * osb + (ptrdiff_t)(h * dv);
+            double *s = weights ? weights + (size_t)t * lq * lk : sbuf;
+            for (size_t j = 0; j < lk; j++) {
+                const double *kj = kh + (ptrdiff_t)j * ksr;
+                for (size_t c = 0; c < d; c++) kt[c * lk + j] = kj[c];
+            }
+            att_qk_f64(lq, lk, d, qh, qsr, kt, lk, s, lk);
+            const double *mrow = mask ? mask + (ptrdiff_t)b * msb + (ptrdiff_t)h * msh : NULL;
+            for (size_t i = 0; i < lq; i++)
+                mk_softmax_row_f64(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, scale);
+            att_pv_f64(lq, lk, dv, s, lk, vh, vsr, oh, osr);
+        }
+        free(kt);
+        free(sbuf);
+    }
+    return failed ? -1 : 0;
+}

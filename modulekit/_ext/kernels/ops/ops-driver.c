@@ -1,0 +1,125 @@
+/* Drivers: pick the row kernel for the ISA level once per call (the config table below is the
+ * one place that chooses), then run the rows on up to nthreads OpenMP threads. */
+#include <string.h>
+
+#include "isa.h"
+#include "mk_omp.h"
+#include "ops.h"
+
+typedef struct {
+    mk_ln_row_f32 layernorm;
+    mk_softmax_row_f32 softmax;
+    mk_gelu_span_f32 gelu;
+    void (*f16_widen)(size_t, const uint16_t *, float *, int);
+} mk_ops_config;
+
+static const mk_ops_config ops_configs[MK_ISA_COUNT] = {
+    [MK_ISA_GENERIC] = {mk_layernorm_row_f32_scalar, mk_softmax_row_f32_scalar,
+                        mk_gelu_f32_scalar, mk_f16_widen_scalar},
+    [MK_ISA_AVX2] = {mk_layernorm_row_f32_avx2, mk_softmax_row_f32_avx2, mk_gelu_f32_avx2,
+                     mk_f16_widen_avx2},
+    [MK_ISA_AVX512] = {mk_layernorm_row_f32_avx512, mk_softmax_row_f32_avx512,
+                       mk_gelu_f32_avx512, mk_f16_widen_avx2},
+};
+
+static const mk_ops_config *ops_config(int isa)
+{
+    if (isa < 0 || isa >= MK_ISA_COUNT) isa = MK_ISA_GENERIC;
+    return &ops_configs[isa];
+}
+
+mk_softmax_row_f32 mk_ops_softmax_row(int isa) { return ops_config(isa)->softmax; }
+
+void mk_layernorm_f32(int isa, size_t rows, size_t n, const float *x, size_t ldx,
+                      const float *res, size_t ldr, const float *gamma, const float *beta,
+                      float eps, float *y, size_t ldy, int nthreads)
+{
+    const mk_ln_row_f32 row = ops_config(isa)->layernorm;
+    ptrdiff_t r, nr = (ptrdiff_t)rows;
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    for (r = 0; r < nr; r++)
+        row(n, x + (size_t)r * ldx, res ? res + (size_t)r * ldr : NULL, gamma, beta, eps,
+            y + (size_t)r * ldy);
+}
+
+void mk_softmax_f32(int isa, size_t na, size_t nb, size_t nc, size_t n, float *x, ptrdiff_t sx0,
+                    ptrdiff_t sx1, ptrdiff_t sx2, const float *mask, ptrdiff_t sm0,
+                    ptrdiff_t sm1, ptrdiff_t sm2, float scale, int nthreads)
+{
+    const mk_softmax_row_f32 row = ops_config(isa)->softmax;
+    const ptrdiff_t pb = (ptrdiff_t)nb, pc = (ptrdiff_t)nc;
+    ptrdiff_t r, total = (ptrdiff_t)(na * nb * nc);
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    for (r = 0; r < total; r++) {
+        ptrdiff_t a = r / (pb * pc), b = (r / pc) % pb, c = r % pc;
+        row(n, x + a * sx0 + b * sx1 + c * sx2, mask ? mask + a * sm0 + b * sm1 + c * sm2 : NULL,
+            scale);
+    }
+}
+
+#define MK_GELU_CHUNK 4096
+
+void mk_gelu_f32(int isa, size_t n, const float *x, float *y, int approx, int nthreads)
+{
+    const mk_gelu_span_f32 span = ops_config(isa)->gelu;
+    ptrdiff_t c, chunks = (ptrdiff_t)((n + MK_GELU_CHUNK - 1) / MK_GELU_CHUNK);
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    for (c = 0; c < chunks; c++) {
+        size_t lo = (size_t)c * MK_GELU_CHUNK;
+        size_t len = n - lo < MK_GELU_CHUNK ? n - lo : MK_GELU_CHUNK;
+        span(len, x + lo, y + lo, approx);
+    }
+}
+
+ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((uint64_t)ids[i] >= (uint64_t)rows) return (ptrdiff_t)i;
+    return -1;
+}
+
+void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
+               const void *table, void *out, size_t ldo, int accumulate, int nthreads)
+{
+    const mk_ops_config *cfg = ops_config(isa);
+    ptrdiff_t i, nn = (ptrdiff_t)n;
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    for (i = 0; i < nn; i++) {
+        const size_t row = (size_t)ids[i];
+        size_t j;
+        switch (table_dtype) {
+        case MK_TABLE_F64: {
+            const double *src = (const double *)table + row * dim;
+            double *dst = (double *)out + (size_t)i * ldo;
+            if (accumulate)
+                for (j = 0; j < dim; j++) dst[j] += src[j];
+            else
+                memcpy(dst, src, dim * sizeof(double));
+            break;
+        }
+        case MK_TABLE_F16:
+            cfg->f16_widen(dim, (const uint16_t *)table + row * dim, (float *)out + (size_t)i * ldo,
+                           accumulate);
+            break;
+        case MK_TABLE_BF16: {
+            const uint16_t *src = (const uint16_t *)table + row * dim;
+            float *dst = (float *)out + (size_t)i * ldo;
+            for (j = 0; j < dim; j++) {
+                uint32_t bits = (uint32_t)src[j] << 16;
+                float f;
+                memcpy(&f, &bits, 4);
+                dst[j] = accumulate ? dst[j] + f : f;
+            }
+            break;
+        }
+        default: {
+            const float *src = (const float *)table + row * dim;
+            float *dst = (float *)out + (size_t)i * ldo;
+            if (accumulate)
+                for (j = 0; j < dim; j++) dst[j] += src[j];
+            else
+                memcpy(dst, src, dim * sizeof(float));
+        }
+        }
+    }
+}

@@ -1,0 +1,110 @@
+/* Row-wise transformer ops: LayerNorm (one pass, optional fused residual add), softmax with the
+ * scale and an additive mask folded in, GELU (erf or tanh), embedding gather.
+ *
+ * Each op has per-row kernels for the generic, AVX2 (+FMA, F16C) and AVX-512 levels
+ * (f32-ops-*.c) and a driver (ops-driver.c) that picks the row kernel once per call and runs
+ * the rows on up to nthreads OpenMP threads. The C functions only compute: every shape, stride,
+ * dtype and index check happens in modulekit/_ext/_ops.pyx before any of them runs. */
+#ifndef MK_OPS_H
+#define MK_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- per-row kernels (one ISA each) ------------------------------------------------------
+ * layernorm: y[i] = (s[i] - mean(s)) / sqrt(var(s) + eps) * gamma[i] + beta[i], s = x + res
+ *   res, gamma, beta may be NULL (no residual, gamma = 1, beta = 0); y may alias x.
+ * softmax: x[i] = softmax(x * scale + mask)[i] in place; mask may be NULL.
+ *   Elements whose masked logit is -inf get exactly 0; a row that is -inf everywhere gives NaN
+ *   (as torch does).
+ * gelu: y[i] = gelu(x[i]), erf form (approx = 0) or tanh form (approx = 1); y may alias x. */
+typedef void (*mk_ln_row_f32)(size_t n, const float *x, const float *res, const float *gamma,
+                              const float *beta, float eps, float *y);
+typedef void (*mk_softmax_row_f32)(size_t n, float *x, const float *mask, float scale);
+typedef void (*mk_gelu_span_f32)(size_t n, const float *x, float *y, int approx);
+
+void mk_layernorm_row_f32_scalar(size_t n, const float *x, const float *res, const float *gamma,
+                                 const float *beta, float eps, float *y);
+void mk_layernorm_row_f32_avx2(size_t n, const float *x, const float *res, const float *gamma,
+                               const float *beta, float eps, float *y);
+void mk_layernorm_row_f32_avx512(size_t n, const float *x, const float *res, const float *gamma,
+                                 const float *beta, float eps, float *y);
+void mk_softmax_row_f32_scalar(size_t n, float *x, const float *mask, float scale);
+void mk_softmax_row_f32_avx2(size_t n, float *x, const float *mask, float scale);
+void mk_softmax_row_f32_avx512(size_t n, float *x, const float *mask, float scale);
+void mk_gelu_f32_scalar(size_t n, const float *x, float *y, int approx);
+void mk_gelu_f32_avx2(size_t n, const float *x, float *y, int approx);
+void mk_gelu_f32_avx512(size_t n, const float *x, float *y, int approx);
+/* float16 -> float32 widening of n values (F16C on AVX2 and up; exact in software). */
+void mk_f16_widen_scalar(size_t n, const uint16_t *src, float *dst, int accumulate);
+void mk_f16_widen_avx2(size_t n, const uint16_t *src, float *dst, int accumulate);
+
+/* ---- drivers (rows on up to nthreads threads; isa is an mk_isa level) ---------------------
+ * Row r of x starts at x + r * ldx (elements); likewise res, y. */
+void mk_layernorm_f32(int isa, size_t rows, size_t n, const float *x, size_t ldx,
+                      const float *res, size_t ldr, const float *gamma, const float *beta,
+                      float eps, float *y, size_t ldy, int nthreads);
+void mk_layernorm_f64(size_t rows, size_t n, const double *x, size_t ldx, const double *res,
+                      size_t ldr, const double *gamma, const double *beta, double eps,
+                      double *y, size_t ldy, int nthreads);
+
+/* Softmax over the last axis of a 4-D array x[a][b][c][0..n) (strides sx*, elements) in place,
+ * the mask row of (a, b, c) at mask + a*sm0 + b*sm1 + c*sm2 (stride 0 broadcasts), unit stride
+ * along n; mask may be NULL. */
+void mk_softmax_f32(int isa, size_t na, size_t nb, size_t nc, size_t n, float *x, ptrdiff_t sx0,
+                    ptrdiff_t sx1, ptrdiff_t sx2, const float *mask, ptrdiff_t sm0,
+                    ptrdiff_t sm1, ptrdiff_t sm2, float scale, int nthreads);
+void mk_softmax_f64(size_t na, size_t nb, size_t nc, size_t n, double *x, ptrdiff_t sx0,
+                    ptrdiff_t sx1, ptrdiff_t sx2, const double *mask, ptrdiff_t sm0,
+                    ptrdiff_t sm1, ptrdiff_t sm2, double scale, int nthreads);
+
+/* Contiguous element-wise GELU of n values. */
+void mk_gelu_f32(int isa, size_t n, const float *x, float *y, int approx, int nthreads);
+void mk_gelu_f64(size_t n, const double *x, double *y, int approx, int nthreads);
+
+/* Embedding gather: out[i, :] (+)= table[ids[i], :] for i < n (dim columns; out row stride
+ * ldo). Table element dtypes: MK_TABLE_F32, F16, BF16 into float32 out; F64 into float64 out.
+ * Every ids[i] must be in [0, rows): mk_ids_first_bad checks that first. */
+enum { MK_TABLE_F32 = 0, MK_TABLE_F64 = 1, MK_TABLE_F16 = 2, MK_TABLE_BF16 = 3 };
+ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows);
+void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
+               const void *table, void *out, size_t ldo, int accumulate, int nthreads);
+
+/* float64 softmax row (portable C). */
+void mk_softmax_row_f64(size_t n, double *x, const double *mask, double scale);
+
+/* The softmax row kernel the drivers use for an ISA level. */
+mk_softmax_row_f32 mk_ops_softmax_row(int isa);
+
+/* Fused multi-head attention, float32 (ops-attention.c). For batch b < nb and head h < nh:
+ *   Q_h row i at q + b*qsb + i*qsr + h*d (d values), K_h row j at k + b*ksb + j*ksr + h*d,
+ *   V_h row j at v + b*vsb + j*vsr + h*dv (dv values), output row i at out + b*osb + i*osr + h*dv;
+ *   additive mask row (b, h, i) at mask + b*msb + h*msh + i*msr (lk values; NULL: none;
+ *   stride 0 broadcasts); weights (NULL, or nb x nh x lq x lk contiguous) receives the
+ *   probabilities. Tasks (b, h) run on up to nthreads threads, each holding one head's
+ *   scores at a time. Returns 0, or -1 when a scratch buffer could not be allocated. */
+void mk_attention_qk_f32_avx512(size_t lq, size_t lk, size_t d, const float *q, ptrdiff_t qsr,
+                                const float *kt, size_t ldk, float *s, size_t lds);
+void mk_attention_pv_f32_avx512(size_t lq, size_t lk, size_t dv, const float *p, size_t ldp,
+                                const float *v, ptrdiff_t vsr, float *o, ptrdiff_t osr);
+int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_t dv,
+                     const float *q, ptrdiff_t qsb, ptrdiff_t qsr, const float *k, ptrdiff_t ksb,
+                     ptrdiff_t ksr, const float *v, ptrdiff_t vsb, ptrdiff_t vsr,
+                     const float *mask, ptrdiff_t msb, ptrdiff_t msh, ptrdiff_t msr, float scale,
+                     float *out, ptrdiff_t osb, ptrdiff_t osr, float *weights, int nthreads);
+/* The same in float64 (portable C loops). */
+int mk_attention_f64(size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_t dv,
+                     const double *q, ptrdiff_t qsb, ptrdiff_t qsr, const double *k,
+                     ptrdiff_t ksb, ptrdiff_t ksr, const double *v, ptrdiff_t vsb, ptrdiff_t vsr,
+                     const double *mask, ptrdiff_t msb, ptrdiff_t msh, ptrdiff_t msr,
+                     double scale, double *out, ptrdiff_t osb, ptrdiff_t osr, double *weights,
+                     int nthreads);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MK_OPS_H */

@@ -1,0 +1,407 @@
+"""BERT encoders with Hugging Face ``transformers``' module names, loading its checkpoints.
+
+``BertModel.from_pretrained(directory)`` reads ``config.json`` and ``model.safetensors`` (or
+``pytorch_model.bin``) from a Hugging Face model directory with modulekit's own readers: no
+torch or transformers needed. The module tree (``embeddings.word_embeddings``,
+``encoder.layer.N.attention.self.query``, ..., ``pooler.dense``) matches
+``transformers.BertModel``, so its state dict loads key for key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from modulekit._ext import _ops
+from modulekit.checkpoint import load as _load_checkpoint
+from modulekit.module import Module
+from modulekit.nn.modules.attention import attention
+from modulekit.nn.modules.container import ModuleList
+from modulekit.nn.modules.dropout import Dropout
+from modulekit.nn.modules.linear import Linear
+from modulekit.nn.modules.normalization import LayerNorm
+from modulekit.nn.modules.sparse import Embedding
+from modulekit.nn.modules.transformer import linear_act
+
+__all__ = ["BertConfig", "BertModel", "BertModelOutput", "mean_pool"]
+
+# hidden_act names of transformers' ACT2FN -> the GEMM epilogue computing them
+_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+}
+
+_DEFAULTS = {
+    "vocab_size": 30522,
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "initializer_range": 0.02,
+    "layer_norm_eps": 1e-12,
+    "pad_token_id": 0,
+    "position_embedding_type": "absolute",
+}
+
+
+class BertConfig(dict):
+    """A ``transformers.BertConfig``-style dict: its keys, its defaults, attribute access.
+
+    ``BertConfig(hidden_size=384, ...)``, ``BertConfig.from_dict(d)`` or
+    ``BertConfig.from_json_file(path)``; unknown keys are kept (Hugging Face configs carry many).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(_DEFAULTS)
+        self.update(kwargs)
+        self._validate()
+
+    @classmethod
+    def from_dict(cls, config: dict) -> BertConfig:
+        return cls(**config)
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
+        with open(path, encoding="utf-8") as f:
+            return cls(**json.load(f))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"BertConfig has no key {name!r}") from None
+
+    def _validate(self) -> None:
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
+            v = self[key]
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, int)
+                or v < (0 if key.startswith("num_hidden") else 1)
+            ):
+                raise ValueError(f"BertConfig: {key} must be a positive int, got {v!r}")
+        if self["hidden_size"] % self["num_attention_heads"]:
+            raise ValueError(
+                f"BertConfig: hidden_size ({self['hidden_size']}) must be divisible by "
+                f"num_attention_heads ({self['num_attention_heads']})"
+            )
+        if self["hidden_act"] not in _ACTIVATIONS:
+            raise ValueError(
+                f"BertConfig: hidden_act {self['hidden_act']!r} is not supported; expected one "
+                f"of {sorted(_ACTIVATIONS)}"
+            )
+        if self.get("position_embedding_type", "absolute") != "absolute":
+            raise NotImplementedError(
+                "BertConfig: only position_embedding_type='absolute' is supported, got "
+                f"{self['position_embedding_type']!r}"
+            )
+        if self.get("is_decoder") or self.get("add_cross_attention"):
+            raise NotImplementedError("BertConfig: decoder / cross-attention BERT is not supported")
+
+
+class BertModelOutput(NamedTuple):
+    """``last_hidden_state`` (batch, seq, hidden) and ``pooler_output`` (batch, hidden), or
+    None for a model without a pooler."""
+
+    last_hidden_state: np.ndarray
+    pooler_output: np.ndarray | None
+
+
+class BertEmbeddings(Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        h = config.hidden_size
+        self.word_embeddings = Embedding(config.vocab_size, h, padding_idx=config.pad_token_id)
+        self.position_embeddings = Embedding(config.max_position_embeddings, h)
+        self.token_type_embeddings = Embedding(config.type_vocab_size, h)
+        self.LayerNorm = LayerNorm(h, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        """``input_ids``/``token_type_ids``: validated (B, L) int64 arrays -> (B*L, hidden)."""
+        B, L = input_ids.shape
+        word = self.word_embeddings.weight.numpy()
+        try:
+            x = _ops.embedding(input_ids, word)
+        except IndexError as exc:
+            raise IndexError(f"BertModel: input_ids: {exc}") from None
+        pos = np.broadcast_to(np.arange(L, dtype=np.int64), (B, L))
+        _ops.embedding(pos, self.position_embeddings.weight.numpy(), out=x, accumulate=True)
+        try:
+            _ops.embedding(
+                token_type_ids, self.token_type_embeddings.weight.numpy(), out=x, accumulate=True
+            )
+        except IndexError as exc:
+            raise IndexError(f"BertModel: token_type_ids: {exc}") from None
+        return self.LayerNorm(x.reshape(B * L, -1))
+
+
+class BertSelfAttention(Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        h = config.hidden_size
+        self.num_attention_heads = config.num_attention_heads
+        self.attention_head_size = h // config.num_attention_heads
+        self.query = Linear(h, h)
+        self.key = Linear(h, h)
+        self.value = Linear(h, h)
+        self.dropout = Dropout(config.attention_probs_dropout_prob)
+
+    def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
+        h = x.shape[1]
+        q = self.query(x).reshape(B, L, h)
+        k = self.key(x).reshape(B, L, h)
+        v = self.value(x).reshape(B, L, h)
+        ctx, _ = attention(q, k, v, self.num_attention_heads, mask)
+        return ctx.reshape(B * L, h)
+
+
+class BertSelfOutput(Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden: np.ndarray, input_tensor: np.ndarray) -> np.ndarray:
+        return self.LayerNorm(self.dense(hidden), residual=input_tensor)
+
+
+class BertAttention(Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.self = BertSelfAttention(config)
+        self.output = BertSelfOutput(config)
+
+    def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
+        return self.output(self.self(x, B, L, mask), x)
+
+
+class BertIntermediate(Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.intermediate_size)
+        self._act = _ACTIVATIONS[config.hidden_act]
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        return linear_act(self.dense, x, self._act)  # activation fused into the GEMM
+
+
+class BertOutput(BertSelfOutput):
+    def __init__(self, config: BertConfig) -> None:
+        Module.__init__(self)
+        self.dense = Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+
+
+class BertLayer(Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertOutput(config)
+
+    def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
+        a = self.attention(x, B, L, mask)
+        return self.output(self.intermediate(a), a)
+
+
+class BertEncoder(Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.layer = ModuleList([BertLayer(config) for _ in range(config.num_hidden_layers)])
+
+    def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
+        for layer in self.layer:
+            x = layer(x, B, L, mask)
+        return x
+
+
+class BertPooler(Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, last_hidden_state: np.ndarray) -> np.ndarray:
+        first = np.ascontiguousarray(last_hidden_state[:, 0])
+        return linear_act(self.dense, first, "tanh")
+
+
+class BertModel(Module):
+    """The BERT encoder of ``transformers.BertModel`` (absolute positions, no decoder).
+
+    Parameters
+    ----------
+    config : BertConfig, dict, or path of a ``config.json``
+    add_pooling_layer : bool
+        Build ``pooler`` (dense + tanh on the first token).
+
+    Notes
+    -----
+    ``forward(input_ids, attention_mask=None, token_type_ids=None)`` takes integer arrays of
+    shape ``(batch, seq)`` (a 1-D array is one sequence) and returns a
+    :class:`BertModelOutput`. ``attention_mask`` (1 = attend, 0 = padding) is applied as
+    transformers does, by adding the float32 minimum to masked scores. Computes in float32;
+    ``model.to("float16")`` / ``"bfloat16"`` stores the weights in 16 bits (widened in the
+    kernels, accumulation in float32).
+    """
+
+    def __init__(self, config, add_pooling_layer: bool = True) -> None:
+        super().__init__()
+        if isinstance(config, (str, os.PathLike)):
+            config = BertConfig.from_json_file(config)
+        elif not isinstance(config, BertConfig):
+            config = BertConfig.from_dict(dict(config))
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, dtype=None) -> BertModel:
+        """Build from a Hugging Face model directory: ``config.json`` plus ``model.safetensors``
+        (preferred) or ``pytorch_model.bin``. A ``bert.`` key prefix (checkpoints of
+        task models) is stripped and task heads (``cls.*``, ...) are ignored; old ``gamma``/
+        ``beta`` LayerNorm names are renamed. ``dtype`` optionally stores the weights as
+        float16/bfloat16/float64."""
+        directory = os.fspath(directory)
+        cfg_path = os.path.join(directory, "config.json")
+        if not os.path.isfile(cfg_path):
+            raise FileNotFoundError(f"BertModel.from_pretrained: no config.json in {directory!r}")
+        config = BertConfig.from_json_file(cfg_path)
+        for name in ("model.safetensors", "pytorch_model.bin"):
+            path = os.path.join(directory, name)
+            if os.path.isfile(path):
+                break
+        else:
+            raise FileNotFoundError(
+                f"BertModel.from_pretrained: neither model.safetensors nor pytorch_model.bin in "
+                f"{directory!r} (sharded checkpoints are not supported)"
+            )
+        state = _load_checkpoint(path)
+        state = _hf_keys(state)
+        model = cls(config, add_pooling_layer=any(k.startswith("pooler.") for k in state))
+        model.load_state_dict(state, strict=True)
+        if dtype is not None:
+            model.to(dtype)
+        return model
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> BertModelOutput:
+        ids = _int_array(input_ids, "input_ids")
+        if ids.ndim == 1:
+            ids = ids[None]
+        if ids.ndim != 2:
+            raise ValueError(f"BertModel: input_ids must be (batch, seq), got shape {ids.shape}")
+        B, L = ids.shape
+        if L == 0:
+            raise ValueError("BertModel: input_ids has no tokens (sequence length 0)")
+        cfg = self.config
+        if L > cfg.max_position_embeddings:
+            raise ValueError(
+                f"BertModel: sequence length {L} is longer than max_position_embeddings="
+                f"{cfg.max_position_embeddings}"
+            )
+        if token_type_ids is None:
+            tt = np.zeros((B, L), dtype=np.int64)
+        else:
+            tt = _int_array(token_type_ids, "token_type_ids").reshape(
+                _same_shape(token_type_ids, (B, L), "token_type_ids")
+            )
+        mask = None
+        if attention_mask is not None:
+            am = np.asarray(attention_mask)
+            am = am.reshape(_same_shape(am, (B, L), "attention_mask"))
+            if am.dtype.kind not in "biuf":
+                raise TypeError(
+                    f"BertModel: attention_mask must hold 0/1 values, got dtype {am.dtype}"
+                )
+            # transformers: (1 - mask) * finfo(float32).min, added to the scaled scores
+            mask = ((1.0 - am.astype(np.float32)) * np.finfo(np.float32).min).reshape(B, 1, 1, L)
+        x = self.embeddings(ids, tt)
+        x = self.encoder(x, B, L, mask)
+        hidden = x.reshape(B, L, -1)
+        pooled = self.pooler(hidden) if self.pooler is not None else None
+        return BertModelOutput(hidden, pooled)
+
+
+def _int_array(x, what: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"BertModel: {what} must hold integers, got dtype {a.dtype}")
+    return a.astype(np.int64, copy=False)
+
+
+def _same_shape(x, shape: tuple[int, int], what: str) -> tuple[int, int]:
+    got = np.shape(x)
+    if got != shape and not (len(shape) == 2 and shape[0] == 1 and got == shape[1:]):
+        raise ValueError(f"BertModel: {what} has shape {got}, expected {shape} like input_ids")
+    return shape
+
+
+def _hf_keys(state: dict) -> dict:
+    """transformers' BertModel keys from a checkpoint of BertModel or a BERT task model."""
+    prefixed = any(k.startswith("bert.") for k in state)
+    out = {}
+    for key, value in state.items():
+        if prefixed:
+            if not key.startswith("bert."):
+                continue  # task heads (cls.*, classifier.*)
+            key = key[5:]
+        if not key.startswith(("embeddings.", "encoder.", "pooler.")):
+            continue
+        if key in ("embeddings.position_ids", "embeddings.token_type_ids"):
+            continue  # transformers' non-persistent index buffers, saved by old versions
+        if key.endswith(".gamma"):
+            key = key[:-6] + ".weight"
+        elif key.endswith(".beta"):
+            key = key[:-5] + ".bias"
+        out[key] = value
+    return out
+
+
+def mean_pool(last_hidden_state, attention_mask=None) -> np.ndarray:
+    """Sentence embeddings as sentence-transformers' mean pooling: the mean of the token
+    vectors where ``attention_mask`` is 1 (``sum(h * m) / max(sum(m), 1e-9)``).
+
+    ``last_hidden_state`` (batch, seq, hidden); ``attention_mask`` (batch, seq) or None (all
+    tokens). Returns (batch, hidden) float32 (float64 for float64 input)."""
+    h = np.asarray(last_hidden_state)
+    if h.ndim != 3:
+        raise ValueError(
+            f"mean_pool: last_hidden_state must be (batch, seq, hidden), got {h.shape}"
+        )
+    if h.dtype != np.float64:
+        h = h.astype(np.float32, copy=False)
+    if attention_mask is None:
+        return h.mean(axis=1)
+    m = np.asarray(attention_mask)
+    if m.shape != h.shape[:2]:
+        raise ValueError(f"mean_pool: attention_mask has shape {m.shape}, expected {h.shape[:2]}")
+    m = m.astype(h.dtype)
+    summed = np.einsum("bsh,bs->bh", h, m)
+    return summed / np.maximum(m.sum(axis=1), 1e-9)[:, None]

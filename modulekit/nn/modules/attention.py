@@ -1,0 +1,354 @@
+"""``MultiheadAttention`` and the attention core shared with the transformer models.
+
+Attention is one fused kernel (``modulekit._ext._ops.attention``): per (batch, head) task a
+thread computes the head's scores with a register-blocked QK^T, the softmax with the scale and
+mask folded in, and the PV product, holding one head's ``Lq x Lk`` scores at a time (64 KB at
+sequence 128: they stay in L1/L2).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from modulekit._ext import _ops
+from modulekit._ext._gemm import pack_linear
+from modulekit._ext._tensor import Parameter
+from modulekit.device import as_device
+from modulekit.dtypes import DataType, as_dtype, float32
+from modulekit.module import Module
+from modulekit.nn._random import default_generator
+from modulekit.nn.functional import as_real_array
+from modulekit.nn.modules.linear import Linear
+
+__all__ = ["MultiheadAttention", "attention", "additive_mask"]
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
+
+def additive_mask(mask, what: str, dtype) -> np.ndarray:
+    """``mask`` as an additive float mask: bool ``True`` (masked out) becomes ``-inf``, float
+    masks are used as they are."""
+    m = np.asarray(mask)
+    if m.dtype == np.bool_:
+        out = np.zeros(m.shape, dtype=dtype)
+        out[m] = -np.inf
+        return out
+    if m.dtype.kind != "f":
+        raise TypeError(f"{what}: expected a bool or floating mask, got dtype {m.dtype}")
+    return m.astype(dtype, copy=False)
+
+
+def attention(q, k, v, num_heads: int, mask=None, scale=None, need_weights=False):
+    """Multi-head scaled dot-product attention.
+
+    Parameters
+    ----------
+    q : ndarray (B, Lq, E)
+    k : ndarray (B, Lk, E)
+    v : ndarray (B, Lk, Ev)
+        Projected queries, keys and values (any strides with a unit-stride last axis); head
+        ``h`` owns columns ``h * E / num_heads`` to ``(h + 1) * E / num_heads``.
+    num_heads : int
+    mask : ndarray or None
+        Additive float mask broadcastable to ``(B, num_heads, Lq, Lk)``.
+    scale : float, optional
+        Defaults to ``1 / sqrt(E / num_heads)``.
+    need_weights : bool
+        Also return the attention probabilities ``(B, num_heads, Lq, Lk)``.
+
+    Returns
+    -------
+    out : ndarray (B, Lq, Ev), C-contiguous
+    weights : ndarray or None
+
+    Computes in float64 when any input is float64, else in float32.
+    """
+    return _ops.attention(q, k, v, num_heads, mask, scale, need_weights)
+
+
+class MultiheadAttention(Module):
+    """Multi-head attention with torch's signature and state-dict keys (``in_proj_weight``,
+    ``in_proj_bias``, ``out_proj.weight``, ``out_proj.bias``).
+
+    Parameters
+    ----------
+    embed_dim, num_heads : int
+        ``embed_dim`` must be divisible by ``num_heads``.
+    dropout : float
+        Kept for signature compatibility; inference applies no dropout.
+    bias : bool
+        Biases on the in- and out-projections.
+    add_bias_kv, add_zero_attn : bool
+        Not supported (refused).
+    kdim, vdim : int, optional
+        Must equal ``embed_dim`` (separate key/value widths are not supported).
+    batch_first : bool
+        Inputs and outputs are ``(batch, seq, feature)`` instead of ``(seq, batch, feature)``.
+    device, dtype :
+        CPU only; floating storage dtype (default float32).
+
+    Notes
+    -----
+    The in-projection is packed (on the first forward or :meth:`initialize`) as three GEMM
+    weight panels, one each for query, key and value, and ``in_proj_weight``/``in_proj_bias``
+    leave ``state_dict()`` as for :class:`Linear`; loading re-packs.
+    """
+
+    _packed = None
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(
+                f"MultiheadAttention: embed_dim and num_heads must be > 0, got {embed_dim} and "
+                f"{num_heads}"
+            )
+        if embed_dim % num_heads:
+            raise ValueError(
+                f"MultiheadAttention: embed_dim ({embed_dim}) must be divisible by num_heads "
+                f"({num_heads})"
+            )
+        if (kdim not in (None, embed_dim)) or (vdim not in (None, embed_dim)):
+            raise NotImplementedError(
+                "MultiheadAttention: kdim/vdim different from embed_dim are not supported"
+            )
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError(
+                "MultiheadAttention: add_bias_kv and add_zero_attn are not supported"
+            )
+        if device is not None:
+            as_device(device)
+        dtype = float32 if dtype is None else as_dtype(dtype)
+        if not dtype.is_floating:
+            raise TypeError(f"MultiheadAttention: dtype must be a floating type, got {dtype.name}")
+        self.embed_dim = self.kdim = self.vdim = int(embed_dim)
+        self._qkv_same_embed_dim = True
+        self.num_heads = int(num_heads)
+        self.head_dim = self.embed_dim // self.num_heads
+        self.dropout = float(dropout)
+        self.batch_first = batch_first
+        E = self.embed_dim
+        bound = math.sqrt(6.0 / (E + 3 * E))  # xavier_uniform over the (3E, E) matrix
+        rng = default_generator()
+        self.in_proj_weight = Parameter(rng.uniform(-bound, bound, (3 * E, E)).astype(dtype.numpy))
+        if bias:
+            self.in_proj_bias = Parameter(np.zeros(3 * E, dtype=dtype.numpy))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = Linear(E, E, bias=bias, dtype=dtype)
+        if bias:
+            self.out_proj.bias = Parameter(np.zeros(E, dtype=dtype.numpy))
+        self._bias_dtype = None
+
+    # ---------------------------------------------------------------- packing protocol
+    def _pack_from(self, weight: np.ndarray, bias, storage: str) -> tuple:
+        E = self.embed_dim
+        return tuple(
+            pack_linear(
+                weight[i * E : (i + 1) * E],
+                None if bias is None else bias[i * E : (i + 1) * E],
+                storage,
+            )
+            for i in range(3)
+        )
+
+    def _pack(self) -> None:
+        with self._pack_lock:
+            if self._packed is not None:
+                return
+            w = self._parameters.get("in_proj_weight")
+            if w is None:
+                raise RuntimeError("MultiheadAttention: cannot pack, in_proj_weight is None")
+            b = self._parameters.get("in_proj_bias")
+            packed = self._pack_from(w.numpy(), None if b is None else b.numpy(), w.dtype.name)
+            self._bias_dtype = None if b is None else b.dtype
+            del self._parameters["in_proj_weight"]
+            if b is not None:
+                del self._parameters["in_proj_bias"]
+            self._packed = packed
+
+    def _packed_keys(self) -> dict[str, tuple[tuple[int, ...], DataType]]:
+        packed = self._packed
+        if packed is None:
+            return {}
+        E = self.embed_dim
+        keys = {"in_proj_weight": ((3 * E, E), as_dtype(packed[0].storage))}
+        if packed[0].has_bias:
+            keys["in_proj_bias"] = ((3 * E,), self._bias_dtype)
+        return keys
+
+    def _unpacked_values(self):
+        parts = [p.unpack() for p in self._packed]
+        w = np.concatenate([np.asarray(p[0]) for p in parts])
+        b = None if parts[0][1] is None else np.concatenate([np.asarray(p[1]) for p in parts])
+        return w, b
+
+    def _unpack(self) -> None:
+        if self._packed is None:
+            return
+        w, b = self._unpacked_values()
+        params = {"in_proj_weight": Parameter(w)}
+        if b is not None:
+            params["in_proj_bias"] = Parameter(b.astype(self._bias_dtype.numpy))
+        params.update((k, v) for k, v in self._parameters.items() if k not in params)
+        self.__dict__["_parameters"] = params
+        self._packed = None
+        self._bias_dtype = None
+
+    def _repack(self, values: dict[str, np.ndarray], dtype: DataType | None = None) -> None:
+        with self._pack_lock:
+            packed = self._packed
+            if packed is None:
+                return
+            w, b = values.get("in_proj_weight"), values.get("in_proj_bias")
+            if w is None or (b is None and packed[0].has_bias):
+                old_w, old_b = self._unpacked_values()
+                w = old_w if w is None else w
+                b = old_b if b is None else b
+            storage = as_dtype(packed[0].storage) if dtype is None else dtype
+            bias_dtype = self._bias_dtype if dtype is None else dtype
+            if b is not None:
+                b = np.asarray(b).astype(bias_dtype.numpy, copy=False)
+            self._packed = self._pack_from(
+                np.asarray(w).astype(storage.numpy, copy=False), b, storage.name
+            )
+            self._bias_dtype = bias_dtype
+
+    # ---------------------------------------------------------------- compute
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        key_padding_mask=None,
+        need_weights: bool = True,
+        attn_mask=None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ):
+        """Attend ``query`` to ``key``/``value``; returns ``(attn_output, attn_weights)``.
+
+        Shapes (``batch_first=False``): query ``(L, N, E)``, key/value ``(S, N, E)`` or
+        unbatched ``(L, E)``/``(S, E)``. ``key_padding_mask`` ``(N, S)`` (or ``(S,)``),
+        ``attn_mask`` ``(L, S)`` or ``(N * num_heads, L, S)``: bool ``True`` excludes a
+        position, a float mask is added to the scores. ``attn_weights`` is ``(N, L, S)``
+        averaged over heads, ``(N, num_heads, L, S)`` with ``average_attn_weights=False``, or
+        None when ``need_weights`` is False. ``is_causal`` is a hint only: ``attn_mask`` must
+        then hold the causal mask, as in torch.
+        """
+        if is_causal and attn_mask is None:
+            raise ValueError(
+                "MultiheadAttention: is_causal=True needs attn_mask (the causal mask); it is a "
+                "hint, as in torch"
+            )
+        q_in = as_real_array(query, "MultiheadAttention(query)")
+        k_in = q_in if key is query else as_real_array(key, "MultiheadAttention(key)")
+        v_in = (
+            q_in
+            if value is query
+            else k_in
+            if value is key
+            else as_real_array(value, "MultiheadAttention(value)")
+        )
+        E = self.embed_dim
+        batched = q_in.ndim == 3
+        for name, t in (("query", q_in), ("key", k_in), ("value", v_in)):
+            if t.ndim != q_in.ndim or t.ndim not in (2, 3) or t.shape[-1] != E:
+                raise ValueError(
+                    f"MultiheadAttention: {name} must be {'3' if batched else '2'}-D with last "
+                    f"dimension embed_dim={E} like query {q_in.shape}, got {t.shape}"
+                )
+        if not batched:
+            q_in, k_in, v_in = q_in[None], k_in[None], v_in[None]
+        elif not self.batch_first:
+            q_in, k_in, v_in = (t.transpose(1, 0, 2) for t in (q_in, k_in, v_in))
+        out, weights = self._forward_batch_first(
+            q_in, k_in, v_in, key_padding_mask, attn_mask, need_weights, batched
+        )
+        if not batched:
+            out = out[0]
+        elif not self.batch_first:
+            out = np.ascontiguousarray(out.transpose(1, 0, 2))
+        if not need_weights:
+            return out, None
+        if average_attn_weights:
+            weights = weights.mean(axis=1)
+        if not batched:
+            weights = weights[0]
+        return out, weights
+
+    def _compute_dtype(self) -> np.dtype:
+        if self._packed is not None:
+            return self._packed[0].compute_dtype
+        return _F64 if self.in_proj_weight.dtype.numpy == _F64 else _F32
+
+    def _forward_batch_first(
+        self, q_in, k_in, v_in, key_padding_mask, attn_mask, need_weights, batched
+    ):
+        """Attention on batch-first 3-D inputs: ``(out (N, L, E), weights (N, H, L, S) or
+        None)``; ``batched`` says which key_padding_mask shape to expect."""
+        if self._packed is None:
+            self._pack()
+        packed = self._packed
+        E, H = self.embed_dim, self.num_heads
+        N, L = q_in.shape[0], q_in.shape[1]
+        S = k_in.shape[1]
+        if k_in.shape[:2] != (N, S) or v_in.shape[:2] != (N, S):
+            raise ValueError(
+                f"MultiheadAttention: key {k_in.shape} and value {v_in.shape} must share batch "
+                f"and sequence sizes (batch {N})"
+            )
+        cdt = packed[0].compute_dtype
+        mask = self._build_mask(key_padding_mask, attn_mask, N, L, S, batched, cdt)
+
+        def project(t, p):
+            x2 = np.ascontiguousarray(t, dtype=cdt).reshape(-1, E)
+            return p.forward(x2).reshape(t.shape[0], t.shape[1], E)
+
+        q = project(q_in, packed[0])
+        k = project(k_in, packed[1])
+        v = project(v_in, packed[2])
+        ctx, weights = attention(q, k, v, H, mask, None, need_weights)
+        out = self.out_proj.forward(ctx.reshape(N * L, E)).reshape(N, L, E)
+        return out, weights
+
+    def _build_mask(self, key_padding_mask, attn_mask, N, L, S, batched, dtype):
+        H = self.num_heads
+        mask = None
+        if key_padding_mask is not None:
+            kpm = additive_mask(key_padding_mask, "MultiheadAttention(key_padding_mask)", dtype)
+            want = (N, S) if batched else (S,)
+            if kpm.shape != want:
+                raise ValueError(
+                    f"MultiheadAttention: key_padding_mask must have shape {want}, got {kpm.shape}"
+                )
+            mask = kpm.reshape(N, 1, 1, S)
+        if attn_mask is not None:
+            am = additive_mask(attn_mask, "MultiheadAttention(attn_mask)", dtype)
+            if am.shape == (L, S):
+                am = am.reshape(1, 1, L, S)
+            elif am.shape == (N * H, L, S):
+                am = am.reshape(N, H, L, S)
+            else:
+                raise ValueError(
+                    f"MultiheadAttention: attn_mask must have shape {(L, S)} or "
+                    f"{(N * H, L, S)}, got {am.shape}"
+                )
+            mask = am if mask is None else mask + am
+        return mask
