@@ -1,4 +1,5 @@
-"""CNN architectures with torchvision's module names, so torchvision checkpoints load as they are.
+"""Ready-made architectures: CNNs with torchvision's module names (torchvision checkpoints load
+as they are) and BERT with Hugging Face transformers' names (``BertModel.from_pretrained``).
 
 ``resnet18``, ``resnet50`` and ``mobilenet_v2`` build the networks (random weights); load a
 checkpoint with ``model.load_state_dict(state, strict=True)``. In evaluation mode every
@@ -7,10 +8,15 @@ the norm folded into its weights and the rest in the kernel's epilogue; in train
 layers run one by one with torch's semantics.
 """
 
+from modulekit.models.bert import BertConfig, BertModel, BertModelOutput, mean_pool
 from modulekit.models.mobilenetv2 import InvertedResidual, MobileNetV2, mobilenet_v2
 from modulekit.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet50
 
 __all__ = [
+    "BertConfig",
+    "BertModel",
+    "BertModelOutput",
+    "mean_pool",
     "BasicBlock",
     "Bottleneck",
     "InvertedResidual",

@@ -16,13 +16,16 @@ from modulekit.nn.modules import (
     BatchNorm2d,
     Conv2d,
     Dropout,
+    Embedding,
     Flatten,
     Hardswish,
     Identity,
+    LayerNorm,
     Linear,
     MaxPool2d,
     ModuleDict,
     ModuleList,
+    MultiheadAttention,
     ReLU,
     ReLU6,
     Sequential,
@@ -30,6 +33,8 @@ from modulekit.nn.modules import (
     SiLU,
     Softmax,
     Tanh,
+    TransformerEncoder,
+    TransformerEncoderLayer,
 )
 
 __all__ = [
@@ -39,11 +44,13 @@ __all__ = [
     "BatchNorm2d",
     "Conv2d",
     "Dropout",
+    "Embedding",
     "Flatten",
     "functional",
     "GELU",
     "Hardswish",
     "Identity",
+    "LayerNorm",
     "Linear",
     "LoadResult",
     "manual_seed",
@@ -51,6 +58,7 @@ __all__ = [
     "Module",
     "ModuleDict",
     "ModuleList",
+    "MultiheadAttention",
     "Parameter",
     "ReLU",
     "ReLU6",
@@ -61,21 +69,6 @@ __all__ = [
     "StateDictError",
     "StateDictTypeError",
     "Tanh",
-]
-
-# transformer layers (branch bert)
-from modulekit.nn.modules import (  # noqa: E402
-    Embedding,
-    LayerNorm,
-    MultiheadAttention,
-    TransformerEncoder,
-    TransformerEncoderLayer,
-)
-
-__all__ += [
-    "Embedding",
-    "LayerNorm",
-    "MultiheadAttention",
     "TransformerEncoder",
     "TransformerEncoderLayer",
 ]

@@ -10,13 +10,17 @@ from modulekit.nn.modules.activation import (
     Softmax,
     Tanh,
 )
+from modulekit.nn.modules.attention import MultiheadAttention
 from modulekit.nn.modules.batchnorm import BatchNorm1d, BatchNorm2d
 from modulekit.nn.modules.container import ModuleDict, ModuleList, Sequential
 from modulekit.nn.modules.conv import Conv2d
 from modulekit.nn.modules.dropout import Dropout
 from modulekit.nn.modules.flatten import Flatten
 from modulekit.nn.modules.linear import Identity, Linear
+from modulekit.nn.modules.normalization import LayerNorm
 from modulekit.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from modulekit.nn.modules.sparse import Embedding
+from modulekit.nn.modules.transformer import TransformerEncoder, TransformerEncoderLayer
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -25,14 +29,17 @@ __all__ = [
     "BatchNorm2d",
     "Conv2d",
     "Dropout",
+    "Embedding",
     "Flatten",
     "GELU",
     "Hardswish",
     "Identity",
+    "LayerNorm",
     "Linear",
     "MaxPool2d",
     "ModuleDict",
     "ModuleList",
+    "MultiheadAttention",
     "ReLU",
     "ReLU6",
     "Sequential",
@@ -40,21 +47,6 @@ __all__ = [
     "Sigmoid",
     "Softmax",
     "Tanh",
-]
-
-# transformer layers (branch bert)
-from modulekit.nn.modules.attention import MultiheadAttention  # noqa: E402
-from modulekit.nn.modules.normalization import LayerNorm  # noqa: E402
-from modulekit.nn.modules.sparse import Embedding  # noqa: E402
-from modulekit.nn.modules.transformer import (  # noqa: E402
-    TransformerEncoder,
-    TransformerEncoderLayer,
-)
-
-__all__ += [
-    "Embedding",
-    "LayerNorm",
-    "MultiheadAttention",
     "TransformerEncoder",
     "TransformerEncoderLayer",
 ]
