@@ -1,6 +1,7 @@
 /* The GEMM configuration table: for each (ISA level, weight storage) the microkernels, the
- * register block MR x NR (which fixes the packed weight layout), the cache blocks KC, MC, NC
- * and the tile-activation routine. This is the ONLY place where these are chosen.
+ * activation packing routine that feeds them, the register block MR x NR (which fixes the
+ * packed weight layout written by mk_gemm_pack), the cache blocks KC, MC, NC and the
+ * tile-activation routine. This is the ONLY place where these are chosen.
  *
  * Cache blocking: the KC x NR weight micro-panel stays in L1 while the MR-row activation
  * micro-panels of the MC x KC block stream from L2; NC bounds the KC x NC weight block a
@@ -91,6 +92,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f32-gemm-4x8-scalar", .isa = MK_ISA_GENERIC, .compute = MK_COMPUTE_F32, .storage = MK_STORAGE_F32,
         .mr = 4, .nr = 8, .kc = 256, .mc = 64, .nc = 1024, .esize = 4, .wsize = 4,
         .ukernel = mk_f32_gemm_4x8__scalar,
+        .pack_a = mk_gemm_pack_a_f32,
         .smallm = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
         .act_tile = mk_act_tile_f32_scalar,
     },
@@ -98,6 +100,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f32-f16w-gemm-4x8-scalar", .isa = MK_ISA_GENERIC, .compute = MK_COMPUTE_F32, .storage = MK_STORAGE_F16,
         .mr = 4, .nr = 8, .kc = 256, .mc = 64, .nc = 1024, .esize = 4, .wsize = 2,
         .ukernel = mk_f32_f16w_gemm_4x8__scalar,
+        .pack_a = mk_gemm_pack_a_f32,
         .smallm = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
         .act_tile = mk_act_tile_f32_scalar,
     },
@@ -105,6 +108,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f32-bf16w-gemm-4x8-scalar", .isa = MK_ISA_GENERIC, .compute = MK_COMPUTE_F32, .storage = MK_STORAGE_BF16,
         .mr = 4, .nr = 8, .kc = 256, .mc = 64, .nc = 1024, .esize = 4, .wsize = 2,
         .ukernel = mk_f32_bf16w_gemm_4x8__scalar,
+        .pack_a = mk_gemm_pack_a_f32,
         .smallm = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
         .act_tile = mk_act_tile_f32_scalar,
     },
@@ -112,6 +116,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f64-gemm-4x4-scalar", .isa = MK_ISA_GENERIC, .compute = MK_COMPUTE_F64, .storage = MK_STORAGE_F64,
         .mr = 4, .nr = 4, .kc = 256, .mc = 64, .nc = 1024, .esize = 8, .wsize = 8,
         .ukernel = mk_f64_gemm_4x4__scalar,
+        .pack_a = mk_gemm_pack_a_f64,
         .smallm = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
         .act_tile = mk_act_tile_f64_scalar,
     },
@@ -119,6 +124,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f32-gemm-6x16-avx2", .isa = MK_ISA_AVX2, .compute = MK_COMPUTE_F32, .storage = MK_STORAGE_F32,
         .mr = 6, .nr = 16, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 4,
         .ukernel = mk_f32_gemm_6x16__avx2,
+        .pack_a = mk_gemm_pack_a_f32,
         .smallm = {NULL, mk_f32_gemm_1x16d__avx2, mk_f32_gemm_2x16d__avx2, mk_f32_gemm_3x16d__avx2, mk_f32_gemm_4x16d__avx2, mk_f32_gemm_5x16d__avx2, mk_f32_gemm_6x16d__avx2, NULL, NULL},
         .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx2,
@@ -127,6 +133,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f32-f16w-gemm-6x16-avx2", .isa = MK_ISA_AVX2, .compute = MK_COMPUTE_F32, .storage = MK_STORAGE_F16,
         .mr = 6, .nr = 16, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 2,
         .ukernel = mk_f32_f16w_gemm_6x16__avx2,
+        .pack_a = mk_gemm_pack_a_f32,
         .smallm = {NULL, mk_f32_f16w_gemm_1x16d__avx2, mk_f32_f16w_gemm_2x16d__avx2, mk_f32_f16w_gemm_3x16d__avx2, mk_f32_f16w_gemm_4x16d__avx2, mk_f32_f16w_gemm_5x16d__avx2, mk_f32_f16w_gemm_6x16d__avx2, NULL, NULL},
         .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx2,
@@ -135,6 +142,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f32-bf16w-gemm-6x16-avx2", .isa = MK_ISA_AVX2, .compute = MK_COMPUTE_F32, .storage = MK_STORAGE_BF16,
         .mr = 6, .nr = 16, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 2,
         .ukernel = mk_f32_bf16w_gemm_6x16__avx2,
+        .pack_a = mk_gemm_pack_a_f32,
         .smallm = {NULL, mk_f32_bf16w_gemm_1x16d__avx2, mk_f32_bf16w_gemm_2x16d__avx2, mk_f32_bf16w_gemm_3x16d__avx2, mk_f32_bf16w_gemm_4x16d__avx2, mk_f32_bf16w_gemm_5x16d__avx2, mk_f32_bf16w_gemm_6x16d__avx2, NULL, NULL},
         .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx2,
@@ -143,6 +151,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f64-gemm-6x8-avx2", .isa = MK_ISA_AVX2, .compute = MK_COMPUTE_F64, .storage = MK_STORAGE_F64,
         .mr = 6, .nr = 8, .kc = 384, .mc = 96, .nc = 2048, .esize = 8, .wsize = 8,
         .ukernel = mk_f64_gemm_6x8__avx2,
+        .pack_a = mk_gemm_pack_a_f64,
         .smallm = {NULL, mk_f64_gemm_1x8d__avx2, mk_f64_gemm_2x8d__avx2, mk_f64_gemm_3x8d__avx2, mk_f64_gemm_4x8d__avx2, mk_f64_gemm_5x8d__avx2, mk_f64_gemm_6x8d__avx2, NULL, NULL},
         .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f64_scalar,
@@ -151,6 +160,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f32-gemm-8x32-avx512", .isa = MK_ISA_AVX512, .compute = MK_COMPUTE_F32, .storage = MK_STORAGE_F32,
         .mr = 8, .nr = 32, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 4,
         .ukernel = mk_f32_gemm_8x32__avx512,
+        .pack_a = mk_gemm_pack_a_f32,
         .smallm = {NULL, mk_f32_gemm_1x32d__avx512, mk_f32_gemm_2x32d__avx512, mk_f32_gemm_3x32d__avx512, mk_f32_gemm_4x32d__avx512, mk_f32_gemm_5x32d__avx512, mk_f32_gemm_6x32d__avx512, mk_f32_gemm_7x32d__avx512, mk_f32_gemm_8x32d__avx512},
         .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx512,
@@ -159,6 +169,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f32-f16w-gemm-8x32-avx512", .isa = MK_ISA_AVX512, .compute = MK_COMPUTE_F32, .storage = MK_STORAGE_F16,
         .mr = 8, .nr = 32, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 2,
         .ukernel = mk_f32_f16w_gemm_8x32__avx512,
+        .pack_a = mk_gemm_pack_a_f32,
         .smallm = {NULL, mk_f32_f16w_gemm_1x32d__avx512, mk_f32_f16w_gemm_2x32d__avx512, mk_f32_f16w_gemm_3x32d__avx512, mk_f32_f16w_gemm_4x32d__avx512, mk_f32_f16w_gemm_5x32d__avx512, mk_f32_f16w_gemm_6x32d__avx512, mk_f32_f16w_gemm_7x32d__avx512, mk_f32_f16w_gemm_8x32d__avx512},
         .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx512,
@@ -167,6 +178,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f32-bf16w-gemm-8x32-avx512", .isa = MK_ISA_AVX512, .compute = MK_COMPUTE_F32, .storage = MK_STORAGE_BF16,
         .mr = 8, .nr = 32, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 2,
         .ukernel = mk_f32_bf16w_gemm_8x32__avx512,
+        .pack_a = mk_gemm_pack_a_f32,
         .smallm = {NULL, mk_f32_bf16w_gemm_1x32d__avx512, mk_f32_bf16w_gemm_2x32d__avx512, mk_f32_bf16w_gemm_3x32d__avx512, mk_f32_bf16w_gemm_4x32d__avx512, mk_f32_bf16w_gemm_5x32d__avx512, mk_f32_bf16w_gemm_6x32d__avx512, mk_f32_bf16w_gemm_7x32d__avx512, mk_f32_bf16w_gemm_8x32d__avx512},
         .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f32_avx512,
@@ -175,6 +187,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .name = "f64-gemm-8x16-avx512", .isa = MK_ISA_AVX512, .compute = MK_COMPUTE_F64, .storage = MK_STORAGE_F64,
         .mr = 8, .nr = 16, .kc = 256, .mc = 96, .nc = 2048, .esize = 8, .wsize = 8,
         .ukernel = mk_f64_gemm_8x16__avx512,
+        .pack_a = mk_gemm_pack_a_f64,
         .smallm = {NULL, mk_f64_gemm_1x16d__avx512, mk_f64_gemm_2x16d__avx512, mk_f64_gemm_3x16d__avx512, mk_f64_gemm_4x16d__avx512, mk_f64_gemm_5x16d__avx512, mk_f64_gemm_6x16d__avx512, mk_f64_gemm_7x16d__avx512, mk_f64_gemm_8x16d__avx512},
         .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f64_scalar,

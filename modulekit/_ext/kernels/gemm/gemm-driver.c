@@ -38,30 +38,6 @@ static void *mk_tl_buffer(size_t bytes) {
     return mk_tl_buf;
 }
 
-/* Pack rows [0, mc) x columns [0, kc) of A (element (i, k) at a[i * rs + k * cs]) into
- * MR-row micro-panels, k-major: dst[(i / MR) * MR * kc + k * MR + i % MR]; rows past mc
- * are zero. */
-#define MK_PACK_A(T)                                                                      \
-    static void mk_pack_a_##T(size_t mc, size_t kc, size_t mr_, const T *a, ptrdiff_t rs, \
-                              ptrdiff_t cs, T *dst) {                                     \
-        for (size_t ib = 0; ib < mc; ib += mr_) {                                         \
-            const size_t rows = mk_min(mr_, mc - ib);                                     \
-            T *d = dst + ib * kc;                                                         \
-            for (size_t i = 0; i < rows; i++) {                                           \
-                const T *src = a + (ptrdiff_t)(ib + i) * rs;                              \
-                if (cs == 1) {                                                            \
-                    for (size_t k = 0; k < kc; k++) d[k * mr_ + i] = src[k];              \
-                } else {                                                                  \
-                    for (size_t k = 0; k < kc; k++) d[k * mr_ + i] = src[(ptrdiff_t)k * cs]; \
-                }                                                                         \
-            }                                                                             \
-            for (size_t i = rows; i < mr_; i++)                                           \
-                for (size_t k = 0; k < kc; k++) d[k * mr_ + i] = (T)0;                    \
-        }                                                                                 \
-    }
-MK_PACK_A(float)
-MK_PACK_A(double)
-
 typedef struct {
     const mk_gemm_config *cfg;
     size_t m, n, k, ps;
@@ -105,10 +81,7 @@ static int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t
             for (size_t ic = m0; ic < m1; ic += MC) {
                 const size_t mc = mk_min(MC, m1 - ic);
                 const unsigned char *ablk = pr->a + ((ptrdiff_t)ic * pr->rsa + (ptrdiff_t)pc * pr->csa) * (ptrdiff_t)es;
-                if (cfg->compute == MK_COMPUTE_F32)
-                    mk_pack_a_float(mc, kc, mr, (const float *)ablk, pr->rsa, pr->csa, (float *)abuf);
-                else
-                    mk_pack_a_double(mc, kc, mr, (const double *)ablk, pr->rsa, pr->csa, (double *)abuf);
+                cfg->pack_a(mc, kc, mr, ablk, pr->rsa, pr->csa, abuf);
                 for (size_t jr = jc; jr < jend; jr++) {
                     const unsigned char *panel = pr->packed + jr * pr->ps;
                     const unsigned char *w = panel + nr * es + pc * nr * ws;

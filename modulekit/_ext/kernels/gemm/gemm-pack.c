@@ -6,6 +6,8 @@
 #include "gemm.h"
 #include "mk_omp.h"
 
+static size_t mk_min(size_t a, size_t b) { return a < b ? a : b; }
+
 static size_t mk_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 size_t mk_gemm_panel_stride(const mk_gemm_config *cfg, size_t k) {
@@ -104,3 +106,29 @@ void mk_gemm_unpack(const mk_gemm_config *cfg, size_t n, size_t k, const void *p
         }
     }
 }
+
+/* Pack rows [0, mc) x columns [0, kc) of A (element (i, k) at a[i * rs + k * cs]) into
+ * MR-row micro-panels, k-major: dst[(i / MR) * MR * kc + k * MR + i % MR]; rows past mc
+ * are zero. */
+#define MK_PACK_A(N, T)                                                                      \
+    void mk_gemm_pack_a_##N(size_t mc, size_t kc, size_t mr_, const void *a_, ptrdiff_t rs,   \
+                            ptrdiff_t cs, void *dst_) {                                   \
+        const T *a = (const T *)a_;                                                       \
+        T *dst = (T *)dst_;                                     \
+        for (size_t ib = 0; ib < mc; ib += mr_) {                                         \
+            const size_t rows = mk_min(mr_, mc - ib);                                     \
+            T *d = dst + ib * kc;                                                         \
+            for (size_t i = 0; i < rows; i++) {                                           \
+                const T *src = a + (ptrdiff_t)(ib + i) * rs;                              \
+                if (cs == 1) {                                                            \
+                    for (size_t k = 0; k < kc; k++) d[k * mr_ + i] = src[k];              \
+                } else {                                                                  \
+                    for (size_t k = 0; k < kc; k++) d[k * mr_ + i] = src[(ptrdiff_t)k * cs]; \
+                }                                                                         \
+            }                                                                             \
+            for (size_t i = rows; i < mr_; i++)                                           \
+                for (size_t k = 0; k < kc; k++) d[k * mr_ + i] = (T)0;                    \
+        }                                                                                 \
+    }
+MK_PACK_A(f32, float)
+MK_PACK_A(f64, double)

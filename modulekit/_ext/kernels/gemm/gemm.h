@@ -71,6 +71,16 @@ typedef void (*mk_gemm_smallm_ukernel)(size_t nc, size_t k, const void *a, ptrdi
                                        const void *panel, size_t ps, void *c, size_t ldc,
                                        const mk_epilogue *ep);
 
+/* Activation packing: rows [0, mc) x columns [0, kc) of A (element (i, k) at
+ * a + i * rs + k * cs, strides in elements) into MR-row micro-panels, k-major:
+ * dst[(i / MR) * MR * kc + k * MR + i % MR]; rows past mc are zero. */
+typedef void (*mk_gemm_pack_a_fn)(size_t mc, size_t kc, size_t mr, const void *a, ptrdiff_t rs,
+                                  ptrdiff_t cs, void *dst);
+void mk_gemm_pack_a_f32(size_t mc, size_t kc, size_t mr, const void *a, ptrdiff_t rs,
+                        ptrdiff_t cs, void *dst);
+void mk_gemm_pack_a_f64(size_t mc, size_t kc, size_t mr, const void *a, ptrdiff_t rs,
+                        ptrdiff_t cs, void *dst);
+
 /* Activation of a stored tile in place: rows x nc elements, row stride ldc. */
 typedef void (*mk_act_tile_fn)(size_t rows, size_t nc, void *c, size_t ldc,
                                const mk_epilogue *ep);
@@ -86,6 +96,7 @@ typedef struct {
     size_t kc, mc, nc;       /* cache blocks (elements): KC x NR in L1, MC x KC in L2 */
     size_t esize, wsize;     /* bytes per compute / storage element */
     mk_gemm_ukernel ukernel;
+    mk_gemm_pack_a_fn pack_a;  /* activation packing for ukernel (weights: mk_gemm_pack) */
     mk_gemm_smallm_ukernel smallm[MK_SMALLM_MAX + 1]; /* [m], m = 1..MK_SMALLM_MAX */
     size_t smallm_np[MK_SMALLM_MAX + 1];              /* panels per smallm[m] call */
     mk_act_tile_fn act_tile; /* transcendental activations on a stored tile */
