@@ -534,4 +534,9 @@ def test_nn_namespace_reexports_the_core_classes():
         "softmax",
         "dropout",
         "flatten",
+        "conv2d",
+        "max_pool2d",
+        "avg_pool2d",
+        "adaptive_avg_pool2d",
+        "hardswish",
     }
