@@ -21,11 +21,17 @@ from modulekit.bench.bars import check_bars, format_bars
 from modulekit.bench.machine import machine_info
 
 
-def _clean_numpy_env(argv):
-    """Re-exec without OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE: they slow NumPy, a peer, here."""
-    if any(k in os.environ for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")):
+def _reexec_env(argv, passive):
+    """Re-exec without OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE (they slow NumPy, a peer, here) and,
+    with ``--passive``, with ``OMP_WAIT_POLICY=PASSIVE`` (OpenMP reads it at start-up)."""
+    blas = any(k in os.environ for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"))
+    wait = passive and os.environ.get("OMP_WAIT_POLICY") != "PASSIVE"
+    if blas or wait:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
-        env["MODULEKIT_BENCH_OPENBLAS_UNSET"] = "1"
+        if blas:
+            env["MODULEKIT_BENCH_OPENBLAS_UNSET"] = "1"
+        if passive:
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
         os.execve(sys.executable, [sys.executable, "-m", "modulekit.bench", *argv], env)
 
 
@@ -61,6 +67,9 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     parser.add_argument("--json", metavar="OUT", help="write rows and machine info as JSON")
     parser.add_argument("--plot", metavar="OUT.png", help="draw the speedups (matplotlib)")
+    parser.add_argument("--passive", action="store_true",
+                        help="OMP_WAIT_POLICY=PASSIVE for every peer: steadier on a loaded "
+                             "machine, slower wake-ups on a quiet one")
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -69,7 +78,7 @@ def main(argv=None):
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         parser.error(f"unknown suite(s) {', '.join(unknown)}: choose from {', '.join(SUITES)}")
-    _clean_numpy_env(argv)
+    _reexec_env(argv, args.passive)
     suites = args.suites or list(SUITES)
     machine = machine_info()
     print(f"modulekit bench on {machine['cpu']} ({machine['cores']} cores), ISA "

@@ -160,7 +160,7 @@ def run(quick=False) -> list[dict]:
     loader (reference time / modulekit time; modulekit RSS / reference RSS). Rows for a
     missing package carry ``error`` instead.
     """
-    total_mb = 20 if quick else 200
+    total_mb = 8 if quick else 200
     repeats = 2 if quick else 3
     rows = []
     with tempfile.TemporaryDirectory(prefix="mk-ckpt-bench-") as d:

@@ -1,6 +1,6 @@
 """Convolution kernels against torch and onnxruntime (optional peers), batch 1, float32.
 
-``python -m modulekit.bench conv`` (or ``python bench/conv.py [--quick] [--spin]``). Cases:
+``python -m modulekit.bench conv`` (or ``python bench/conv.py [--quick] [--passive]``). Cases:
 
 - conv3x3 64->64 at 56x56, stride 1, pad 1 (bar, issue #4: >= 1.0x torch's GFLOP/s);
 - depthwise 3x3 over 144 channels at 56x56, stride 1 and stride 2;
@@ -10,21 +10,20 @@ Bias and a ReLU are fused for modulekit and included for the peers. GFLOP/s coun
 2 * C_out * OH * OW * C_in/groups * KH * KW. Each library's turn starts after a 50 ms pause
 outside the timed region: two OpenMP runtimes (torch's bundled libgomp and the one modulekit
 links) and onnxruntime's pool live in one process, and on a 2-core machine one library's
-spinning idle workers would otherwise hold the cores during the next one's turn. As a plain
-script it also re-executes itself with ``OMP_WAIT_POLICY=PASSIVE`` (unless set, or ``--spin``):
-on a loaded machine spinning waiters make single calls 10-30x slower at random.
+spinning idle workers would otherwise hold the cores during the next one's turn. On a loaded
+machine, ``--passive`` (``OMP_WAIT_POLICY=PASSIVE``) keeps spinning waiters from making single
+calls 10-30x slower at random.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
 
 import numpy as np
 
-from modulekit.bench._timing import per_call, report
+from modulekit.bench._timing import per_call
 
 SUITE = "conv"
 
@@ -140,18 +139,10 @@ def run(quick=False):
     return rows
 
 
-def passive_wait_policy(argv):
-    """Re-exec this script with ``OMP_WAIT_POLICY=PASSIVE`` unless set or ``--spin`` given."""
-    if "--spin" not in argv and "OMP_WAIT_POLICY" not in os.environ:
-        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
-        os.execve(sys.executable, [sys.executable, *sys.argv], env)
-
-
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    passive_wait_policy(argv)
-    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(default)')}, {threads()} threads")
-    report(run(quick="--quick" in argv))
+    from modulekit.bench.__main__ import main as bench_main
+
+    return bench_main(["conv", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

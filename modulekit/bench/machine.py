@@ -60,4 +60,5 @@ def machine_info():
         "versions": {"modulekit": mk.__version__, **{p: _version(p) for p in _PEERS}},
         "thread_pools": pools,
         "openblas_env_unset": bool(os.environ.get("MODULEKIT_BENCH_OPENBLAS_UNSET")),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(default)"),
     }

@@ -1,6 +1,6 @@
 """ResNet-18 and MobileNetV2 at 224x224, batch 1 and 32: modulekit vs torch vs onnxruntime.
 
-``python -m modulekit.bench models`` (or ``python bench/models.py [--quick] [--spin]``). The
+``python -m modulekit.bench models`` (or ``python bench/models.py [--quick] [--passive]``). The
 torch models are the hand-built torchvision architectures of ``tests/test_models.py`` (a
 source checkout is needed; torchvision is not importable here) with random weights and
 non-trivial BatchNorm statistics. modulekit loads their ``state_dict`` (``strict=True``) and
@@ -19,8 +19,7 @@ import sys
 
 import numpy as np
 
-from modulekit.bench._timing import report
-from modulekit.bench.conv import passive_wait_policy, settled_interleaved, threads
+from modulekit.bench.conv import settled_interleaved, threads
 
 SUITE = "models"
 _TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests")
@@ -88,7 +87,7 @@ def run(quick=False):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             sess = _onnx_session(tmodel, rng.standard_normal((1, 3, 224, 224), np.float32))
-        for batch in (1, 32):
+        for batch in (1,) if quick else (1, 32):
             x = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
             xt = torch.from_numpy(x)
             err = float(np.abs(model(x) - tmodel(xt).numpy()).max())
@@ -115,17 +114,9 @@ def run(quick=False):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    passive_wait_policy(argv)
-    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(default)')}, {threads()} threads")
-    rows = run(quick="--quick" in argv)
-    report(rows)
-    for r in rows:
-        if r["impl"] == "modulekit":
-            print(
-                f"{r['case']}: {r['images_per_s']:.1f} images/s, max |diff| vs torch "
-                f"{r['max_abs_diff']:.1e}"
-            )
+    from modulekit.bench.__main__ import main as bench_main
+
+    return bench_main(["models", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
