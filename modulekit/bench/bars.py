@@ -10,9 +10,9 @@ from __future__ import annotations
 BARS = [
     (2, "Identity call overhead <= 0.5x torch's", "overhead", "Identity call", "torch", 2.0),
     (2, "float32 -> float16 cast of 64 MiB >= 20x ndarray.astype",
-     "casts", "float32->float16 64 MiB", "numpy astype", 20.0),
+     "casts", "float32 -> float16 64 MiB, new array", "numpy astype", 20.0),
     (2, "float32 -> bfloat16 cast of 64 MiB >= 10x ml_dtypes astype",
-     "casts", "float32->bfloat16 64 MiB", "ml_dtypes astype", 10.0),
+     "casts", "float32 -> bfloat16 64 MiB, new array", "ml_dtypes astype", 10.0),
     (3, "matmul float32 1024^3 >= 0.95x numpy", "gemm", "matmul 1024^3", "numpy", 0.95),
     (3, "packed Linear 1024x1024 batch 1024 >= 1.0x numpy", "gemm",
      "linear 1024x1024 batch 1024", "numpy", 1.0),
