@@ -105,7 +105,9 @@ def main(argv=None):
     bars = check_bars(rows)
     if bars:
         print("\nBars:\n" + format_bars(bars))
-    result = {"machine": machine, "command": "python -m modulekit.bench " + " ".join(argv),
+    command = " ".join(["python -m modulekit.bench", *args.suites]
+                       + ["--quick"] * args.quick + ["--passive"] * args.passive)
+    result = {"machine": machine, "command": command,
               "quick": args.quick, "suites": status, "rows": rows, "bars": bars}
     if args.json:
         with open(args.json, "w") as f:
