@@ -1,6 +1,8 @@
 """modulekit: PyTorch-style Modules for fast CPU inference on NumPy arrays."""
 
+from modulekit import nn
 from modulekit._ext._tensor import Parameter, Tensor
+from modulekit.checkpoint import CheckpointError, load, save
 from modulekit.device import Device
 from modulekit.dtypes import (
     DataType,
@@ -14,24 +16,34 @@ from modulekit.dtypes import (
     int64,
     uint8,
 )
+from modulekit.module import LoadResult, Module, StateDictError
+from modulekit.profiler import profile
 from modulekit.threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DataType",
-    "Device",
-    "Parameter",
-    "Tensor",
     "bfloat16",
     "bool_",
+    "CheckpointError",
+    "DataType",
+    "Device",
     "float16",
     "float32",
     "float64",
     "get_num_threads",
-    "int8",
     "int32",
     "int64",
+    "int8",
+    "load",
+    "LoadResult",
+    "Module",
+    "nn",
+    "Parameter",
+    "profile",
+    "save",
     "set_num_threads",
+    "StateDictError",
+    "Tensor",
     "uint8",
 ]

@@ -20,10 +20,7 @@ import numpy as np
 from modulekit.device import Device, as_device
 from modulekit.dtypes import DataType, as_dtype, bfloat16, float32
 
-try:  # the fast float casts (F16C/AVX-512 kernels); NumPy's casts stand in without them
-    from modulekit._ext._cast import cast as _fast_cast, cast_into as _fast_cast_into
-except ImportError:  # pragma: no cover - only while the extension is not built
-    _fast_cast = _fast_cast_into = None
+from modulekit._ext._cast import cast as _fast_cast, cast_into as _fast_cast_into
 
 __all__ = ["Tensor", "Parameter", "as_array"]
 
@@ -93,7 +90,7 @@ cdef object _dtype_of(arr):
 cdef object _contiguous_copy(arr, dtype):
     """A new, owned, C-contiguous array of ``arr``'s values as ``dtype`` (a DataType)."""
     cdef object np_dt = dtype.numpy
-    if arr.dtype in _FAST_FLOATS and np_dt in _FAST_FLOATS and _fast_cast is not None:
+    if arr.dtype in _FAST_FLOATS and np_dt in _FAST_FLOATS:
         out = _fast_cast(arr, np_dt)
         if out is arr:
             out = out.copy()
@@ -278,7 +275,6 @@ cdef class Tensor:
         if (
             dt.itemsize < src.itemsize
             and src.dtype in _FAST_FLOATS and dt.numpy in _FAST_FLOATS
-            and _fast_cast_into is not None
             and Py_REFCNT(src) == 2 and src.base is None and src.flags.owndata
             and src.flags.writeable and src.size > 0
         ):
@@ -309,7 +305,7 @@ cdef class Tensor:
         if not self._array.flags.writeable:
             raise ValueError("copy_: this tensor's memory is read-only")
         if (
-            _fast_cast_into is not None and arr.dtype in _FAST_FLOATS
+            arr.dtype in _FAST_FLOATS
             and self._array.dtype in _FAST_FLOATS and arr.flags.c_contiguous
             and not np.may_share_memory(arr, self._array)
         ):

@@ -1,0 +1,86 @@
+# The packed GEMM engine (kernels/gemm): C declarations and the PackedLinear type, for other
+# Cython modules (convolution as im2col / indirect GEMM, attention) to cimport.
+#
+# Use from Cython, with the GIL held for the first two steps:
+#     from modulekit._ext._gemm cimport PackedLinear, mk_epilogue, make_epilogue
+#     cdef mk_epilogue ep
+#     make_epilogue("relu", 0.0, 0.0, &ep)         # validates, raises ValueError
+#     packed.ensure_ready()                          # (re)packs for the active ISA if needed
+#     with nogil:
+#         rc = packed.gemm(m, a, rsa, csa, c, ldc, &ep, nthreads)   # 0, or -1: out of memory
+# a: M x K activations in the compute dtype (element (i, k) at a[i * rsa + k * csa], strides
+# in elements, any sign); c: M x N output rows of stride ldc elements, unit column stride.
+
+cdef extern from "gemm/gemm.h" nogil:
+    ctypedef enum mk_compute:
+        MK_COMPUTE_F32
+        MK_COMPUTE_F64
+    ctypedef enum mk_storage:
+        MK_STORAGE_F32
+        MK_STORAGE_F64
+        MK_STORAGE_F16
+        MK_STORAGE_BF16
+    ctypedef enum mk_act:
+        MK_ACT_NONE
+        MK_ACT_RELU
+        MK_ACT_CLAMP
+        MK_ACT_GELU_ERF
+        MK_ACT_GELU_TANH
+        MK_ACT_SILU
+        MK_ACT_SIGMOID
+        MK_ACT_TANH
+    ctypedef struct mk_epilogue:
+        int act
+        float lo32
+        float hi32
+        double lo
+        double hi
+    ctypedef struct mk_gemm_config:
+        const char *name
+        int isa
+        int compute
+        int storage
+        size_t mr, nr, kc, mc, nc
+        size_t esize, wsize
+
+    const mk_gemm_config *mk_gemm_get_config(int compute, int storage, int isa)
+    size_t mk_gemm_panel_stride(const mk_gemm_config *cfg, size_t k)
+    size_t mk_gemm_packed_size(const mk_gemm_config *cfg, size_t n, size_t k)
+    void mk_gemm_pack(const mk_gemm_config *cfg, size_t n, size_t k, const void *b,
+                      ptrdiff_t rs, ptrdiff_t cs, const void *bias, void *dst,
+                      int nthreads)
+    void mk_gemm_unpack(const mk_gemm_config *cfg, size_t n, size_t k, const void *packed,
+                        void *weight, void *bias)
+    int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
+                    ptrdiff_t rsa, ptrdiff_t csa, const void *packed, void *c, size_t ldc,
+                    const mk_epilogue *ep, int nthreads)
+    int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k,
+                             int nthreads)
+    void mk_gemm_warm_threads(int nthreads)
+
+
+# Fill *ep for an activation name ("none", "relu", "relu6", "clamp", "gelu", "gelu_tanh",
+# "silu", "sigmoid", "tanh"); alpha/beta are clamp's min/max. Raises ValueError.
+cdef int make_epilogue(object activation, double alpha, double beta,
+                       mk_epilogue *ep) except -1
+
+
+cdef class PackedLinear:
+    cdef readonly Py_ssize_t in_features
+    cdef readonly Py_ssize_t out_features
+    cdef readonly str storage
+    cdef readonly object compute_dtype
+    cdef readonly bint has_bias
+    cdef int _compute
+    cdef int _storage
+    cdef int _typenum                  # NumPy type number of the compute dtype
+    cdef const mk_gemm_config *_cfg    # configuration the buffer is packed for
+    cdef void *_packed                 # 64-byte aligned packed panels (owned)
+    cdef size_t _packed_size
+    cdef list _retired                 # buffers replaced by a re-pack (freed at dealloc)
+
+    cdef int _pack(self, const mk_gemm_config *cfg, object w, object b) except -1
+    cdef object _check_out(self, object out, Py_ssize_t m, object x)
+    cdef int ensure_ready(self) except -1
+    cdef int gemm(self, size_t m, const void *a, ptrdiff_t rsa, ptrdiff_t csa, void *c,
+                  size_t ldc, const mk_epilogue *ep, int nthreads) noexcept nogil

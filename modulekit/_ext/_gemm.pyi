@@ -1,0 +1,49 @@
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+ACTIVATIONS: tuple[str, ...]
+STORAGES: tuple[str, ...]
+
+class PackedLinear:
+    in_features: int
+    out_features: int
+    storage: str
+    compute_dtype: np.dtype[Any]
+    has_bias: bool
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def kernel(self) -> str | None: ...
+    def forward(
+        self,
+        x: npt.ArrayLike,
+        activation: str = "none",
+        alpha: float = 0.0,
+        beta: float = 0.0,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray: ...
+    def __call__(
+        self,
+        x: npt.ArrayLike,
+        activation: str = "none",
+        alpha: float = 0.0,
+        beta: float = 0.0,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray: ...
+    def unpack(self) -> tuple[np.ndarray, np.ndarray | None]: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+
+def pack_linear(
+    weight: npt.ArrayLike, bias: npt.ArrayLike | None = None, storage: str = "float32"
+) -> PackedLinear: ...
+def linear(
+    x: npt.ArrayLike,
+    weight: npt.ArrayLike,
+    bias: npt.ArrayLike | None = None,
+    activation: str = "none",
+) -> np.ndarray: ...
+def matmul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray: ...
+def warm_threads() -> None: ...
+def _planned_threads(packed: PackedLinear, m: int) -> int: ...

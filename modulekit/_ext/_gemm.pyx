@@ -1,0 +1,502 @@
+# cython: language_level=3
+"""The packed GEMM engine: pre-packed weights, fused bias + activation, OpenMP.
+
+:class:`PackedLinear` holds a torch-layout Linear weight ``(out_features, in_features)``
+packed once into the panel layout of the microkernel chosen for the active instruction set
+(see ``kernels/gemm/gemm-config.c``); :meth:`PackedLinear.forward` computes
+``act(x @ weight.T + bias)`` for any 2-D ``x``. :func:`linear` and :func:`matmul` pack per
+call. Every check happens here, before the C kernels run without the GIL.
+"""
+import numpy as np
+
+cimport numpy as cnp
+from cython.parallel cimport prange
+from libc.stdint cimport uintptr_t
+from libc.stdlib cimport free
+
+from modulekit._ext._isa cimport active_isa
+from modulekit._ext._openmp_helpers cimport effective_threads, omp_get_thread_num
+
+cnp.import_array()
+
+cdef extern from "<stdlib.h>" nogil:
+    void *aligned_alloc(size_t alignment, size_t size)
+
+try:
+    import ml_dtypes as _ml_dtypes
+    _BF16 = np.dtype(_ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    _ml_dtypes = None
+    _BF16 = None
+
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
+ACTIVATIONS = ("none", "relu", "relu6", "clamp", "gelu", "gelu_tanh", "silu", "sigmoid",
+               "tanh")
+STORAGES = ("float32", "float64", "float16", "bfloat16")
+
+cdef dict _ACT_CODES = {
+    "none": MK_ACT_NONE, "relu": MK_ACT_RELU, "relu6": MK_ACT_CLAMP, "clamp": MK_ACT_CLAMP,
+    "gelu": MK_ACT_GELU_ERF, "gelu_tanh": MK_ACT_GELU_TANH, "silu": MK_ACT_SILU,
+    "sigmoid": MK_ACT_SIGMOID, "tanh": MK_ACT_TANH,
+}
+cdef dict _STORAGE_CODES = {
+    "float32": MK_STORAGE_F32, "float64": MK_STORAGE_F64, "float16": MK_STORAGE_F16,
+    "bfloat16": MK_STORAGE_BF16,
+}
+
+
+cdef int make_epilogue(object activation, double alpha, double beta,
+                       mk_epilogue *ep) except -1:
+    code = _ACT_CODES.get(activation)
+    if code is None:
+        raise ValueError(
+            f"unknown activation {activation!r}: expected one of {', '.join(ACTIVATIONS)}"
+        )
+    ep.act = <int>code
+    if ep.act == MK_ACT_RELU:
+        alpha, beta = 0.0, float("inf")
+    elif activation == "relu6":
+        alpha, beta = 0.0, 6.0
+    elif ep.act == MK_ACT_CLAMP:
+        if not (alpha <= beta):
+            raise ValueError(
+                f"clamp needs alpha (min) <= beta (max), both not NaN; got {alpha!r}, {beta!r}"
+            )
+    ep.lo = alpha
+    ep.hi = beta
+    ep.lo32 = <float>alpha
+    ep.hi32 = <float>beta
+    return 0
+
+
+cdef object _float_dtype(object dtype, str what):
+    """The dtype if it is one of the four floating dtypes, else TypeError."""
+    if dtype == _F32 or dtype == _F64 or dtype == _F16 or (_BF16 is not None and dtype == _BF16):
+        return dtype
+    raise TypeError(
+        f"{what} must be a float16, bfloat16, float32 or float64 array; got dtype {dtype}"
+    )
+
+
+cdef cnp.ndarray _as_compute(object x, object compute_dtype, str what):
+    """x as an ndarray of the compute dtype (no copy when it already is one)."""
+    cdef cnp.ndarray arr
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x)
+    arr = <cnp.ndarray>x
+    if arr.dtype != compute_dtype:
+        _float_dtype(arr.dtype, what)
+        arr = arr.astype(compute_dtype)
+    return arr
+
+
+cdef inline bint _elem_strides_ok(cnp.ndarray arr, Py_ssize_t itemsize):
+    """True when the data is aligned and every stride is a whole number of elements."""
+    cdef int d
+    if (<uintptr_t>cnp.PyArray_DATA(arr)) % <uintptr_t>itemsize:
+        return False
+    for d in range(cnp.PyArray_NDIM(arr)):
+        if cnp.PyArray_STRIDE(arr, d) % itemsize:
+            return False
+    return True
+
+
+cdef class PackedLinear:
+    """A Linear weight packed for the GEMM microkernels; create with :func:`pack_linear`.
+
+    Attributes
+    ----------
+    in_features, out_features : int
+        K and N of the weight ``(out_features, in_features)``.
+    storage : str
+        Dtype the weights are stored in: "float32", "float64", "float16" or "bfloat16".
+    compute_dtype : numpy.dtype
+        Dtype of inputs, accumulation and outputs: float64 for "float64" storage, else float32.
+    nbytes : int
+        Bytes of the packed buffer (weights, bias, padding).
+    has_bias : bool
+    """
+
+    def __cinit__(self):
+        self._packed = NULL
+        self._cfg = NULL
+        self._retired = []
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(
+            "PackedLinear cannot be created directly: use pack_linear(weight, bias, storage)"
+        )
+
+    def __dealloc__(self):
+        free(self._packed)
+        for addr in self._retired:
+            free(<void *><uintptr_t>addr)
+
+    cdef int _pack(self, const mk_gemm_config *cfg, object w, object b) except -1:
+        """Pack w (N, K) C-contiguous in the storage dtype and b (N,) or None for cfg."""
+        cdef size_t n = <size_t>self.out_features, k = <size_t>self.in_features
+        cdef size_t size = mk_gemm_packed_size(cfg, n, k)
+        cdef void *buf = aligned_alloc(64, size)
+        cdef const void *bptr = NULL
+        if buf == NULL:
+            raise MemoryError(f"cannot allocate {size} bytes for packed weights")
+        cdef const void *wptr = cnp.PyArray_DATA(<cnp.ndarray>w)
+        cdef int nthreads = effective_threads()
+        if b is not None:
+            bptr = cnp.PyArray_DATA(<cnp.ndarray>b)
+        with nogil:
+            mk_gemm_pack(cfg, n, k, wptr, 1, <ptrdiff_t>k, bptr, buf, nthreads)
+        if self._packed != NULL:
+            # another thread may still be computing from the old buffer (it read the
+            # pointer before this re-pack): keep it until the object dies
+            self._retired.append(<uintptr_t>self._packed)
+        self._packed = buf
+        self._packed_size = size
+        self._cfg = cfg
+        return 0
+
+    cdef int ensure_ready(self) except -1:
+        """Re-pack when the active instruction set uses another layout (tests switch it)."""
+        cdef const mk_gemm_config *cfg = mk_gemm_get_config(self._compute, self._storage,
+                                                            <int>active_isa())
+        if cfg == self._cfg:
+            return 0
+        if self._cfg == NULL:
+            raise ValueError("this PackedLinear holds no weights: create it with pack_linear")
+        if cfg == NULL:  # pragma: no cover - every ISA level has every storage
+            raise RuntimeError("no GEMM kernel for this storage and instruction set")
+        if cfg.nr == self._cfg.nr and cfg.wsize == self._cfg.wsize:
+            self._cfg = cfg          # same packed layout
+            return 0
+        w, b = self.unpack()
+        self._pack(cfg, w, b)
+        return 0
+
+    cdef int gemm(self, size_t m, const void *a, ptrdiff_t rsa, ptrdiff_t csa, void *c,
+                  size_t ldc, const mk_epilogue *ep, int nthreads) noexcept nogil:
+        return mk_gemm_run(self._cfg, m, <size_t>self.out_features, <size_t>self.in_features,
+                           a, rsa, csa, self._packed, c, ldc, ep, nthreads)
+
+    @property
+    def nbytes(self):
+        return self._packed_size
+
+    @property
+    def kernel(self):
+        """Name of the microkernel configuration the weights are packed for."""
+        return self._cfg.name.decode() if self._cfg != NULL else None
+
+    def forward(self, x, activation="none", double alpha=0.0, double beta=0.0, out=None):
+        """Compute ``act(x @ weight.T + bias)``.
+
+        Parameters
+        ----------
+        x : array_like, shape (M, in_features)
+            Any strides (Fortran order, negative strides, broadcast rows); cast to
+            ``compute_dtype`` when it is another floating dtype.
+        activation : str
+            "none", "relu", "relu6", "clamp" (min ``alpha``, max ``beta``), "gelu" (erf
+            form), "gelu_tanh", "silu", "sigmoid" or "tanh".
+        alpha, beta : float
+            Bounds of "clamp".
+        out : ndarray, optional
+            C-contiguous, writeable, shape (M, out_features), ``compute_dtype``, not
+            overlapping ``x``.
+
+        Returns
+        -------
+        ndarray, shape (M, out_features), C-contiguous, ``compute_dtype``.
+        """
+        cdef mk_epilogue ep
+        cdef cnp.ndarray arr, res
+        cdef cnp.npy_intp dims[2]
+        cdef Py_ssize_t itemsize, m
+        cdef int rc, nthreads
+        make_epilogue(activation, alpha, beta, &ep)
+        if self._cfg != mk_gemm_get_config(self._compute, self._storage, <int>active_isa()):
+            self.ensure_ready()
+        if type(x) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>x) == self._typenum:
+            arr = <cnp.ndarray>x
+        else:
+            arr = _as_compute(x, self.compute_dtype, "x")
+        if cnp.PyArray_NDIM(arr) != 2:
+            raise ValueError(
+                f"x must be 2-D (batch, in_features={self.in_features}); got shape {(<object>arr).shape}"
+            )
+        if cnp.PyArray_DIM(arr, 1) != self.in_features:
+            raise ValueError(
+                f"x has {cnp.PyArray_DIM(arr, 1)} features (shape {(<object>arr).shape}); expected "
+                f"in_features={self.in_features}"
+            )
+        itemsize = cnp.PyArray_ITEMSIZE(arr)
+        if not _elem_strides_ok(arr, itemsize):
+            arr = np.ascontiguousarray(arr)
+        m = cnp.PyArray_DIM(arr, 0)
+        if out is None:
+            dims[0] = m
+            dims[1] = self.out_features
+            res = cnp.PyArray_EMPTY(2, dims, self._typenum, 0)
+        else:
+            res = self._check_out(out, m, arr)
+        nthreads = effective_threads()
+        with nogil:
+            rc = self.gemm(<size_t>m, cnp.PyArray_DATA(arr),
+                           cnp.PyArray_STRIDE(arr, 0) // itemsize,
+                           cnp.PyArray_STRIDE(arr, 1) // itemsize,
+                           cnp.PyArray_DATA(res), <size_t>self.out_features, &ep, nthreads)
+        if rc != 0:
+            raise MemoryError("cannot allocate the GEMM packing buffer")
+        return res
+
+    cdef object _check_out(self, object out, Py_ssize_t m, object x):
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy.ndarray; got {type(out).__name__}")
+        cdef cnp.ndarray o = <cnp.ndarray>out
+        if o.dtype != self.compute_dtype:
+            raise TypeError(f"out must have dtype {self.compute_dtype}; got {o.dtype}")
+        if o.ndim != 2 or (<object>o).shape[0] != m or (<object>o).shape[1] != self.out_features:
+            raise ValueError(
+                f"out must have shape {(m, self.out_features)}; got {(<object>o).shape}"
+            )
+        if not o.flags.c_contiguous or not o.flags.writeable:
+            raise ValueError("out must be C-contiguous and writeable")
+        if np.may_share_memory(o, x):
+            raise ValueError("out must not overlap x")
+        return o
+
+    def __call__(self, x, activation="none", double alpha=0.0, double beta=0.0, out=None):
+        return self.forward(x, activation, alpha, beta, out)
+
+    def unpack(self):
+        """The packed weight and bias, exactly as packed.
+
+        Returns
+        -------
+        weight : ndarray, shape (out_features, in_features), the storage dtype
+        bias : ndarray, shape (out_features,), ``compute_dtype``; or None
+        """
+        cdef cnp.ndarray w, b = None
+        if self._cfg == NULL:
+            raise ValueError("this PackedLinear holds no weights: create it with pack_linear")
+        sdt = _storage_dtype(self.storage)
+        # bfloat16 is moved as raw 16-bit words, then viewed as ml_dtypes.bfloat16
+        w = np.empty((self.out_features, self.in_features),
+                     dtype=np.uint16 if self._storage == MK_STORAGE_BF16 else sdt)
+        if self.has_bias:
+            b = np.empty(self.out_features, dtype=self.compute_dtype)
+        with nogil:
+            mk_gemm_unpack(self._cfg, <size_t>self.out_features, <size_t>self.in_features,
+                           self._packed, cnp.PyArray_DATA(w),
+                           cnp.PyArray_DATA(b) if b is not None else NULL)
+        if self._storage == MK_STORAGE_BF16:
+            w = w.view(sdt)
+        return w, b
+
+    def __reduce__(self):
+        w, b = self.unpack()
+        return (pack_linear, (w, b, self.storage))
+
+    def __repr__(self):
+        return (
+            f"PackedLinear(in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.has_bias}, storage={self.storage!r}, kernel={self.kernel!r})"
+        )
+
+
+cdef object _storage_dtype(str storage):
+    if storage == "bfloat16":
+        if _BF16 is None:  # pragma: no cover
+            raise ImportError("bfloat16 storage needs the ml_dtypes package")
+        return _BF16
+    return np.dtype(storage)
+
+
+def pack_linear(weight, bias=None, storage="float32"):
+    """Pack a Linear weight for :meth:`PackedLinear.forward`.
+
+    Parameters
+    ----------
+    weight : array_like, shape (out_features, in_features)
+        torch's Linear layout; any floating dtype (cast to ``storage``, round to nearest even).
+    bias : array_like, shape (out_features,), optional
+        Stored in the compute dtype (float32, or float64 for "float64" storage).
+    storage : str
+        "float32", "float64", "float16" or "bfloat16" (the last two: weight-only 16-bit
+        storage, widened to float32 in the kernel; compute and output float32).
+
+    Returns
+    -------
+    PackedLinear
+    """
+    if not isinstance(storage, str) or storage not in _STORAGE_CODES:
+        raise ValueError(f"unknown storage {storage!r}: expected one of {', '.join(STORAGES)}")
+    cdef PackedLinear self = PackedLinear.__new__(PackedLinear)
+    cdef cnp.ndarray w, b = None
+    self.storage = storage
+    self._storage = _STORAGE_CODES[storage]
+    self._compute = MK_COMPUTE_F64 if storage == "float64" else MK_COMPUTE_F32
+    self.compute_dtype = _F64 if storage == "float64" else _F32
+    self._typenum = cnp.NPY_FLOAT64 if storage == "float64" else cnp.NPY_FLOAT32
+    wa = np.asarray(weight)
+    _float_dtype(wa.dtype, "weight")
+    if wa.ndim != 2:
+        raise ValueError(f"weight must be 2-D (out_features, in_features); got shape {wa.shape}")
+    w = np.ascontiguousarray(wa, dtype=_storage_dtype(storage))
+    self.out_features = cnp.PyArray_DIM(w, 0)
+    self.in_features = cnp.PyArray_DIM(w, 1)
+    if bias is not None:
+        ba = np.asarray(bias)
+        _float_dtype(ba.dtype, "bias")
+        if ba.shape != (self.out_features,):
+            raise ValueError(
+                f"bias must have shape ({self.out_features},) to match weight {wa.shape}; "
+                f"got {ba.shape}"
+            )
+        b = np.ascontiguousarray(ba, dtype=self.compute_dtype)
+    self.has_bias = b is not None
+    cdef const mk_gemm_config *cfg = mk_gemm_get_config(self._compute, self._storage,
+                                                        <int>active_isa())
+    if cfg == NULL:  # pragma: no cover
+        raise RuntimeError("no GEMM kernel for this storage and instruction set")
+    self._pack(cfg, w, b)
+    return self
+
+
+def linear(x, weight, bias=None, activation="none"):
+    """``act(x @ weight.T + bias)`` for 2-D x, packing the weight on every call.
+
+    float64 if ``x`` or ``weight`` is float64, else float32 (float16/bfloat16 weights are
+    kept as weight-only storage). See :meth:`PackedLinear.forward` for ``activation``.
+    """
+    xa = np.asarray(x)
+    wa = np.asarray(weight)
+    xdt = _float_dtype(xa.dtype, "x")
+    wdt = _float_dtype(wa.dtype, "weight")
+    if xdt == _F64 or wdt == _F64:
+        storage = "float64"
+    elif wdt == _F16:
+        storage = "float16"
+    elif wdt == _BF16:
+        storage = "bfloat16"
+    else:
+        storage = "float32"
+    return pack_linear(wa, bias, storage).forward(xa, activation)
+
+
+def matmul(a, b):
+    """``a @ b`` for 2-D (M, K) @ (K, N) and batched 3-D (B, M, K) @ (B, K, N), a 2-D (or
+    batch-1) operand broadcast over the batch. Any strides. float32 unless either operand is
+    float64 (float16/bfloat16 are promoted to float32). Returns a C-contiguous ndarray."""
+    cdef cnp.ndarray out
+    A = np.asarray(a)
+    Bm = np.asarray(b)
+    cdef const mk_gemm_config *cfg
+    cdef mk_epilogue ep
+    cdef Py_ssize_t batch, ba, bb, i, M, K, N, es
+    cdef void *packed = NULL
+    cdef int nthreads
+    adt = _float_dtype(A.dtype, "a")
+    bdt = _float_dtype(Bm.dtype, "b")
+    if A.ndim not in (2, 3) or Bm.ndim not in (2, 3):
+        raise ValueError(
+            f"matmul needs 2-D or 3-D operands; got shapes {A.shape} and {Bm.shape}"
+        )
+    if A.shape[A.ndim - 1] != Bm.shape[Bm.ndim - 2]:
+        raise ValueError(
+            f"matmul: inner dimensions differ: a {A.shape} has K={A.shape[A.ndim - 1]}, "
+            f"b {Bm.shape} has K={Bm.shape[Bm.ndim - 2]}"
+        )
+    ba = A.shape[0] if A.ndim == 3 else 1
+    bb = Bm.shape[0] if Bm.ndim == 3 else 1
+    if ba != bb and ba != 1 and bb != 1:
+        raise ValueError(f"matmul: batch sizes {ba} and {bb} cannot be broadcast")
+    batch = max(ba, bb)
+    cdt = _F64 if (adt == _F64 or bdt == _F64) else _F32
+    A = _as_compute(A, cdt, "a")
+    Bm = _as_compute(Bm, cdt, "b")
+    es = cdt.itemsize
+    if not _elem_strides_ok(A, es):
+        A = np.ascontiguousarray(A)
+    if not _elem_strides_ok(Bm, es):
+        Bm = np.ascontiguousarray(Bm)
+    M = A.shape[A.ndim - 2]
+    K = A.shape[A.ndim - 1]
+    N = Bm.shape[Bm.ndim - 1]
+    if A.ndim == 2 and Bm.ndim == 2:
+        out = np.empty((M, N), dtype=cdt)
+    else:
+        out = np.empty((batch, M, N), dtype=cdt)
+    if out.size == 0:
+        if K == 0:
+            out[...] = 0
+        return out
+    cfg = mk_gemm_get_config(MK_COMPUTE_F64 if cdt == _F64 else MK_COMPUTE_F32,
+                             MK_STORAGE_F64 if cdt == _F64 else MK_STORAGE_F32,
+                             <int>active_isa())
+    make_epilogue("none", 0.0, 0.0, &ep)
+    A3 = A if A.ndim == 3 else A[None]
+    B3 = Bm if Bm.ndim == 3 else Bm[None]
+    cdef char *pa = <char *>cnp.PyArray_DATA(<cnp.ndarray>A3)
+    cdef char *pb = <char *>cnp.PyArray_DATA(<cnp.ndarray>B3)
+    cdef char *po = <char *>cnp.PyArray_DATA(out)
+    # strides in elements; a broadcast operand has batch stride 0
+    cdef Py_ssize_t sab = A3.strides[0] // es if ba > 1 else 0
+    cdef Py_ssize_t rsa = A3.strides[1] // es, csa = A3.strides[2] // es
+    cdef Py_ssize_t sbb = B3.strides[0] // es if bb > 1 else 0
+    cdef Py_ssize_t rsb = B3.strides[1] // es, csb = B3.strides[2] // es
+    cdef size_t size = mk_gemm_packed_size(cfg, <size_t>N, <size_t>K)
+    cdef int nt = 1, t, r, rcsum = 0
+    cdef void *buf
+    nthreads = effective_threads()
+    # Many small products: one thread per product (each packs its own b), instead of
+    # threads inside products too small to split. Either way every product is computed the
+    # same way, so results do not depend on the thread count.
+    if batch > 1 and nthreads > 1 and mk_gemm_plan_threads(cfg, M, N, K, nthreads) == 1:
+        nt = nthreads if nthreads < batch else <int>batch
+    packed = aligned_alloc(64, size * (<size_t>nt if bb > 1 else 1))
+    if packed == NULL:
+        raise MemoryError(f"cannot allocate {size} bytes to pack b")
+    try:
+        with nogil:
+            if bb == 1:
+                mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb, rsb, csb, NULL, packed, nthreads)
+            if nt > 1:
+                for i in prange(batch, num_threads=nt, schedule="static"):
+                    t = omp_get_thread_num()
+                    buf = <char *>packed + (<size_t>t * size if bb > 1 else 0)
+                    if bb > 1:
+                        mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb + i * sbb * es, rsb, csb,
+                                     NULL, buf, 1)
+                    r = mk_gemm_run(cfg, <size_t>M, <size_t>N, <size_t>K, pa + i * sab * es,
+                                    rsa, csa, buf, po + i * M * N * es, <size_t>N, &ep, 1)
+                    rcsum += r
+            else:
+                for i in range(batch):
+                    if bb > 1:
+                        mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb + i * sbb * es, rsb, csb,
+                                     NULL, packed, nthreads)
+                    rcsum += mk_gemm_run(cfg, <size_t>M, <size_t>N, <size_t>K,
+                                         pa + i * sab * es, rsa, csa, packed,
+                                         po + i * M * N * es, <size_t>N, &ep, nthreads)
+    finally:
+        free(packed)
+    if rcsum != 0:
+        raise MemoryError("cannot allocate the GEMM packing buffer")
+    return out
+
+
+def warm_threads():
+    """Start the OpenMP thread team now, so the first parallel GEMM does not pay for it."""
+    cdef int n = effective_threads()
+    with nogil:
+        mk_gemm_warm_threads(n)
+
+
+def _planned_threads(PackedLinear packed, Py_ssize_t m):
+    """Threads a forward of m rows would use now (for tests and benchmarks)."""
+    packed.ensure_ready()
+    return mk_gemm_plan_threads(packed._cfg, <size_t>m, <size_t>packed.out_features,
+                                <size_t>packed.in_features, effective_threads())

@@ -1,0 +1,29 @@
+/* f32 GEMM microkernel, 8x32 register block (16 accumulators), AVX512.
+ * One instantiation of gemm-ukernel.inc.h per weight storage:
+ *   mk_f32_gemm_8x32__avx512: float32 weights
+ *   mk_f32_f16w_gemm_8x32__avx512: float16 weights (F16C widening)
+ *   mk_f32_bf16w_gemm_8x32__avx512: bfloat16 weights (widened by a 16-bit shift)
+ * Compute and output float32. Chosen in gemm-config.c. */
+#define MK_OPS_AVX512_F32
+#include "gemm-ops.h"
+
+#define MK_FN mk_f32_gemm_8x32__avx512
+#define MK_MR 8
+#define MK_NV 2
+#define MK_WT float
+#define MK_LOADW(p) MK_LOADW_F32(p)
+#include "gemm-ukernel.inc.h"
+
+#define MK_FN mk_f32_f16w_gemm_8x32__avx512
+#define MK_MR 8
+#define MK_NV 2
+#define MK_WT uint16_t
+#define MK_LOADW(p) MK_LOADW_F16(p)
+#include "gemm-ukernel.inc.h"
+
+#define MK_FN mk_f32_bf16w_gemm_8x32__avx512
+#define MK_MR 8
+#define MK_NV 2
+#define MK_WT uint16_t
+#define MK_LOADW(p) MK_LOADW_BF16(p)
+#include "gemm-ukernel.inc.h"

@@ -1,0 +1,13 @@
+/* f64 GEMM microkernel, 6x8 register block (12 accumulators), AVX2.
+ * One instantiation of gemm-ukernel.inc.h per weight storage:
+ *   mk_f64_gemm_6x8__avx2: float64 weights
+ * Compute and output float64. Chosen in gemm-config.c. */
+#define MK_OPS_AVX2_F64
+#include "gemm-ops.h"
+
+#define MK_FN mk_f64_gemm_6x8__avx2
+#define MK_MR 6
+#define MK_NV 2
+#define MK_WT double
+#define MK_LOADW(p) MK_LOADW_F64(p)
+#include "gemm-ukernel.inc.h"

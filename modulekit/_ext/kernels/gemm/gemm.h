@@ -1,0 +1,142 @@
+/* Packed GEMM engine: C[M x N] = act(A[M x K] * W[K x N] + bias), W pre-packed.
+ *
+ * Packed weight layout (XNNPACK style): ceil(N / NR) column panels, panel p at byte offset
+ * p * panel_stride of a 64-byte aligned buffer:
+ *     [bias[NR] in the compute dtype][W[K x NR] in the storage dtype, k-major]
+ * zero-padded past N; panel_stride is a multiple of 64 bytes. NR and the storage dtype come
+ * from the configuration (gemm-config.c), the ONLY place where microkernels, register blocks
+ * and cache blocks are chosen.
+ *
+ * The C functions only compute: every shape, stride and dtype check happens in the caller
+ * (modulekit/_ext/_gemm.pyx) before any of them runs. */
+#ifndef MK_GEMM_H
+#define MK_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "isa.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Compute dtypes (inputs, accumulators, outputs). */
+typedef enum { MK_COMPUTE_F32 = 0, MK_COMPUTE_F64 = 1 } mk_compute;
+
+/* Weight storage dtypes. F16/BF16 are weight-only storage: widened to float32 in the kernel. */
+typedef enum {
+    MK_STORAGE_F32 = 0,
+    MK_STORAGE_F64 = 1,
+    MK_STORAGE_F16 = 2,
+    MK_STORAGE_BF16 = 3,
+    MK_STORAGE_COUNT = 4
+} mk_storage;
+
+/* Epilogue activations. RELU and CLAMP run on the accumulators in registers; the others run
+ * on the output tile right after it is stored, while it is in L1. */
+typedef enum {
+    MK_ACT_NONE = 0,
+    MK_ACT_RELU = 1,
+    MK_ACT_CLAMP = 2,      /* min(max(x, lo), hi): ReLU6 is clamp(0, 6) */
+    MK_ACT_GELU_ERF = 3,   /* x / 2 * (1 + erf(x / sqrt(2))) */
+    MK_ACT_GELU_TANH = 4,  /* x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) */
+    MK_ACT_SILU = 5,       /* x * sigmoid(x) */
+    MK_ACT_SIGMOID = 6,
+    MK_ACT_TANH = 7,
+    MK_ACT_COUNT = 8
+} mk_act;
+
+typedef struct {
+    int act;            /* mk_act */
+    float lo32, hi32;   /* clamp bounds for float32 compute (RELU: 0, +inf) */
+    double lo, hi;      /* clamp bounds for float64 compute */
+} mk_epilogue;
+
+/* Main microkernel: C[mr x nc] = (init ? init : C) + A_packed[MR x kc] * W[kc x NR],
+ *   a:    packed activations, a[k * MR + i], rows >= mr zero or ignored
+ *   w:    kc x NR weights of one panel (storage dtype), k-major
+ *   c:    output rows, row stride ldc elements; reads C when init == NULL
+ *   init: NR values (compute dtype) to start the accumulators from (the bias), or NULL
+ *   ep:   NULL for a partial k block; else the epilogue to apply before storing.
+ * 1 <= mr <= MR, 1 <= nc <= NR, kc >= 0. */
+typedef void (*mk_gemm_ukernel)(size_t mr, size_t nc, size_t kc, const void *a, const void *w,
+                                void *c, size_t ldc, const void *init, const mk_epilogue *ep);
+
+/* Small-M microkernel (one per row count m = 1..MK_SMALLM_MAX): the whole K, A read in place.
+ *   a: m rows, row stride lda elements (any sign), unit stride along K;
+ *   panel: the first of smallm_np[m] adjacent packed panels ([bias[NR]][K x NR]), ps bytes
+ *   apart; c: m rows of stride ldc; nc <= smallm_np[m] * NR columns; ep never NULL. */
+typedef void (*mk_gemm_smallm_ukernel)(size_t nc, size_t k, const void *a, ptrdiff_t lda,
+                                       const void *panel, size_t ps, void *c, size_t ldc,
+                                       const mk_epilogue *ep);
+
+/* Activation of a stored tile in place: rows x nc elements, row stride ldc. */
+typedef void (*mk_act_tile_fn)(size_t rows, size_t nc, void *c, size_t ldc,
+                               const mk_epilogue *ep);
+
+#define MK_SMALLM_MAX 8
+
+typedef struct {
+    const char *name;        /* e.g. "f32-gemm-8x32-avx512" */
+    int isa;                 /* mk_isa */
+    int compute;             /* mk_compute */
+    int storage;             /* mk_storage */
+    size_t mr, nr;           /* register block */
+    size_t kc, mc, nc;       /* cache blocks (elements): KC x NR in L1, MC x KC in L2 */
+    size_t esize, wsize;     /* bytes per compute / storage element */
+    mk_gemm_ukernel ukernel;
+    mk_gemm_smallm_ukernel smallm[MK_SMALLM_MAX + 1]; /* [m], m = 1..MK_SMALLM_MAX */
+    size_t smallm_np[MK_SMALLM_MAX + 1];              /* panels per smallm[m] call */
+    mk_act_tile_fn act_tile; /* transcendental activations on a stored tile */
+} mk_gemm_config;
+
+/* The configuration for (compute, storage, isa); NULL for an unsupported pair
+ * (float64 compute needs float64 storage and vice versa). */
+const mk_gemm_config *mk_gemm_get_config(int compute, int storage, int isa);
+
+/* Bytes of one packed panel and of the whole packed buffer for K and N. */
+size_t mk_gemm_panel_stride(const mk_gemm_config *cfg, size_t k);
+size_t mk_gemm_packed_size(const mk_gemm_config *cfg, size_t n, size_t k);
+
+/* Pack B[K x N] (element (k, n) at b + k * rs + n * cs, strides in elements, elements of
+ * cfg->wsize bytes, already in the storage dtype) and bias[N] (compute dtype, or NULL for
+ * zeros) into dst (mk_gemm_packed_size bytes, 64-byte aligned). A torch Linear weight (N, K)
+ * C-contiguous is B with rs = 1, cs = K. Large packs use up to nthreads OpenMP threads. */
+void mk_gemm_pack(const mk_gemm_config *cfg, size_t n, size_t k, const void *b, ptrdiff_t rs,
+                  ptrdiff_t cs, const void *bias, void *dst, int nthreads);
+
+/* Inverse of mk_gemm_pack: weight (N, K) C-contiguous in the storage dtype, bias (N,) in
+ * the compute dtype (bias may be NULL). */
+void mk_gemm_unpack(const mk_gemm_config *cfg, size_t n, size_t k, const void *packed,
+                    void *weight, void *bias);
+
+/* C[M x N] = act(A * W + bias). A element (i, k) at a + i * rsa + k * csa (elements, any sign),
+ * c row stride ldc elements (unit column stride). nthreads >= 1 is the most threads to use;
+ * small problems run on the calling thread. Returns 0, or -1 when a packing buffer could not be
+ * allocated (C is then undefined). */
+int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
+                 ptrdiff_t rsa, ptrdiff_t csa, const void *packed, void *c, size_t ldc,
+                 const mk_epilogue *ep, int nthreads);
+
+/* Threads mk_gemm_run would use for this problem (for tests and benchmarks). */
+int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, int nthreads);
+
+/* Start OpenMP's thread team now (so the first real call does not pay for it). */
+void mk_gemm_warm_threads(int nthreads);
+
+/* Scalar activations (libm in double precision), shared by every path. */
+float mk_act_scalar_f32(float x, const mk_epilogue *ep);
+double mk_act_scalar_f64(double x, const mk_epilogue *ep);
+void mk_act_tile_f32_scalar(size_t rows, size_t nc, void *c, size_t ldc, const mk_epilogue *ep);
+void mk_act_tile_f64_scalar(size_t rows, size_t nc, void *c, size_t ldc, const mk_epilogue *ep);
+void mk_act_tile_f32_avx2(size_t rows, size_t nc, void *c, size_t ldc, const mk_epilogue *ep);
+void mk_act_tile_f32_avx512(size_t rows, size_t nc, void *c, size_t ldc, const mk_epilogue *ep);
+
+/* float16 <-> float32 in software (exact widening; round-to-nearest-even narrowing). */
+float mk_f16_to_f32(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MK_GEMM_H */

@@ -1,0 +1,114 @@
+"""``python -m modulekit.bench [SUITE ...] [--quick] [--json OUT] [--plot OUT.png]``.
+
+Runs the named bench suites (default: all) against every optional peer that is installed, in
+one run; prints each suite's table of medians, spreads and modulekit's speedup over each peer
+(peer time / modulekit time), then the issue bars met or missed; writes JSON with the machine
+(CPU flags, ISA path, threads, library versions) and, with ``--plot``, a bar chart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+
+from modulekit.bench import SUITES
+from modulekit.bench._timing import report, with_ratios
+from modulekit.bench.bars import check_bars, format_bars
+from modulekit.bench.machine import machine_info
+
+
+def _clean_numpy_env(argv):
+    """Re-exec without OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE: they slow NumPy, a peer, here."""
+    if any(k in os.environ for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
+        env["MODULEKIT_BENCH_OPENBLAS_UNSET"] = "1"
+        os.execve(sys.executable, [sys.executable, "-m", "modulekit.bench", *argv], env)
+
+
+def plot(rows, path):
+    """Bar chart of modulekit's speedup over each peer (log scale; > 1 is faster)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = [(f"{r['case']} vs {r['impl']}", r["speedup"]) for r in rows if r.get("speedup")]
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(bars) + 1.2))
+    labels = [b[0] for b in bars]
+    values = [b[1] for b in bars]
+    colors = ["#2a7" if v >= 1 else "#c44" for v in values]
+    ax.barh(range(len(bars)), values, color=colors)
+    ax.set_yticks(range(len(bars)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xlabel("modulekit speedup (peer time / modulekit time)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m modulekit.bench", description=__doc__)
+    parser.add_argument("suites", nargs="*", metavar="SUITE",
+                        help=f"suites to run (default: all): {', '.join(SUITES)}")
+    parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
+    parser.add_argument("--json", metavar="OUT", help="write rows and machine info as JSON")
+    parser.add_argument("--plot", metavar="OUT.png", help="draw the speedups (matplotlib)")
+    parser.add_argument("--list", action="store_true", help="list the suites and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(SUITES))
+        return 0
+    unknown = [s for s in args.suites if s not in SUITES]
+    if unknown:
+        parser.error(f"unknown suite(s) {', '.join(unknown)}: choose from {', '.join(SUITES)}")
+    _clean_numpy_env(argv)
+    suites = args.suites or list(SUITES)
+    machine = machine_info()
+    print(f"modulekit bench on {machine['cpu']} ({machine['cores']} cores), ISA "
+          f"{machine['isa']}, {machine['threads']} threads; peers: "
+          f"{', '.join(f'{k} {v}' for k, v in machine['versions'].items() if v)}", flush=True)
+    rows, status = [], {}
+    start = time.perf_counter()
+    for i, name in enumerate(suites, 1):
+        t0 = time.perf_counter()
+        print(f"\n[{i}/{len(suites)}] {name} ...", flush=True)
+        try:
+            suite = importlib.import_module(f"modulekit.bench.{name}")
+            got = suite.run(quick=args.quick)
+        except ImportError as exc:
+            status[name] = {"error": f"not runnable here: {exc}"}
+            print(f"[{i}/{len(suites)}] {name}: skipped ({exc})", flush=True)
+            continue
+        with_ratios(got)
+        rows += got
+        status[name] = {"seconds": time.perf_counter() - t0}
+        report(got)
+        print(f"[{i}/{len(suites)}] {name} done in {status[name]['seconds']:.1f} s "
+              f"(total {time.perf_counter() - start:.1f} s)", flush=True)
+    bars = check_bars(rows)
+    if bars:
+        print("\nBars:\n" + format_bars(bars))
+    result = {"machine": machine, "command": "python -m modulekit.bench " + " ".join(argv),
+              "quick": args.quick, "suites": status, "rows": rows, "bars": bars}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+        print(f"wrote {args.json}")
+    if args.plot:
+        try:
+            print(f"wrote {plot(rows, args.plot)}")
+        except ImportError:
+            print("--plot needs matplotlib: pip install matplotlib", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Checkpoint files without torch: ``load`` and ``save``.
+
+``load`` reads safetensors, ``torch.save`` files (zip and legacy) and ``.npz`` archives,
+recognised from the file's bytes, and returns ``{key: Tensor}``; ``save`` writes safetensors.
+See ``docs/checkpoints.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from modulekit._ext._tensor import Parameter, Tensor
+from modulekit.checkpoint._common import CheckpointError, FileBuffer, fail
+from modulekit.checkpoint._zip import is_zip, read_central_directory
+from modulekit.checkpoint.npz import read_npz
+from modulekit.checkpoint.safetensors import MAX_HEADER_SIZE, read_safetensors, write_safetensors
+from modulekit.checkpoint.torch_legacy import read_torch_legacy
+from modulekit.checkpoint.torch_zip import is_torch_zip, read_torch_zip
+
+__all__ = ["CheckpointError", "detect_format", "load", "save"]
+
+CheckpointError.__module__ = __name__  # documented as modulekit.checkpoint.CheckpointError
+
+FORMATS = ("safetensors", "torch-zip", "torch-legacy", "npz")
+
+
+def _sniff(buf):
+    """Return ``(format, zip_entries_or_None)`` from the bytes of ``buf``."""
+    path = buf.path
+    if buf.size >= 9 and buf.data[8] == 0x7B:  # '{' right after an 8-byte length
+        return "safetensors", None
+    if is_zip(buf):
+        entries = read_central_directory(buf)
+        if is_torch_zip(entries):
+            return "torch-zip", entries
+        if all(name.endswith(".npy") for name in entries):
+            return "npz", entries
+        shown = ", ".join(repr(n) for n in list(entries)[:3])
+        raise fail(path, "archive", f"a ZIP archive that is neither a torch.save checkpoint "
+                                    f"(no '<root>/data.pkl') nor an .npz (records {shown})")
+    head = buf.bytes_at(0, min(buf.size, 16), "the magic number")
+    if head[0] == 0x80:  # pickle PROTO: the legacy torch.save stream
+        return "torch-legacy", None
+    if head.startswith(b"\x93NUMPY"):
+        raise fail(path, "offset 0", "a single .npy array, not a checkpoint of named tensors "
+                                     "(use numpy.load)")
+    if buf.size > 262 and bytes(buf.data[257:262]) == b"ustar":
+        raise fail(path, "offset 257", "the tar format of PyTorch < 0.4 is not supported")
+    if buf.size >= 8:
+        (n,) = buf.unpack("<Q", 0, "the header length")
+        if 8 + n <= buf.size and n <= MAX_HEADER_SIZE:
+            return "safetensors", None  # a plausible header length: let the parser say more
+    raise fail(path, "offset 0", f"unrecognised checkpoint format (first bytes {head.hex()}): "
+                                 f"expected safetensors, torch.save (zip or legacy) or .npz")
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """Name the checkpoint format of ``path`` from its bytes.
+
+    Returns one of ``"safetensors"``, ``"torch-zip"``, ``"torch-legacy"``, ``"npz"``; raises
+    :class:`CheckpointError` for anything else.
+    """
+    return _sniff(FileBuffer(path, use_mmap=True))[0]
+
+
+def load(
+    path: str | os.PathLike, *, mmap: bool = True, metadata: bool = False
+) -> dict[str, Tensor] | tuple[dict[str, Tensor], dict[str, str]]:
+    """Load the tensors of a checkpoint file as ``{key: Tensor}``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A safetensors file, a ``torch.save`` file (zip or legacy format) or an ``.npz``
+        archive; the format is recognised from the bytes, never from the name.
+    mmap : bool, default True
+        Map the file (private, copy-on-write: the tensors are writable and writing to them
+        never touches the file) and return tensors that are views of the map wherever the
+        format stores them aligned and uncompressed: nothing is copied until it is used.
+        ``False`` reads the whole file into memory first.
+    metadata : bool, default False
+        Also return the file's string metadata: safetensors' ``__metadata__`` (without the
+        entry modulekit uses for tied tensors); ``{}`` for the other formats.
+
+    Returns
+    -------
+    dict[str, Tensor] or tuple[dict[str, Tensor], dict[str, str]]
+        Keys in file order. Tensors that were one object when saved (tied weights) are one
+        :class:`~modulekit.Tensor` object under each key; torch ``Parameter`` s load as
+        :class:`~modulekit.Parameter`. For a torch checkpoint that is a dict with a
+        ``"state_dict"`` (or ``"model_state_dict"``) dict entry, that entry is returned;
+        otherwise nested containers are flattened to dotted keys and non-tensor values
+        are left out.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist.
+    CheckpointError
+        The file is corrupt, hostile, or not a supported checkpoint; the message names the
+        file, the record or byte offset, and what was wrong.
+    """
+    buf = FileBuffer(path, use_mmap=mmap)
+    fmt, entries = _sniff(buf)
+    meta = {}
+    out = {}
+    if fmt == "safetensors":
+        arrays, aliases, meta = read_safetensors(buf)
+        for key, arr in arrays.items():
+            out[key] = Tensor.from_numpy(arr)
+        for alias, target in aliases.items():
+            out[alias] = out[target]
+    elif fmt == "npz":
+        for key, arr in read_npz(buf, entries).items():
+            out[key] = Tensor.from_numpy(arr)
+    else:
+        pairs = read_torch_zip(buf, entries) if fmt == "torch-zip" else read_torch_legacy(buf)
+        made = {}
+        for key, (ref, arr) in pairs.items():
+            t = made.get(id(ref))
+            if t is None:
+                t = (Parameter if ref.is_parameter else Tensor).from_numpy(arr)
+                made[id(ref)] = t
+            out[key] = t
+    return (out, meta) if metadata else out
+
+
+def save(
+    state: Mapping[str, Any], path: str | os.PathLike, *, metadata: Mapping[str, str] | None = None
+) -> None:
+    """Write ``state`` to ``path`` as a safetensors file.
+
+    Parameters
+    ----------
+    state : Mapping[str, Tensor | numpy.ndarray | array-like]
+        The tensors, e.g. ``module.state_dict()``. Values of any dtype modulekit has
+        (float32/64, float16, bfloat16, int64/32/8, uint8, bool).
+    path : str or os.PathLike
+        Written through a temporary file in the same directory and renamed into place.
+    metadata : Mapping[str, str], optional
+        Stored as safetensors ``__metadata__``; the key ``"modulekit.aliases"`` is reserved.
+
+    Notes
+    -----
+    Keys are laid out in a deterministic order (item size, then key), each tensor aligned to
+    its item size, the header padded to 8 bytes. Tied values (the same object, or ndarrays
+    with the same memory, shape, strides and dtype) are written once; :func:`load` gives them
+    back as one object. ``load(save(state))`` is bit-exact.
+    """
+    write_safetensors(state, os.fspath(path), metadata)

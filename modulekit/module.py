@@ -1,0 +1,1271 @@
+"""``Module``: the base class of every modulekit layer and model.
+
+A Module keeps its state in plain dicts on the instance (``_parameters``, ``_buffers``,
+``_modules`` and the set ``_non_persistent_buffers``), registered by attribute assignment as in
+PyTorch. Traversal, hooks, ``repr`` and ``state_dict`` names follow ``torch.nn.Module``;
+``load_state_dict`` and ``to`` are all-or-nothing (a refusal leaves the tree unchanged).
+
+The packing protocol
+--------------------
+A layer with bound weights may convert them once into a packed, kernel-ready form. It overrides:
+
+``_pack()``
+    Build the packed form from the registered tensors and release them (remove them from
+    ``_parameters``: :meth:`Module.state_dict` no longer lists them). Idempotent; hold
+    ``self._pack_lock`` (created by ``Module.__init__`` for every class overriding ``_pack``)
+    so concurrent first forwards pack once.
+``_packed_keys() -> dict[str, tuple[tuple[int, ...], DataType]]``
+    The local names consumed by packing with their shapes and dtypes; empty when not packed.
+``_unpack()``
+    Restore the registered tensors (new Parameter objects) from the packed form. It may only
+    rebind attributes and write ``self._parameters`` / ``self._buffers`` entries (pickling runs
+    it on a shallow copy of the module).
+``_repack(values, dtype=None)``
+    Re-pack from ``values`` (local name -> ndarray of the shape given by ``_packed_keys``; names
+    left out keep their current packed value), storing in ``dtype`` when given. It must build
+    a NEW packed object and rebind it, never mutate the old one (``load_state_dict`` rolls a
+    failed load back by restoring the old binding).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+from ml_dtypes import bfloat16 as _np_bfloat16
+
+from modulekit._ext._gemm import warm_threads as _warm_threads
+from modulekit._ext._tensor import Parameter, Tensor, as_array
+from modulekit.device import Device, as_device
+from modulekit.dtypes import DataType, as_dtype
+from modulekit.hooks import RemovableHandle
+
+__all__ = ["Module", "LoadResult", "StateDictError"]
+
+_EXTRA_STATE_KEY = "_extra_state"
+
+# torch device families: a string naming one of these is a device (and refused unless "cpu").
+_DEVICE_TYPES = frozenset(
+    "cpu cuda mps xpu ipu mtia hpu xla meta vulkan hip maia lazy ve fpga ort mkldnn opengl "
+    "opencl ideep privateuseone".split()
+)
+
+# TorchScript-only attributes of torch.jit.ScriptModule (seed 003): modulekit has no graphs.
+_TORCHSCRIPT_ATTRS = frozenset(("code", "code_with_constants", "graph", "inlined_graph"))
+
+_NO_AUTOGRAD = (
+    "modulekit is an inference library and has no autograd: there is no backward pass, no "
+    "gradients and nothing to hook on them"
+)
+
+
+class LoadResult(NamedTuple):
+    """What :meth:`Module.load_state_dict` matched: the keys it missed and the keys it did not
+    expect (both lists of dotted names)."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+    def __repr__(self) -> str:
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return (
+            f"LoadResult(missing_keys={self.missing_keys!r}, "
+            f"unexpected_keys={self.unexpected_keys!r})"
+        )
+
+    __str__ = __repr__
+
+
+class StateDictError(RuntimeError):
+    """A refused :meth:`Module.load_state_dict`. Nothing in the module tree was changed.
+
+    Attributes
+    ----------
+    result : LoadResult
+        The key accounting of the refused load.
+    errors : list of str
+        One message per problem found.
+    """
+
+    def __init__(self, message: str, result: LoadResult, errors: list[str]):
+        super().__init__(message)
+        self.result = result
+        self.errors = errors
+
+
+class StateDictTypeError(StateDictError, TypeError):
+    """A refused load where some value was not an array of real numbers."""
+
+
+def _as_array(value):
+    """Return ``value`` as an ndarray (no copy when possible), or ``None`` if it is not an
+    array of real numbers. Accepts what :func:`modulekit._ext._tensor.as_array` accepts:
+    Tensors, ndarrays, CPU torch tensors (bfloat16 included; torch is never imported by us),
+    buffers, ``__array__`` objects and nested sequences of numbers."""
+    try:
+        arr = as_array(value)
+    except (TypeError, ValueError):
+        return None
+    if arr.dtype.kind in "biuf" or arr.dtype == _np_bfloat16:
+        return arr
+    return None
+
+
+def _assigned_tensor(value, arr: np.ndarray, as_parameter: bool) -> Tensor:
+    """The object ``load_state_dict(assign=True)`` files: ``value`` itself when it already is
+    the right kind of Tensor, else a Tensor/Parameter over ``arr`` (no copy when possible)."""
+    cls = Parameter if as_parameter else Tensor
+    if isinstance(value, Tensor) and tuple(value.shape) == arr.shape:
+        if isinstance(value, cls):
+            return value
+        if as_parameter:
+            return Parameter(value)  # shares the Tensor's memory
+    if arr.flags.c_contiguous and arr.flags.aligned:
+        return cls.from_numpy(arr)
+    return cls(arr)
+
+
+def _value_description(value) -> str:
+    dtype = getattr(value, "dtype", None)
+    return type(value).__name__ + (f" of dtype {dtype}" if dtype is not None else "")
+
+
+def _insert_hook(registry: dict, key: int, hook, prepend: bool) -> None:
+    if prepend:
+        items = list(registry.items())
+        registry.clear()
+        registry[key] = hook
+        registry.update(items)
+    else:
+        registry[key] = hook
+
+
+def _addindent(text: str, spaces: int) -> str:
+    lines = text.split("\n")
+    if len(lines) == 1:
+        return text
+    pad = " " * spaces
+    return lines[0] + "\n" + "\n".join(pad + line if line.strip() else "" for line in lines[1:])
+
+
+def _join(prefix: str, name: str) -> str:
+    return prefix + ("." if prefix else "") + name
+
+
+class Module:
+    """Base class for neural-network modules.
+
+    Subclass it, register children/parameters by attribute assignment in ``__init__`` (after
+    ``super().__init__()``), and define :meth:`forward`. Call the module itself (``m(x)``).
+
+    Attributes
+    ----------
+    training : bool
+        The training flag; :meth:`train` / :meth:`eval` set it on the whole tree.
+    """
+
+    training: bool
+    _version: int = 1
+    _has_hooks: bool = False
+
+    # ------------------------------------------------------------------ construction
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Initialize the registries. Takes no arguments."""
+        if args or kwargs:
+            raise TypeError(
+                f"{type(self).__name__}.__init__() got unexpected arguments: Module.__init__ "
+                f"takes none (got {len(args)} positional and keyword(s) {sorted(kwargs)})"
+            )
+        d = self.__dict__
+        d["training"] = True
+        d["_parameters"] = {}
+        d["_buffers"] = {}
+        d["_non_persistent_buffers"] = set()
+        d["_modules"] = {}
+        self._init_hook_registries(d)
+        if type(self)._pack is not Module._pack:
+            d["_pack_lock"] = threading.Lock()
+
+    @staticmethod
+    def _init_hook_registries(d: dict) -> None:
+        d["_forward_pre_hooks"] = {}
+        d["_forward_pre_hooks_with_kwargs"] = set()
+        d["_forward_hooks"] = {}
+        d["_forward_hooks_with_kwargs"] = set()
+        d["_forward_hooks_always_called"] = set()
+        d["_state_dict_pre_hooks"] = {}
+        d["_state_dict_hooks"] = {}
+        d["_load_state_dict_pre_hooks"] = {}
+        d["_load_state_dict_post_hooks"] = {}
+        d["_has_hooks"] = False
+
+    def _not_initialized(self, what: str, name: str) -> AttributeError:
+        cls = type(self).__name__
+        return AttributeError(
+            f"cannot assign {what} '{name}' to {cls} before Module.__init__() was called: "
+            f"call super().__init__() first in {cls}.__init__"
+        )
+
+    def _check_new_name(self, kind: str, name, registry: str) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"{kind} name should be a string, got {type(name).__name__}")
+        if "." in name:
+            raise KeyError(f'{kind} name can\'t contain ".", got: {name!r}')
+        if name == "":
+            raise KeyError(f'{kind} name can\'t be empty string ""')
+        if name not in self.__dict__[registry] and hasattr(self, name):
+            raise KeyError(f"attribute '{name}' already exists")
+
+    def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
+        """File ``tensor`` as a buffer: module state that is not a learned parameter.
+
+        Parameters
+        ----------
+        name : str
+            Attribute name of the buffer.
+        tensor : Tensor, array-like or None
+            The buffer. An array-like is copied into a new :class:`Tensor`; ``None`` registers
+            an empty slot skipped by :meth:`state_dict` and :meth:`to`.
+        persistent : bool
+            Persistent buffers appear in :meth:`state_dict`; ``persistent=False`` keeps one out.
+        """
+        if "_buffers" not in self.__dict__:
+            raise self._not_initialized("buffer", name)
+        self._check_new_name("buffer", name, "_buffers")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            value = tensor
+            try:
+                tensor = None if _as_array(value) is None else Tensor(value)
+            except TypeError:  # a dtype with no modulekit DataType (uint16, ...)
+                tensor = None
+            if tensor is None:
+                raise TypeError(
+                    f"cannot assign {_value_description(value)} as buffer '{name}' "
+                    "(a modulekit Tensor, an array of real numbers of a modulekit data type, "
+                    "or None expected)"
+                )
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent_buffers.discard(name)
+        else:
+            self._non_persistent_buffers.add(name)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        """File ``param`` under ``name`` (what Parameter assignment does); ``None`` allowed."""
+        if "_parameters" not in self.__dict__:
+            raise self._not_initialized("parameter", name)
+        self._check_new_name("parameter", name, "_parameters")
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(
+                f"cannot assign '{type(param).__name__}' object to parameter '{name}' "
+                "(modulekit.Parameter or None required)"
+            )
+        self._parameters[name] = param
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        """File ``module`` as a child named ``name`` (what Module assignment does)."""
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        if "_modules" not in self.__dict__:
+            raise self._not_initialized("child module", name)
+        self._check_new_name("module", name, "_modules")
+        self._modules[name] = module
+
+    def register_module(self, name: str, module: Module | None) -> None:
+        """Alias of :meth:`add_module`."""
+        self.add_module(name, module)
+
+    # ------------------------------------------------------------------ attributes
+    def __getattr__(self, name: str) -> Any:
+        d = self.__dict__
+        if "_parameters" in d:
+            for registry in ("_parameters", "_buffers", "_modules"):
+                entries = d[registry]
+                if name in entries:
+                    return entries[name]
+            if not name.startswith("_") and name in self._packed_keys():
+                raise AttributeError(
+                    f"'{type(self).__name__}.{name}' was packed into the kernel layout "
+                    "(initialize() or the first forward) and its source tensor released; "
+                    "load new values with load_state_dict(), or cast with to()"
+                )
+        if name in _TORCHSCRIPT_ATTRS:
+            raise AttributeError(
+                f"'{type(self).__name__}' has no attribute '{name}': modulekit has no "
+                "TorchScript, forward is plain Python (read its source)"
+            )
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        d = self.__dict__
+        params = d.get("_parameters")
+        if isinstance(value, Parameter):
+            if params is None:
+                raise self._not_initialized("parameter", name)
+            self._remove_name(name, params_too=False)
+            self.register_parameter(name, value)
+            return
+        if params is not None and name in params:
+            if value is not None:
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' as parameter '{name}' "
+                    "(modulekit.Parameter or None expected)"
+                )
+            self.register_parameter(name, value)
+            return
+        modules = d.get("_modules")
+        if isinstance(value, Module):
+            if modules is None:
+                raise self._not_initialized("child module", name)
+            self._remove_name(name, modules_too=False)
+            modules[name] = value
+            return
+        if modules is not None and name in modules:
+            if value is not None:
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' as child module '{name}' "
+                    "(Module or None expected)"
+                )
+            modules[name] = value
+            return
+        buffers = d.get("_buffers")
+        if buffers is not None and name in buffers:
+            self.register_buffer(name, value, name not in self._non_persistent_buffers)
+            return
+        object.__setattr__(self, name, value)
+
+    def _remove_name(self, name: str, params_too: bool = True, modules_too: bool = True):
+        d = self.__dict__
+        d.pop(name, None)
+        d["_buffers"].pop(name, None)
+        d["_non_persistent_buffers"].discard(name)
+        if params_too:
+            d["_parameters"].pop(name, None)
+        if modules_too:
+            d["_modules"].pop(name, None)
+
+    def __delattr__(self, name: str) -> None:
+        d = self.__dict__
+        if "_parameters" in d:
+            if name in d["_parameters"]:
+                del d["_parameters"][name]
+                return
+            if name in d["_buffers"]:
+                del d["_buffers"][name]
+                d["_non_persistent_buffers"].discard(name)
+                return
+            if name in d["_modules"]:
+                del d["_modules"][name]
+                return
+        object.__delattr__(self, name)
+
+    def __dir__(self) -> list[str]:
+        keys = set(dir(type(self)))
+        keys.update(self.__dict__)
+        for registry in ("_parameters", "_modules", "_buffers"):
+            keys.update(self.__dict__.get(registry, ()))
+        return sorted(k for k in keys if not k[:1].isdigit())
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        if "_pack_lock" in state and self._packed_keys():
+            # Pickle the raw weights, not the packed form: build them on a shallow copy so
+            # this (live, maybe serving) module stays packed.
+            twin = object.__new__(type(self))
+            twin.__dict__.update(state)
+            twin.__dict__["_parameters"] = dict(self._parameters)
+            twin.__dict__["_buffers"] = dict(self._buffers)
+            twin.__dict__["_pack_lock"] = threading.Lock()
+            twin._unpack()
+            state = twin.__dict__
+        state.pop("_pack_lock", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        d = self.__dict__
+        self._init_hook_registries(d)
+        d.update(state)
+        if type(self)._pack is not Module._pack:
+            d["_pack_lock"] = threading.Lock()
+
+    # ------------------------------------------------------------------ calling
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Subclasses define the computation here; call the module itself (``m(x)``), not
+        ``forward`` directly, so that hooks run."""
+        raise NotImplementedError(
+            f'Module [{type(self).__name__}] is missing the required "forward" function'
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._has_hooks:
+            return self._call_with_hooks(args, kwargs)
+        return self.forward(*args, **kwargs)
+
+    def _refresh_hooks_flag(self) -> None:
+        d = self.__dict__
+        d["_has_hooks"] = bool(d["_forward_pre_hooks"] or d["_forward_hooks"])
+
+    def _call_with_hooks(self, args: tuple, kwargs: dict) -> Any:
+        result = None
+        called = set()
+        try:
+            for hook_id, hook in tuple(self._forward_pre_hooks.items()):
+                if hook_id in self._forward_pre_hooks_with_kwargs:
+                    out = hook(self, args, kwargs)
+                    if out is not None:
+                        if isinstance(out, tuple) and len(out) == 2:
+                            args, kwargs = out
+                        else:
+                            raise RuntimeError(
+                                "forward pre-hook must return None or a tuple of "
+                                f"(new_args, new_kwargs), but got {out!r}."
+                            )
+                else:
+                    out = hook(self, args)
+                    if out is not None:
+                        args = out if isinstance(out, tuple) else (out,)
+            result = self.forward(*args, **kwargs)
+            for hook_id, hook in tuple(self._forward_hooks.items()):
+                called.add(hook_id)
+                result = self._run_forward_hook(hook_id, hook, args, kwargs, result)
+            return result
+        except Exception:
+            for hook_id, hook in tuple(self._forward_hooks.items()):
+                if hook_id not in self._forward_hooks_always_called or hook_id in called:
+                    continue
+                try:
+                    result = self._run_forward_hook(hook_id, hook, args, kwargs, result)
+                except Exception as exc:
+                    warnings.warn(
+                        "module forward hook with always_call=True raised an exception that "
+                        f"was silenced as another error was raised in forward: {exc}",
+                        stacklevel=2,
+                    )
+            raise
+
+    def _run_forward_hook(self, hook_id: int, hook: Callable, args, kwargs, result):
+        if hook_id in self._forward_hooks_with_kwargs:
+            out = hook(self, args, kwargs, result)
+        else:
+            out = hook(self, args, result)
+        return result if out is None else out
+
+    def register_forward_pre_hook(
+        self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False
+    ) -> RemovableHandle:
+        """Register ``hook`` to run before every :meth:`forward`.
+
+        ``hook(module, args) -> None or new args`` (a single non-tuple value is wrapped in a
+        tuple); with ``with_kwargs=True``: ``hook(module, args, kwargs) -> None or
+        (new_args, new_kwargs)``. ``prepend=True`` runs it before the hooks already there.
+        Returns a :class:`~modulekit.hooks.RemovableHandle`.
+        """
+        handle = RemovableHandle(self, "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs")
+        _insert_hook(self._forward_pre_hooks, handle.id, hook, prepend)
+        if with_kwargs:
+            self._forward_pre_hooks_with_kwargs.add(handle.id)
+        self._refresh_hooks_flag()
+        return handle
+
+    def register_forward_hook(
+        self,
+        hook: Callable,
+        *,
+        prepend: bool = False,
+        with_kwargs: bool = False,
+        always_call: bool = False,
+    ) -> RemovableHandle:
+        """Register ``hook`` to run after every :meth:`forward`.
+
+        ``hook(module, args, output) -> None or new output``; with ``with_kwargs=True``:
+        ``hook(module, args, kwargs, output)``. ``always_call=True`` runs it even when forward
+        (or an earlier hook) raises; the exception then propagates. Returns a
+        :class:`~modulekit.hooks.RemovableHandle`.
+        """
+        handle = RemovableHandle(
+            self,
+            "_forward_hooks",
+            "_forward_hooks_with_kwargs",
+            "_forward_hooks_always_called",
+        )
+        _insert_hook(self._forward_hooks, handle.id, hook, prepend)
+        if with_kwargs:
+            self._forward_hooks_with_kwargs.add(handle.id)
+        if always_call:
+            self._forward_hooks_always_called.add(handle.id)
+        self._refresh_hooks_flag()
+        return handle
+
+    def register_backward_hook(self, hook: Callable) -> RemovableHandle:
+        """Refused: modulekit has no autograd."""
+        raise NotImplementedError(f"register_backward_hook: {_NO_AUTOGRAD}")
+
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False):
+        """Refused: modulekit has no autograd."""
+        raise NotImplementedError(f"register_full_backward_hook: {_NO_AUTOGRAD}")
+
+    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False):
+        """Refused: modulekit has no autograd."""
+        raise NotImplementedError(f"register_full_backward_pre_hook: {_NO_AUTOGRAD}")
+
+    # ------------------------------------------------------------------ traversal
+    def named_modules(
+        self,
+        memo: set | None = None,
+        prefix: str = "",
+        remove_duplicate: bool = True,
+        *,
+        _memo: set | None = None,
+    ) -> Iterator[tuple[str, Module]]:
+        """(dotted name, module) pairs over the whole tree, self first, depth-first.
+
+        A module reachable twice is yielded once (first path wins) unless
+        ``remove_duplicate=False``. Signature as torch's; a string first argument is taken as
+        ``prefix`` (the ``named_modules(prefix, _memo)`` order of the specification).
+        """
+        if isinstance(memo, str):
+            memo, prefix = _memo, memo
+        elif memo is None:
+            memo = _memo
+        if memo is None:
+            memo = set()
+        return self._named_modules(memo, prefix, remove_duplicate)
+
+    def _named_modules(self, memo, prefix, remove_duplicate):
+        if self in memo:
+            return
+        if remove_duplicate:
+            memo.add(self)
+        yield prefix, self
+        for name, module in self._modules.items():
+            if module is not None:
+                yield from module._named_modules(memo, _join(prefix, name), remove_duplicate)
+
+    def modules(self) -> Iterator[Module]:
+        """Every module of the tree, self first; a shared module is yielded once."""
+        for _, module in self.named_modules():
+            yield module
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        """(name, child) pairs of the direct children; a child filed twice is yielded once."""
+        memo = set()
+        for name, module in self._modules.items():
+            if module is not None and module not in memo:
+                memo.add(module)
+                yield name, module
+
+    def children(self) -> Iterator[Module]:
+        """The direct children."""
+        for _, module in self.named_children():
+            yield module
+
+    def _named_members(self, registry: str, prefix, recurse, remove_duplicate):
+        if isinstance(prefix, bool):  # the specification's positional ``named_x(recurse)``
+            prefix, recurse = "", prefix
+        if recurse:
+            modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+        else:
+            modules = ((prefix, self),)
+        memo = set()
+        for module_prefix, module in modules:
+            entries = module.__dict__[registry]
+            for name, value in entries.items():
+                if value is None or value in memo:
+                    continue
+                if remove_duplicate:
+                    memo.add(value)
+                yield _join(module_prefix, name), value
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
+        """(dotted name, parameter) pairs; a Parameter shared between two attributes yields
+        once (first name wins) unless ``remove_duplicate=False``. Packed weights are not
+        listed (the layer released them)."""
+        return self._named_members("_parameters", prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        """The parameters of the tree (or of this module only with ``recurse=False``)."""
+        for _, param in self.named_parameters(recurse=recurse):
+            yield param
+
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
+        """(dotted name, buffer) pairs, persistent or not; shared buffers yield once."""
+        return self._named_members("_buffers", prefix, recurse, remove_duplicate)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        """The buffers of the tree (or of this module only with ``recurse=False``)."""
+        for _, buf in self.named_buffers(recurse=recurse):
+            yield buf
+
+    def apply(self, fn: Callable[[Module], None]) -> Module:
+        """Run ``fn`` over every module in the tree (children first, then self); return self."""
+        for module in self.children():
+            module.apply(fn)
+        fn(self)
+        return self
+
+    def train(self, mode: bool = True) -> Module:
+        """Set the training flag of the whole tree to ``mode``; return self."""
+        if not isinstance(mode, bool):
+            raise ValueError(f"training mode is expected to be boolean, got {mode!r}")
+        self.training = mode
+        for module in self.children():
+            module.train(mode)
+        return self
+
+    def eval(self) -> Module:
+        """Equivalent to ``train(False)``; return self."""
+        return self.train(False)
+
+    # ------------------------------------------------------------------ lookup by path
+    def get_submodule(self, target: str) -> Module:
+        """Return the submodule at dotted path ``target`` (``""`` is self).
+
+        Raises ``AttributeError`` when a step does not exist or is not a Module.
+        """
+        if target == "":
+            return self
+        module = self
+        for item in target.split("."):
+            if not hasattr(module, item):
+                raise AttributeError(f"{module._get_name()} has no attribute `{item}`")
+            module = getattr(module, item)
+            if not isinstance(module, Module):
+                raise AttributeError(f"`{item}` is not a Module")
+        return module
+
+    def set_submodule(self, target: str, module: Module, strict: bool = False) -> None:
+        """Set the submodule at dotted path ``target`` to ``module``.
+
+        The parent must exist; with ``strict=True`` the submodule itself must exist too.
+        Raises ``ValueError`` for an empty target or a non-Module, ``AttributeError`` for an
+        invalid path or when the current attribute is not a Module.
+        """
+        if target == "":
+            raise ValueError("Cannot set the submodule without a target name!")
+        if not isinstance(module, Module):
+            raise ValueError(f"`module` is not a Module, found {type(module).__name__}")
+        parent_path, _, name = target.rpartition(".")
+        parent = self.get_submodule(parent_path)
+        if hasattr(parent, name):
+            if not isinstance(getattr(parent, name), Module):
+                raise AttributeError(f"`{name}` is not a Module")
+        elif strict:
+            raise AttributeError(f"{parent._get_name()} has no attribute `{name}`")
+        setattr(parent, name, module)
+
+    def get_parameter(self, target: str) -> Parameter:
+        """Return the parameter at dotted path ``target``; ``AttributeError`` otherwise."""
+        module_path, _, name = target.rpartition(".")
+        module = self.get_submodule(module_path)
+        if not hasattr(module, name):
+            raise AttributeError(f"{module._get_name()} has no attribute `{name}`")
+        param = getattr(module, name)
+        if not isinstance(param, Parameter):
+            raise AttributeError(f"`{name}` is not a Parameter")
+        return param
+
+    def get_buffer(self, target: str) -> Tensor:
+        """Return the buffer at dotted path ``target``; ``AttributeError`` otherwise."""
+        module_path, _, name = target.rpartition(".")
+        module = self.get_submodule(module_path)
+        if not hasattr(module, name):
+            raise AttributeError(f"{module._get_name()} has no attribute `{name}`")
+        if name not in module._buffers:
+            raise AttributeError(f"`{name}` is not a buffer")
+        return module._buffers[name]
+
+    # ------------------------------------------------------------------ state dict
+    def get_extra_state(self) -> Any:
+        """Return extra (picklable) state for :meth:`state_dict`; override together with
+        :meth:`set_extra_state`. The base class has none."""
+        raise RuntimeError(
+            "Reached a code path in Module.get_extra_state() that should never be called: "
+            "override get_extra_state() and set_extra_state() together"
+        )
+
+    def set_extra_state(self, state: Any) -> None:
+        """Restore the extra state found by :meth:`load_state_dict`; override together with
+        :meth:`get_extra_state`."""
+        raise RuntimeError(
+            "Reached a code path in Module.set_extra_state() that should never be called: "
+            "override get_extra_state() and set_extra_state() together"
+        )
+
+    def register_state_dict_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(module, prefix, keep_vars)`` runs before this module's state_dict entries
+        are collected."""
+        handle = RemovableHandle(self, "_state_dict_pre_hooks")
+        self._state_dict_pre_hooks[handle.id] = hook
+        return handle
+
+    def register_state_dict_post_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(module, state_dict, prefix, local_metadata)`` runs after this module's
+        subtree is collected; it may edit ``state_dict`` in place."""
+        handle = RemovableHandle(self, "_state_dict_hooks")
+        self._state_dict_hooks[handle.id] = hook
+        return handle
+
+    def state_dict(
+        self, *, destination: dict | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, Tensor]:
+        """The module tree's named tensors as one flat ``dict[str, Tensor]`` with dotted keys.
+
+        Parameters and persistent buffers, the LIVE tensors (no copies), keyed as torch keys
+        them (a module reachable twice is listed under both paths). Entries registered as
+        ``None`` and the entries a layer consumed by packing are absent: the export reflects
+        what the tree currently holds. ``keep_vars`` is accepted for torch compatibility and
+        has no effect (there is no autograd).
+        """
+        if destination is None:
+            destination = {}
+        local_metadata = {"version": self._version}
+        for hook in tuple(self._state_dict_pre_hooks.values()):
+            hook(self, prefix, keep_vars)
+        for name, param in self._parameters.items():
+            if param is not None:
+                destination[prefix + name] = param
+        for name, buf in self._buffers.items():
+            if buf is not None and name not in self._non_persistent_buffers:
+                destination[prefix + name] = buf
+        if type(self).get_extra_state is not Module.get_extra_state:
+            destination[prefix + _EXTRA_STATE_KEY] = self.get_extra_state()
+        for name, module in self._modules.items():
+            if module is not None:
+                module.state_dict(
+                    destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars
+                )
+        for hook in tuple(self._state_dict_hooks.values()):
+            hook(self, destination, prefix, local_metadata)
+        return destination
+
+    def register_load_state_dict_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(module, state_dict, prefix, local_metadata, strict, missing_keys,
+        unexpected_keys, error_msgs)`` runs before this module's keys are matched. It gets a
+        shallow copy of the caller's dict and may rewrite it; a message appended to
+        ``error_msgs`` refuses the load."""
+        handle = RemovableHandle(self, "_load_state_dict_pre_hooks")
+        self._load_state_dict_pre_hooks[handle.id] = hook
+        return handle
+
+    def register_load_state_dict_post_hook(self, hook: Callable) -> RemovableHandle:
+        """``hook(module, incompatible_keys)`` runs after the values are loaded; it may edit
+        the two key lists of ``incompatible_keys`` (clearing them avoids the strict error).
+        If it raises, the load is rolled back."""
+        handle = RemovableHandle(self, "_load_state_dict_post_hooks")
+        self._load_state_dict_post_hooks[handle.id] = hook
+        return handle
+
+    def load_state_dict(
+        self, state: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> LoadResult:
+        """Bind a flat checkpoint onto the tree by dotted names, all or nothing.
+
+        Parameters
+        ----------
+        state : mapping of str to array-like
+            Values may be modulekit Tensors, NumPy arrays, CPU torch tensors (any dtype,
+            bfloat16 included) or anything ``np.asarray`` turns into an array of real
+            numbers. A packed layer accepts its packed keys and re-packs from them.
+        strict : bool
+            Raise when keys are missing or unexpected.
+        assign : bool
+            ``False`` (default): each value is cast to the receiving tensor's dtype and copied
+            INTO it (the Parameter objects a user holds stay the same objects). ``True``: the
+            values themselves become the module's tensors, keeping their dtype (as torch): a
+            modulekit Tensor/Parameter is used as it is, a C-contiguous array is wrapped
+            without a copy (``Parameter.from_numpy``), anything else copied once. Tensors tied
+            before (one object under several names) stay tied. Packed layers re-pack in their
+            storage dtype either way.
+
+        Returns
+        -------
+        LoadResult
+            The complete accounting (``missing_keys``, ``unexpected_keys``), also with
+            ``strict=False``.
+
+        Raises
+        ------
+        StateDictError
+            (a ``RuntimeError``; ``StateDictTypeError``, also a ``TypeError``, when a value is
+            not an array of real numbers) on a shape mismatch (even with ``strict=False``), a
+            refused value, a message from a pre-hook, or missing/unexpected keys under
+            ``strict``; it carries the accounting as ``.result``. Whatever raises (a hook
+            too), every tensor in the tree is left bit-identical to before.
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"Expected state to be a mapping (dict), got {type(state).__name__}")
+        metadata = getattr(state, "_metadata", None)
+        state = dict(state)  # pre-hooks rewrite this copy, never the caller's dict
+        missing: list[str] = []
+        unexpected: list[str] = []
+        errors: list[str] = []
+        bad_type = False
+        consumed: set[str] = set()
+        copies: list[tuple] = []  # (registry, name, tensor, array, value, is_parameter)
+        repacks: list[tuple[Module, dict]] = []
+        extras: list[tuple[Module, Any]] = []
+        post_hooks: list[tuple[Module, Callable]] = []
+
+        def take(key: str, shape: tuple, value, assigned: bool = False) -> np.ndarray | None:
+            nonlocal bad_type
+            consumed.add(key)
+            arr = _as_array(value)
+            if arr is None:
+                bad_type = True
+                errors.append(
+                    f'While copying the parameter named "{key}", expected a Tensor, an ndarray '
+                    f"or an array-like of real numbers from the checkpoint, but received "
+                    f"{_value_description(value)}"
+                )
+                return None
+            if len(shape) == 0 and arr.shape == (1,):
+                arr = arr.reshape(())
+            if tuple(arr.shape) != tuple(shape):
+                errors.append(
+                    f"size mismatch for {key}: copying a param with shape {tuple(arr.shape)} "
+                    f"from checkpoint, the shape in current model is {tuple(shape)}."
+                )
+                return None
+            if assigned and arr.dtype not in DataType._by_numpy:
+                bad_type = True
+                errors.append(
+                    f'While assigning the parameter named "{key}": dtype {arr.dtype} has no '
+                    "modulekit data type (assign=True keeps the checkpoint's dtype)"
+                )
+                return None
+            return arr
+
+        def visit(module: Module, prefix: str) -> None:
+            local_metadata = {} if metadata is None else metadata.get(prefix[:-1], {})
+            for hook in tuple(module._load_state_dict_pre_hooks.values()):
+                hook(module, state, prefix, local_metadata, strict, missing, unexpected, errors)
+            params, buffers = module._parameters, module._buffers
+            local = [(params, n, t) for n, t in params.items() if t is not None]
+            local += [
+                (buffers, n, t)
+                for n, t in buffers.items()
+                if t is not None and n not in module._non_persistent_buffers
+            ]
+            for registry, name, tensor in local:
+                key = prefix + name
+                if key not in state:
+                    missing.append(key)
+                    continue
+                arr = take(key, tensor.shape, state[key], assign)
+                if arr is None:
+                    continue
+                if not assign and not tensor.numpy().flags.writeable:
+                    errors.append(
+                        f"cannot copy into {key}: the module's tensor is read-only (it was "
+                        "assigned from read-only memory); load it with assign=True"
+                    )
+                    continue
+                is_param = registry is params
+                copies.append((registry, name, tensor, arr, state[key], is_param))
+            packed = module._packed_keys()
+            if packed:
+                values = {}
+                for name, (shape, _dtype) in packed.items():
+                    key = prefix + name
+                    if key in state:
+                        arr = take(key, shape, state[key])
+                        if arr is not None:
+                            values[name] = arr
+                if values:
+                    repacks.append((module, values))
+            if type(module).set_extra_state is not Module.set_extra_state:
+                key = prefix + _EXTRA_STATE_KEY
+                if key in state:
+                    consumed.add(key)
+                    extras.append((module, state[key]))
+                else:
+                    missing.append(key)
+            for name, child in module._modules.items():
+                if child is not None:
+                    visit(child, prefix + name + ".")
+            post_hooks.extend((module, h) for h in module._load_state_dict_post_hooks.values())
+
+        visit(self, "")
+        unexpected.extend(k for k in state if k not in consumed)
+        result = LoadResult(missing, unexpected)
+        if errors:
+            self._refuse_load(result, errors, strict, bad_type)
+        if not post_hooks:
+            if strict and (missing or unexpected):
+                self._refuse_load(result, [], strict, False)
+            self._commit_load(copies, repacks, extras, assign, backup=False)
+            return result
+
+        undo = self._commit_load(copies, repacks, extras, assign, backup=True)
+        try:
+            for module, hook in post_hooks:
+                out = hook(module, result)
+                if out is not None:
+                    raise RuntimeError(
+                        "load_state_dict post hooks must return None, got "
+                        f"{type(out).__name__} from {hook!r}"
+                    )
+            if strict and (result.missing_keys or result.unexpected_keys):
+                self._refuse_load(result, [], strict, False)
+        except BaseException:
+            undo()
+            raise
+        return result
+
+    def _refuse_load(self, result: LoadResult, errors: list, strict: bool, bad_type: bool):
+        messages = []
+        if strict:
+            if result.unexpected_keys:
+                keys = ", ".join(f'"{k}"' for k in result.unexpected_keys)
+                messages.append(f"Unexpected key(s) in state_dict: {keys}. ")
+            if result.missing_keys:
+                keys = ", ".join(f'"{k}"' for k in result.missing_keys)
+                messages.append(f"Missing key(s) in state_dict: {keys}. ")
+        messages += errors
+        cls = StateDictTypeError if bad_type else StateDictError
+        raise cls(
+            f"Error(s) in loading state_dict for {type(self).__name__} (nothing was loaded: "
+            "the module is unchanged):\n\t" + "\n\t".join(messages),
+            result,
+            messages,
+        )
+
+    @staticmethod
+    def _commit_load(copies, repacks, extras, assign: bool, backup: bool):
+        """Write the validated values; return a function undoing the writes when ``backup``
+        (or when a write fails half way, which it undoes and re-raises)."""
+        saved_tensors = []
+        saved_entries = []
+        saved_dicts = []
+        saved_extras = []
+
+        def undo():
+            for tensor, old in saved_tensors:
+                np.copyto(tensor.numpy(), old)
+            for registry, name, old in reversed(saved_entries):
+                registry[name] = old
+            for module, old_dict, old_params, old_buffers in saved_dicts:
+                module.__dict__.clear()
+                module.__dict__.update(old_dict)
+                old_dict["_parameters"].clear()
+                old_dict["_parameters"].update(old_params)
+                old_dict["_buffers"].clear()
+                old_dict["_buffers"].update(old_buffers)
+            for module, old in saved_extras:
+                module.set_extra_state(old)
+
+        try:
+            for module, value in extras:
+                if type(module).get_extra_state is not Module.get_extra_state:
+                    saved_extras.append((module, module.get_extra_state()))
+                module.set_extra_state(value)
+            for module, values in repacks:
+                d = module.__dict__
+                saved_dicts.append(
+                    (module, d.copy(), d["_parameters"].copy(), d["_buffers"].copy())
+                )
+                module._repack(values)
+            if assign:
+                # one new object per (old object, kind): tensors tied before stay tied
+                new = {}
+                for _registry, _name, tensor, arr, value, is_param in copies:
+                    new[tensor, is_param] = _assigned_tensor(value, arr, is_param)
+                for registry, name, tensor, _arr, _value, is_param in copies:
+                    saved_entries.append((registry, name, registry[name]))
+                    registry[name] = new[tensor, is_param]
+                return undo
+            if backup:
+                seen = set()
+                for _registry, _name, tensor, _arr, _value, _ in copies:
+                    if tensor not in seen:
+                        seen.add(tensor)
+                        saved_tensors.append((tensor, tensor.numpy().copy()))
+            for _registry, _name, tensor, arr, _value, _ in copies:
+                tensor.copy_(arr)
+        except BaseException:
+            undo()
+            raise
+        return undo
+
+    # ------------------------------------------------------------------ dtype and device
+    def to(self, *args: Any, **kwargs: Any) -> Module:
+        """Move the tree to a device or cast its floating tensors to a dtype, in place.
+
+        Accepts ``to(target)`` with a :class:`Device`, a device string (``"cpu"``), a
+        :class:`DataType`, a dtype name, a NumPy dtype, a torch dtype/device or a Tensor (its
+        dtype); ``to(device, dtype)``; and keywords ``device=``, ``dtype=``,
+        ``non_blocking=`` (ignored). "cpu" is the only device: any other raises ``ValueError``.
+        A floating dtype casts floating parameters and buffers in place (the objects keep
+        their identity) and re-packs packed layers; integer buffers are left alone; a
+        non-floating dtype raises ``TypeError``. Everything is validated before anything
+        changes. Returns self.
+        """
+        _device, dtype = _parse_to_args(args, kwargs)
+        if dtype is not None:
+            self._cast_floating(dtype)
+        return self
+
+    def _cast_floating(self, dtype: DataType) -> None:
+        for module in self.modules():
+            for registry in (module._parameters, module._buffers):
+                for tensor in registry.values():
+                    if tensor is not None and tensor.dtype.is_floating:
+                        tensor._cast_(dtype)
+            if module._packed_keys():
+                module._repack({}, dtype)
+
+    def half(self) -> Module:
+        """Cast floating parameters and buffers to float16 (``to(modulekit.float16)``)."""
+        return self.to(as_dtype("float16"))
+
+    def float(self) -> Module:
+        """Cast floating parameters and buffers to float32."""
+        return self.to(as_dtype("float32"))
+
+    def double(self) -> Module:
+        """Cast floating parameters and buffers to float64."""
+        return self.to(as_dtype("float64"))
+
+    def bfloat16(self) -> Module:
+        """Cast floating parameters and buffers to bfloat16."""
+        return self.to(as_dtype("bfloat16"))
+
+    def type(self, dst_type) -> Module:
+        """Cast to ``dst_type`` (a floating dtype in any form :meth:`to` accepts)."""
+        dtype = _resolve_dtype(dst_type)
+        if dtype is None:
+            raise TypeError(f"type() expects a floating data type, got {dst_type!r}")
+        return self.to(dtype)
+
+    def cpu(self) -> Module:
+        """The tree is on the CPU already: returns self."""
+        return self
+
+    def _no_device(self, name: str, device) -> ValueError:
+        return ValueError(
+            f"{type(self).__name__}.{name}({'' if device is None else repr(device)}): "
+            "modulekit runs on the CPU only (the only device is 'cpu')"
+        )
+
+    def cuda(self, device=None) -> Module:
+        """Refused: modulekit runs on the CPU only."""
+        raise self._no_device("cuda", device)
+
+    def ipu(self, device=None) -> Module:
+        """Refused: modulekit runs on the CPU only."""
+        raise self._no_device("ipu", device)
+
+    def xpu(self, device=None) -> Module:
+        """Refused: modulekit runs on the CPU only."""
+        raise self._no_device("xpu", device)
+
+    def mtia(self, device=None) -> Module:
+        """Refused: modulekit runs on the CPU only."""
+        raise self._no_device("mtia", device)
+
+    def to_empty(self, *, device, recurse: bool = True) -> Module:
+        """Give the tensors storage on ``device`` without copying their values.
+
+        On the CPU, the only device, every tensor already owns storage of its shape and dtype:
+        it is kept (same objects, contents to be treated as uninitialised, as in torch).
+        ``device`` must be the CPU (``ValueError`` otherwise). Returns self.
+        """
+        if not isinstance(recurse, bool):
+            raise TypeError(f"recurse must be a bool, got {type(recurse).__name__}")
+        as_device(device)
+        return self
+
+    def share_memory(self) -> Module:
+        """Refused: modulekit tensors are ordinary process memory."""
+        raise NotImplementedError(
+            "share_memory: modulekit tensors live in ordinary process memory; share a model "
+            "between processes by fork (copy-on-write) or by pickling it (the raw weights)"
+        )
+
+    # ------------------------------------------------------------------ autograd / TorchScript
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """``requires_grad_(False)`` is the state already (no autograd) and returns self;
+        ``True`` is refused."""
+        if requires_grad:
+            raise NotImplementedError(f"requires_grad_(True): {_NO_AUTOGRAD}")
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """No-op: there are no gradients (no autograd), so all of them are already None."""
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """Refused: there is no torch.compile; the kernels are compiled C already."""
+        raise NotImplementedError(
+            "compile: modulekit has no torch.compile; its hot paths are compiled kernels "
+            "already. Call initialize() to pack the weights ahead of the first forward"
+        )
+
+    def save(self, f, **kwargs: Any) -> None:
+        """Refused: there is no TorchScript archive."""
+        raise NotImplementedError(
+            "save: modulekit has no TorchScript archive; save the weights with "
+            "modulekit.save(module.state_dict(), path) and rebuild the module in Python"
+        )
+
+    # ------------------------------------------------------------------ packing protocol
+    def _pack(self) -> None:
+        """Pack bound weights into the kernel layout (layers override; no-op here)."""
+
+    def _packed_keys(self) -> dict[str, tuple[tuple[int, ...], DataType]]:
+        """Local names consumed by packing with their shapes and dtypes (empty: not packed)."""
+        return {}
+
+    def _unpack(self) -> None:
+        """Restore the registered tensors from the packed form (no-op here)."""
+
+    def _repack(self, values: dict[str, np.ndarray], dtype: DataType | None = None) -> None:
+        """Re-pack from ``values`` and/or into storage ``dtype`` (no-op here)."""
+
+    # ------------------------------------------------------------------ fusion protocol
+    #: The kernel epilogue an activation module stands for, as ``(name, alpha, beta)`` with a
+    #: name from ``modulekit._ext._gemm.ACTIVATIONS``; None for modules that are not one.
+    _epilogue: tuple[str, float, float] | None = None
+
+    def _fusable(self, following: list[Module]) -> int:
+        """How many of the modules ``following`` this one (in a Sequential) can absorb into
+        one fused call; 0 for none (the default)."""
+        return 0
+
+    def _forward_fused(self, following: tuple[Module, ...], input: Any) -> Any:
+        """Compute ``following[-1](...following[0](self(input)))`` as one fused call; only
+        called with the modules :meth:`_fusable` accepted."""
+        raise NotImplementedError(f"{type(self).__name__} fuses nothing")
+
+    def _fuse(self) -> None:
+        """Plan fused calls over this module's children (containers override; no-op here)."""
+
+    def initialize(self) -> Module:
+        """Warm the whole tree up eagerly: every module packs its bound weights now (children
+        first) instead of on its first forward, containers fuse what they can (a Linear
+        followed by a supported activation runs as one kernel call with the activation in
+        its epilogue), and the kernels' thread pool is started. Returns self."""
+        seen = set()
+
+        def visit(module: Module) -> None:
+            seen.add(module)
+            for child in module._modules.values():
+                if child is not None and child not in seen:
+                    visit(child)
+            module._pack()
+            module._fuse()
+
+        visit(self)
+        _warm_threads()
+        return self
+
+    # ------------------------------------------------------------------ repr
+    def _get_name(self) -> str:
+        return type(self).__name__
+
+    def extra_repr(self) -> str:
+        """One line of per-class detail for :meth:`__repr__` (a layer prints its geometry)."""
+        return ""
+
+    def __repr__(self) -> str:
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [
+            f"({name}): {_addindent(repr(module), 2)}" for name, module in self._modules.items()
+        ]
+        lines = extra_lines + child_lines
+        main = self._get_name() + "("
+        if lines:
+            if len(extra_lines) == 1 and not child_lines:
+                main += extra_lines[0]
+            else:
+                main += "\n  " + "\n  ".join(lines) + "\n"
+        return main + ")"
+
+
+def _resolve_dtype(value) -> DataType | None:
+    """A DataType for ``value`` if it names one (DataType, name, NumPy or torch dtype), else
+    None."""
+    if isinstance(value, DataType):
+        return value
+    if type(value).__name__ == "dtype" and type(value).__module__.startswith("torch"):
+        value = str(value)
+    if isinstance(value, Tensor):
+        return value.dtype
+    if isinstance(value, str) or isinstance(value, (np.dtype, type)):
+        try:
+            return as_dtype(value)
+        except TypeError:
+            return None
+    return None
+
+
+def _resolve_device(value) -> Device | None:
+    """The CPU Device if ``value`` names a device (raising ValueError for any device but the
+    CPU), else None."""
+    if isinstance(value, Device):
+        return value
+    if type(value).__name__ == "device" and type(value).__module__.startswith("torch"):
+        return as_device(value)
+    if isinstance(value, str) and value.split(":")[0].strip().lower() in _DEVICE_TYPES:
+        return as_device(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise ValueError(
+            f"device ordinal {value} names an accelerator: modulekit runs on the CPU only "
+            "(the only device is 'cpu')"
+        )
+    return None
+
+
+def _parse_to_args(args: tuple, kwargs: dict) -> tuple[Device | None, DataType | None]:
+    unknown = set(kwargs) - {"device", "dtype", "non_blocking", "copy"}
+    if unknown:
+        raise TypeError(f"to() got unexpected keyword argument(s) {sorted(unknown)}")
+    if len(args) > 2:
+        raise TypeError(f"to() takes at most 2 positional arguments, got {len(args)}")
+    device = dtype = None
+    for arg in args:
+        found_device = _resolve_device(arg)
+        found_dtype = None if found_device is not None else _resolve_dtype(arg)
+        if found_device is None and found_dtype is None:
+            raise TypeError(
+                f"to() cannot interpret {arg!r} (type {type(arg).__name__}): expected a device "
+                "('cpu' or a modulekit.Device) or a data type (a modulekit.DataType, a name "
+                "such as 'float16', or a NumPy dtype)"
+            )
+        if found_device is not None:
+            if device is not None:
+                raise TypeError("to() got two devices")
+            device = found_device
+        else:
+            if dtype is not None:
+                raise TypeError("to() got two data types")
+            dtype = found_dtype
+    if kwargs.get("device") is not None:
+        if device is not None:
+            raise TypeError("to() got a device both positionally and as device=")
+        device = _resolve_device(kwargs["device"])
+        if device is None:
+            raise TypeError(f"to(device=...) expects a device, got {kwargs['device']!r}")
+    if kwargs.get("dtype") is not None:
+        if dtype is not None:
+            raise TypeError("to() got a data type both positionally and as dtype=")
+        dtype = _resolve_dtype(kwargs["dtype"])
+        if dtype is None:
+            raise TypeError(
+                f"to(dtype=...) expects a data type (a modulekit.DataType, a name such as "
+                f"'float16', or a NumPy dtype), got {kwargs['dtype']!r}"
+            )
+    if dtype is not None and not dtype.is_floating:
+        raise TypeError(
+            f"Module.to only accepts floating point dtypes, but got desired dtype={dtype.name}"
+        )
+    return device, dtype

@@ -1,0 +1,245 @@
+"""Stateless operations on NumPy arrays (the ``torch.nn.functional`` names).
+
+Every function accepts any array-like (ndarray, :class:`~modulekit.Tensor`, an object with the
+buffer protocol or ``__array__``) and returns an ``np.ndarray``. Floating inputs compute in
+float32 (float16 and bfloat16 are widened) or float64 (float64 inputs); integer and bool inputs
+compute in float32; complex, object and string inputs raise ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from ml_dtypes import bfloat16 as _np_bfloat16
+
+from modulekit._ext._tensor import as_array
+from modulekit.nn._random import default_generator
+
+__all__ = [
+    "linear",
+    "relu",
+    "relu6",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "softmax",
+    "dropout",
+    "flatten",
+]
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
+
+def as_real_array(x, op: str) -> np.ndarray:
+    """``x`` as an ndarray without copying when possible; ``TypeError`` naming ``op`` unless
+    it holds real numbers."""
+    if type(x) is np.ndarray:
+        arr = x
+    else:
+        try:
+            arr = as_array(x)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{op}: {exc}") from None
+    if arr.dtype.kind not in "biuf" and arr.dtype != _np_bfloat16:
+        raise TypeError(
+            f"{op}: expected an array of real numbers (float32, float64, float16, bfloat16, "
+            f"integer or bool), got dtype {arr.dtype}"
+        )
+    return arr
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype an op computes in for inputs of ``dtype``: float64 stays, the rest float32."""
+    return _F64 if dtype == _F64 else _F32
+
+
+def as_float_array(x, op: str) -> np.ndarray:
+    """``x`` as an ndarray of its compute dtype (float32 or float64)."""
+    arr = as_real_array(x, op)
+    return arr.astype(compute_dtype(arr.dtype), copy=False)
+
+
+def _inplace_target(x, arr: np.ndarray) -> bool:
+    return arr is x and arr.dtype in (_F32, _F64) and arr.flags.writeable
+
+
+def linear(input, weight, bias=None) -> np.ndarray:
+    """``input @ weight.T + bias`` for ``input`` of shape ``(*, in_features)`` and ``weight``
+    of shape ``(out_features, in_features)``. Computes in float64 when ``weight`` is float64,
+    else in float32."""
+    x = as_real_array(input, "linear")
+    w = as_real_array(weight, "linear")
+    if w.ndim != 2:
+        raise ValueError(f"linear: weight must be 2-D (out_features, in_features), got {w.shape}")
+    if x.ndim == 0 or x.shape[-1] != w.shape[1]:
+        raise ValueError(
+            f"linear: input's last dimension {x.shape[-1] if x.ndim else '(scalar)'} does not "
+            f"match in_features={w.shape[1]} of weight {w.shape}"
+        )
+    dt = compute_dtype(w.dtype)
+    y = np.matmul(x.astype(dt, copy=False), w.astype(dt, copy=False).T)
+    if bias is not None:
+        b = as_real_array(bias, "linear")
+        if b.shape != (w.shape[0],):
+            raise ValueError(f"linear: bias must have shape ({w.shape[0]},), got {b.shape}")
+        y += b.astype(dt, copy=False)
+    return y
+
+
+def relu(input, inplace: bool = False) -> np.ndarray:
+    """``max(x, 0)``. With ``inplace=True`` a writable float32/float64 ndarray input is
+    overwritten and returned."""
+    arr = as_real_array(input, "relu")
+    if inplace and _inplace_target(input, arr):
+        return np.maximum(arr, 0, out=arr)
+    arr = arr.astype(compute_dtype(arr.dtype), copy=False)
+    return np.maximum(arr, arr.dtype.type(0))
+
+
+def relu6(input, inplace: bool = False) -> np.ndarray:
+    """``min(max(x, 0), 6)``."""
+    arr = as_real_array(input, "relu6")
+    if inplace and _inplace_target(input, arr):
+        return np.clip(arr, 0, 6, out=arr)
+    arr = arr.astype(compute_dtype(arr.dtype), copy=False)
+    return np.clip(arr, arr.dtype.type(0), arr.dtype.type(6))
+
+
+# Numerical Recipes' erfc (Chebyshev fit): fractional error < 1.2e-7 for every x, so
+# gelu = 0.5 * x * erfc(-x / sqrt(2)) keeps ~1e-7 relative accuracy, negative tail included.
+_ERFC_COEFFS = (
+    -1.26551223,
+    1.00002368,
+    0.37409196,
+    0.09678418,
+    -0.18628806,
+    0.27886807,
+    -1.13520398,
+    1.48851587,
+    -0.82215223,
+    0.17087277,
+)
+
+
+def _erfc_f64(x: np.ndarray) -> np.ndarray:
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = np.full_like(z, _ERFC_COEFFS[-1])
+    for c in _ERFC_COEFFS[-2::-1]:
+        poly = poly * t + c
+    r = t * np.exp(-z * z + poly)
+    return np.where(x >= 0, r, 2.0 - r)
+
+
+_erfc_exact = np.frompyfunc(math.erfc, 1, 1)
+
+
+def gelu(input, approximate: str = "none") -> np.ndarray:
+    """GELU: ``0.5 x (1 + erf(x / sqrt(2)))``, or with ``approximate='tanh'``
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
+
+    float32 results are computed in float64 with a rational erfc (relative error ~1e-7);
+    float64 results use the exact ``math.erfc`` element by element (slow, exact).
+    """
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    arr = as_real_array(input, "gelu")
+    dt = compute_dtype(arr.dtype)
+    x = arr.astype(_F64, copy=False)
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+        y = 0.5 * x * (1.0 + np.tanh(inner))
+    elif dt == _F64:
+        y = 0.5 * x * _erfc_exact(-x / math.sqrt(2.0)).astype(_F64)
+    else:
+        y = 0.5 * x * _erfc_f64(-x / math.sqrt(2.0))
+    return y.astype(dt, copy=False)
+
+
+def sigmoid(input) -> np.ndarray:
+    """``1 / (1 + exp(-x))``, without overflow for large ``|x|``."""
+    x = as_float_array(input, "sigmoid")
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+
+
+def silu(input, inplace: bool = False) -> np.ndarray:
+    """``x * sigmoid(x)``. With ``inplace=True`` a writable float32/float64 ndarray input is
+    overwritten and returned."""
+    arr = as_real_array(input, "silu")
+    y = sigmoid(arr)
+    if inplace and _inplace_target(input, arr):
+        return np.multiply(arr, y, out=arr)
+    return np.multiply(arr.astype(y.dtype, copy=False), y, out=y)
+
+
+def tanh(input) -> np.ndarray:
+    """Hyperbolic tangent."""
+    return np.tanh(as_float_array(input, "tanh"))
+
+
+def _softmax_dim(ndim: int) -> int:
+    warnings.warn(
+        "Implicit dimension choice for softmax has been deprecated. Change the call to "
+        "include dim=X as an argument.",
+        stacklevel=3,
+    )
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input, dim: int | None = None) -> np.ndarray:
+    """``exp(x) / sum(exp(x))`` along ``dim`` (torch's legacy choice with a warning when
+    ``dim`` is None)."""
+    x = as_float_array(input, "softmax")
+    if dim is None:
+        dim = _softmax_dim(x.ndim)
+    ndim = max(x.ndim, 1)
+    if not -ndim <= dim < ndim:
+        raise IndexError(
+            f"softmax: dim {dim} is out of range for an input with {x.ndim} dimension(s)"
+        )
+    if x.ndim == 0:
+        return np.ones_like(x)
+    e = np.exp(x - np.max(x, axis=dim, keepdims=True))
+    e /= np.sum(e, axis=dim, keepdims=True)
+    return e
+
+
+def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False) -> np.ndarray:
+    """Inverted dropout: in training, zero each element with probability ``p`` (NumPy's
+    generator, seeded by :func:`modulekit.nn.manual_seed`) and scale the rest by
+    ``1 / (1 - p)``; identity (the input array itself) when not training."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    arr = as_real_array(input, "dropout")
+    if not training or p == 0.0:
+        return arr
+    x = arr.astype(compute_dtype(arr.dtype), copy=False)
+    if p == 1.0:
+        scale, keep = 0.0, np.zeros(x.shape, dtype=bool)
+    else:
+        scale, keep = 1.0 / (1.0 - p), default_generator().random(x.shape) >= p
+    out = x if inplace and _inplace_target(input, arr) else None
+    return np.multiply(x, keep * x.dtype.type(scale), out=out)
+
+
+def flatten(input, start_dim: int = 0, end_dim: int = -1) -> np.ndarray:
+    """Merge dimensions ``start_dim..end_dim`` into one (a view when possible)."""
+    x = as_real_array(input, "flatten")
+    ndim = max(x.ndim, 1)
+    for name, d in (("start_dim", start_dim), ("end_dim", end_dim)):
+        if not -ndim <= d < ndim:
+            raise IndexError(
+                f"flatten: {name}={d} is out of range for an input with {x.ndim} dimension(s)"
+            )
+    if x.ndim == 0:
+        return x.reshape(1)
+    start, end = start_dim % ndim, end_dim % ndim
+    if start > end:
+        raise ValueError("flatten() has invalid args: start_dim cannot come after end_dim")
+    shape = x.shape[:start] + (math.prod(x.shape[start : end + 1]),) + x.shape[end + 1 :]
+    return x.reshape(shape)

@@ -1,0 +1,116 @@
+import json
+import time
+
+import numpy as np
+import pytest
+
+import modulekit as mk
+from modulekit import nn
+
+
+class Sleep(nn.Module):
+    """A layer whose forward takes a known time."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x):
+        time.sleep(self.seconds)
+        return x
+
+
+def model():
+    return nn.Sequential(
+        nn.Linear(16, 32), nn.ReLU(),
+        nn.Sequential(Sleep(0.004), nn.Sequential(Sleep(0.002))),
+        nn.Linear(32, 4),
+    )
+
+
+def test_records_every_call_with_shapes_and_flops():
+    m = model()
+    x = np.ones((3, 16), np.float32)
+    with mk.profile(m) as prof:
+        m(x)
+        m(x)
+    paths = {e.path for e in prof.events}
+    assert paths == {"Sequential", "0", "1", "2", "2.0", "2.1", "2.1.0", "3"}
+    rows = {r["name"]: r for r in prof.key_averages()}
+    assert rows["0"]["calls"] == 2 and rows["0"]["type"] == "Linear"
+    assert rows["0"]["input_shapes"] == [(3, 16)]
+    assert rows["3"]["flops"] == 2 * (2 * 3 * 32 * 4)
+    assert rows["0"]["gflops"] > 0 and rows["1"]["gflops"] is None
+
+
+def test_self_time_attribution_in_nested_containers():
+    m = model()
+    prof = mk.profile(m, np.ones((1, 16), np.float32), repeat=3, warmup=1)
+    rows = {r["name"]: r for r in prof.key_averages()}
+    assert rows["2.0"]["calls"] == 3
+    # the sleeps own their time; the containers around them only their own overhead
+    assert rows["2.0"]["self"] >= 3 * 0.004 and rows["2.1.0"]["self"] >= 3 * 0.002
+    assert rows["2.1"]["self"] < rows["2.1.0"]["self"]
+    assert rows["2"]["total"] >= rows["2.0"]["total"] + rows["2.1"]["total"]
+    assert rows["2"]["self"] == pytest.approx(
+        rows["2"]["total"] - rows["2.0"]["total"] - rows["2.1"]["total"]
+    )
+    # self times add up to the root's total, and that is within the wall time
+    total_self = sum(r["self"] for r in rows.values())
+    assert total_self == pytest.approx(rows["Sequential"]["total"], rel=1e-9)
+    assert total_self <= prof.wall_time
+    assert total_self >= 0.8 * prof.wall_time
+
+
+def test_hooks_removed_after_the_context():
+    m = model()
+    with mk.profile(m):
+        assert all(mod._has_hooks for mod in m.modules())
+    assert not any(mod._has_hooks for mod in m.modules())
+    mk.profile(m, np.ones((1, 16), np.float32))
+    assert not any(mod._has_hooks for mod in m.modules())
+
+
+def test_hooks_removed_when_forward_raises():
+    m = model()
+    with pytest.raises(ValueError):
+        with mk.profile(m) as prof:
+            m(np.ones((1, 5), np.float32))  # wrong width: Linear refuses
+    assert not any(mod._has_hooks for mod in m.modules())
+    assert prof._stack() == []  # always_call hooks closed every open call
+    assert {e.path for e in prof.events} == {"Sequential", "0"}
+
+
+def test_table_groups_and_sorts():
+    m = model()
+    prof = mk.profile(m, np.ones((2, 16), np.float32), repeat=2)
+    text = prof.table(sort_by="self", row_limit=3)
+    lines = text.splitlines()
+    assert lines[1].split()[:3] == ["Name", "Type", "Self"]
+    assert len([ln for ln in lines if ln and not ln.startswith("-")]) == 1 + 3 + 1
+    assert lines[3].split()[0] == "2.0"  # the longest sleep leads
+    by_type = prof.table(group_by="type", row_limit=None)
+    assert "Sleep" in by_type and "Linear" in by_type
+    with pytest.raises(ValueError, match="sort_by"):
+        prof.table(sort_by="nope")
+    with pytest.raises(ValueError, match="group_by"):
+        prof.table(group_by="nope")
+
+
+def test_chrome_trace_is_valid_trace_event_json(tmp_path):
+    m = model()
+    prof = mk.profile(m, np.ones((2, 16), np.float32))
+    path = prof.export_chrome_trace(tmp_path / "trace.json")
+    data = json.loads(path.read_text())
+    events = data["traceEvents"]
+    assert len(events) == len(prof.events)
+    for e in events:
+        assert e["ph"] == "X" and e["ts"] >= 0 and e["dur"] >= 0
+        assert {"name", "cat", "pid", "tid", "args"} <= set(e)
+    with pytest.raises(RuntimeError, match="no events"):
+        mk.profile(m).export_chrome_trace(tmp_path / "empty.json")
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="repeat"):
+        mk.profile(model(), np.ones((1, 16)), repeat=0)
