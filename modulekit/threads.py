@@ -4,15 +4,24 @@ Every parallel region gets its thread count explicitly from here: the count set 
 :func:`set_num_threads`, else OpenMP's default (``OMP_NUM_THREADS``, or the core count),
 capped by a lower limit set later through OpenMP in the calling thread, which is what
 ``threadpoolctl.threadpool_limits(n)`` does. Small operations stay on one thread regardless.
+
+In a child created by ``os.fork()`` (``multiprocessing``'s "fork" start method) after modulekit
+may have started its OpenMP thread team, every kernel runs on one thread: libgomp's team does
+not survive a fork and a parallel region there would hang (GCC bug 60035). The "spawn" and
+"forkserver" start methods keep full threading.
 """
 
 from __future__ import annotations
 
 import operator
+import os
 
 from modulekit._ext import _openmp_helpers
 
 __all__ = ["set_num_threads", "get_num_threads", "openmp_enabled"]
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_openmp_helpers._after_fork_in_child)
 
 
 def set_num_threads(n: int) -> None:

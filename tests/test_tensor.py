@@ -153,9 +153,7 @@ def test_to_matches_numpy_casts(src, dst, rng):
     t = Tensor(base)
     out = t.to(dst)
     assert out.dtype is dst and (out is t) == (src is dst)
-    np.testing.assert_array_equal(
-        out.numpy().view(np.uint8), base.astype(dst.numpy).view(np.uint8)
-    )
+    np.testing.assert_array_equal(out.numpy().view(np.uint8), base.astype(dst.numpy).view(np.uint8))
     assert t.to("cpu") is t and t.to(mk.Device("cpu")) is t
     with pytest.raises(ValueError, match="CPU only"):
         t.to("cuda")
@@ -179,7 +177,7 @@ def test_inplace_narrowing_leaves_views_intact(rng):
     held = np.asarray(p)
     mv = memoryview(p)
     p._cast_(mk.float16)
-    np.testing.assert_array_equal(held, base)       # the old view still shows float32 values
+    np.testing.assert_array_equal(held, base)  # the old view still shows float32 values
     np.testing.assert_array_equal(np.frombuffer(mv, np.float32).reshape(64, 64), base)
     np.testing.assert_array_equal(p.numpy(), base.astype(np.float16))
 

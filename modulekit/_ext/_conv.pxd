@@ -1,0 +1,65 @@
+# Declarations of the convolution / pooling C kernels (kernels/conv/conv.h).
+cimport numpy as cnp
+
+cdef extern from "conv/conv.h" nogil:
+    enum:
+        MK_CONV_MR
+        MK_ACT_NONE
+        MK_ACT_RELU
+        MK_ACT_RELU6
+        MK_ACT_SILU
+        MK_ACT_HARDSWISH
+        MK_W_F32
+        MK_W_F16
+        MK_W_BF16
+
+    ctypedef struct mk_conv_geom:
+        int N, C, H, W
+        Py_ssize_t sn, sc, sh, sw
+        int KH, KW
+        int sy, sx
+        int pt, pl, pb, pr
+        int dy, dx
+        int OH, OW
+        int Hq, Wq
+        Py_ssize_t plane
+
+    void mk_conv_geometry(mk_conv_geom *g)
+    Py_ssize_t mk_conv_phase_size(const mk_conv_geom *g, int channels)
+    int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
+                      const void *packed, int wtype, float *wide, float *phase,
+                      Py_ssize_t *koff, float *out, const float *res, int act, int isa,
+                      int nthreads)
+    void mk_conv2d_f64(const mk_conv_geom *g, const double *x, int groups, int Cout,
+                       const double *w, const double *bias, double *out, const double *res,
+                       int act, int nthreads)
+    Py_ssize_t mk_dwconv_scratch(const mk_conv_geom *g)
+    void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w,
+                         const float *bias, float *scratch, float *out, const float *res,
+                         int act, int isa, int nthreads)
+    void mk_max_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int nthreads)
+    void mk_max_pool2d_f64(const mk_conv_geom *g, const double *x, double *out, int nthreads)
+    void mk_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out,
+                           int count_include_pad, int divisor, int nthreads)
+    void mk_avg_pool2d_f64(const mk_conv_geom *g, const double *x, double *out,
+                           int count_include_pad, int divisor, int nthreads)
+    void mk_adaptive_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out,
+                                    int nthreads)
+    void mk_adaptive_avg_pool2d_f64(const mk_conv_geom *g, const double *x, double *out,
+                                    int nthreads)
+    void mk_scale_shift_f32(const mk_conv_geom *g, const float *x, const float *scale,
+                            const float *shift, float *y, int act, int nthreads)
+    void mk_scale_shift_f64(const mk_conv_geom *g, const double *x, const double *scale,
+                            const double *shift, double *y, int act, int nthreads)
+
+
+cdef class PackedConv2d:
+    cdef readonly int in_channels, out_channels, groups
+    cdef readonly tuple kernel_size, stride, dilation, padding
+    cdef readonly str storage          # 'float32' | 'float16' | 'bfloat16' | 'float64'
+    cdef readonly bint depthwise
+    cdef readonly bint has_bias
+    cdef object _packed                # ndarray: panels, depthwise taps, or float64 weights
+    cdef object _bias                  # ndarray or None (depthwise / float64 paths)
+    cdef int _wtype
+    cdef _run(self, mk_conv_geom *g, cnp.ndarray x, cnp.ndarray out, cnp.ndarray res, int act)

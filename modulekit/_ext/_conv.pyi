@@ -1,0 +1,81 @@
+from typing import Any, Literal, Union
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+_Pair = Union[int, tuple[int, int]]
+_Act = Literal["none", "identity", "relu", "relu6", "silu", "hardswish"] | None
+
+ACTIVATIONS: dict[str | None, int]
+
+class PackedConv2d:
+    in_channels: int
+    out_channels: int
+    groups: int
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    storage: str
+    depthwise: bool
+    has_bias: bool
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def compute_dtype(self) -> np.dtype[Any]: ...
+    def output_shape(self, input_shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]: ...
+    def unpack(self) -> tuple[np.ndarray, np.ndarray | None]: ...
+    def forward(
+        self, x: ArrayLike, activation: _Act = None, residual: ArrayLike | None = None
+    ) -> np.ndarray: ...
+    def __call__(
+        self, x: ArrayLike, activation: _Act = None, residual: ArrayLike | None = None
+    ) -> np.ndarray: ...
+
+def pack_conv2d(
+    weight: ArrayLike,
+    bias: ArrayLike | None = None,
+    stride: _Pair = 1,
+    padding: Union[_Pair, tuple[int, int, int, int], Literal["same", "valid"]] = 0,
+    dilation: _Pair = 1,
+    groups: int = 1,
+    storage: str | None = None,
+) -> PackedConv2d: ...
+def fold_batchnorm(
+    weight: ArrayLike,
+    bias: ArrayLike | None,
+    running_mean: ArrayLike | None,
+    running_var: ArrayLike | None,
+    bn_weight: ArrayLike | None = None,
+    bn_bias: ArrayLike | None = None,
+    eps: float = 1e-5,
+) -> tuple[np.ndarray, np.ndarray]: ...
+def conv_output_size(
+    size: int, kernel: int, stride: int, pad_lo: int, pad_hi: int, dilation: int
+) -> int: ...
+def pool_output_size(
+    size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool
+) -> int: ...
+def max_pool2d(
+    x: ArrayLike,
+    kernel_size: _Pair,
+    stride: _Pair | None = None,
+    padding: _Pair = 0,
+    dilation: _Pair = 1,
+    ceil_mode: bool = False,
+) -> np.ndarray: ...
+def avg_pool2d(
+    x: ArrayLike,
+    kernel_size: _Pair,
+    stride: _Pair | None = None,
+    padding: _Pair = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> np.ndarray: ...
+def adaptive_avg_pool2d(
+    x: ArrayLike, output_size: Union[int, tuple[int | None, int | None]]
+) -> np.ndarray: ...
+def batch_norm_inference(
+    x: ArrayLike, scale: ArrayLike, shift: ArrayLike, activation: _Act = None
+) -> np.ndarray: ...

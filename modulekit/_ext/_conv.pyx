@@ -1,0 +1,679 @@
+"""Convolution, depthwise convolution, pooling and batch-norm inference kernels (NCHW).
+
+Activations stay NCHW, torch's layout, so layers exchange plain NumPy arrays with no layout
+conversion. A convolution is an indirect GEMM (see ``kernels/conv/conv.h``): weights are packed
+once into panels of 8 output channels ``[bias[8]][K x 8]`` (``K = C_in/groups * KH * KW``);
+each call copies the input once into a zero-padded, stride-phase-split image, and the
+microkernel (8 x 48 AVX-512, 8 x 24 AVX2, 8 x 16 portable C) reads every ``k``-row of the
+virtual im2col matrix as a contiguous run of that image through a per-``k`` offset table.
+1x1 stride-1 unpadded convolutions read the input itself. Depthwise convolutions
+(``groups == C_in == C_out``) have their own kernel. Bias, a residual add and the activation
+are fused into the store. float16/bfloat16 storage is widened to float32 once per call;
+float64 weights compute in float64 (a direct loop).
+
+Every shape, stride and dtype check happens here, before any ``nogil`` code.
+"""
+
+cimport numpy as cnp
+from libc.stdint cimport uint16_t
+
+from modulekit._ext._isa cimport active_isa
+from modulekit._ext._openmp_helpers cimport effective_threads
+
+import numpy as np
+
+from modulekit.dtypes import bfloat16 as _bf16_dtype
+
+cnp.import_array()
+
+__all__ = [
+    "PackedConv2d",
+    "pack_conv2d",
+    "fold_batchnorm",
+    "conv_output_size",
+    "pool_output_size",
+    "max_pool2d",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "batch_norm_inference",
+    "ACTIVATIONS",
+]
+
+ACTIVATIONS = {
+    None: MK_ACT_NONE,
+    "none": MK_ACT_NONE,
+    "identity": MK_ACT_NONE,
+    "relu": MK_ACT_RELU,
+    "relu6": MK_ACT_RELU6,
+    "silu": MK_ACT_SILU,
+    "hardswish": MK_ACT_HARDSWISH,
+}
+
+_BF16 = np.dtype(_bf16_dtype.numpy)
+_STORAGE = {"float32": MK_W_F32, "float16": MK_W_F16, "bfloat16": MK_W_BF16, "float64": -1}
+_MAX_TAPS = 256  # depthwise kernels up to KH*KW = 256 (16x16)
+
+
+# ---------------------------------------------------------------------------------------------
+# argument helpers
+
+
+def _pair(value, name, what):
+    """``value`` as a pair of ints (an int means both); ``what`` names the call in errors."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return (int(value), int(value))
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(f"{what}: {name} must be an int or a pair of ints, got {value!r}") from None
+    if len(items) == 1:
+        items = items * 2
+    if len(items) != 2 or not all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items
+    ):
+        raise TypeError(f"{what}: {name} must be an int or a pair of ints, got {value!r}")
+    return (int(items[0]), int(items[1]))
+
+
+def _act_code(activation):
+    try:
+        return ACTIVATIONS[activation if activation is None else str(activation).lower()]
+    except KeyError:
+        raise ValueError(
+            f"unknown activation {activation!r}: expected None, 'relu', 'relu6', 'silu' or "
+            "'hardswish'"
+        ) from None
+
+
+def conv_output_size(int size, int kernel, int stride, int pad_lo, int pad_hi, int dilation):
+    """Output length of a convolution along one axis (torch's formula)."""
+    num = size + pad_lo + pad_hi - dilation * (kernel - 1) - 1
+    return num // stride + 1   # Python floor division: num may be negative
+
+
+def pool_output_size(int size, int kernel, int stride, int pad, int dilation, bint ceil_mode):
+    """Output length of a pooling window along one axis, torch's ``pooling_output_shape``.
+
+    With ``ceil_mode`` the last window must start inside the input or its left padding.
+    """
+    num = size + 2 * pad - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)
+    out = num // stride + 1   # Python floor division: num may be negative
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+cdef object _as_input(x, what, dtype):
+    """``x`` as an ndarray of ``dtype`` (copying only when it must); strides stay as they are."""
+    arr = x if isinstance(x, np.ndarray) else None
+    if arr is None:
+        from modulekit._ext._tensor import as_array  # Tensor, buffer protocol, torch, lists
+        arr = np.asarray(as_array(x))
+    if arr.dtype != dtype:
+        if arr.dtype.kind not in "fiub" and arr.dtype != _BF16:
+            raise TypeError(f"{what}: expected a numeric array, got dtype {arr.dtype}")
+        arr = arr.astype(dtype)
+    elif any(s % arr.itemsize for s in arr.strides):
+        arr = np.ascontiguousarray(arr)
+    return arr
+
+
+cdef void _fill_input_geom(mk_conv_geom *g, cnp.ndarray x):
+    cdef Py_ssize_t isz = x.itemsize
+    g.N = <int>x.shape[0]
+    g.C = <int>x.shape[1]
+    g.H = <int>x.shape[2]
+    g.W = <int>x.shape[3]
+    g.sn = x.strides[0] // isz
+    g.sc = x.strides[1] // isz
+    g.sh = x.strides[2] // isz
+    g.sw = x.strides[3] // isz
+
+
+def _check_4d(x, what):
+    if x.ndim != 4:
+        raise ValueError(f"{what}: expected a 4-D (N, C, H, W) input, got shape {x.shape}")
+    if 0 in x.shape:
+        raise ValueError(f"{what}: expected a non-empty input, got shape {x.shape}")
+    if max(x.shape) > 2**31 - 1 or x.shape[0] * x.shape[1] > 2**31 - 1:
+        raise ValueError(
+            f"{what}: input too large, shape {x.shape} (batch * channels must stay below 2**31)"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# convolution
+
+
+cdef class PackedConv2d:
+    """A 2-D convolution with its weights packed for the kernels; built by :func:`pack_conv2d`.
+
+    Attributes
+    ----------
+    in_channels, out_channels, groups : int
+    kernel_size, stride, dilation : tuple of int
+        (height, width) pairs.
+    padding : tuple of int
+        (top, left, bottom, right).
+    storage : str
+        Weight storage: 'float32', 'float16', 'bfloat16' (computed in float32) or 'float64'.
+    depthwise : bool
+        True when the dedicated depthwise kernel runs (groups == in == out channels).
+    """
+
+    def __init__(self):
+        raise TypeError("PackedConv2d is built by pack_conv2d(weight, bias, ...)")
+
+    @property
+    def nbytes(self):
+        """Bytes held by the packed weights (and bias)."""
+        return int(self._packed.nbytes) + (0 if self._bias is None else int(self._bias.nbytes))
+
+    @property
+    def compute_dtype(self):
+        """NumPy dtype of the inputs, outputs and accumulation."""
+        return np.dtype(np.float64) if self.storage == "float64" else np.dtype(np.float32)
+
+    def output_shape(self, input_shape):
+        """(N, C_out, OH, OW) for an (N, C_in, H, W) input shape."""
+        n, _, h, w = input_shape
+        kh, kw = self.kernel_size
+        pt, pl, pb, pr = self.padding
+        return (
+            n,
+            self.out_channels,
+            conv_output_size(h, kh, self.stride[0], pt, pb, self.dilation[0]),
+            conv_output_size(w, kw, self.stride[1], pl, pr, self.dilation[1]),
+        )
+
+    def __repr__(self):
+        return (
+            f"PackedConv2d({self.in_channels}, {self.out_channels}, kernel_size="
+            f"{self.kernel_size}, stride={self.stride}, padding={self.padding}, dilation="
+            f"{self.dilation}, groups={self.groups}, bias={bool(self.has_bias)}, "
+            f"storage={self.storage!r})"
+        )
+
+    def unpack(self):
+        """Return ``(weight, bias)`` as torch lays them out, in the storage dtype.
+
+        ``weight`` has shape (C_out, C_in/groups, KH, KW); ``bias`` is (C_out,) or None.
+        """
+        cdef int kh = self.kernel_size[0], kw = self.kernel_size[1]
+        cdef int cin_g = self.in_channels // self.groups
+        if self.storage == "float64" or self.depthwise:
+            w = np.array(self._packed).reshape(self.out_channels, cin_g, kh, kw)
+            return w, (None if self._bias is None else np.array(self._bias))
+        cdef int cout_g = self.out_channels // self.groups
+        cdef int npg = (cout_g + MK_CONV_MR - 1) // MK_CONV_MR
+        cdef Py_ssize_t K = cin_g * kh * kw
+        p = self._packed.reshape(self.groups, npg, MK_CONV_MR + K * MK_CONV_MR)
+        bias = p[:, :, :MK_CONV_MR].reshape(self.groups, npg * MK_CONV_MR)[:, :cout_g]
+        w = p[:, :, MK_CONV_MR:].reshape(self.groups, npg, K, MK_CONV_MR)
+        w = w.transpose(0, 1, 3, 2).reshape(self.groups, npg * MK_CONV_MR, K)[:, :cout_g]
+        w = np.ascontiguousarray(w).reshape(self.out_channels, cin_g, kh, kw)
+        return w, (np.ascontiguousarray(bias).reshape(-1) if self.has_bias else None)
+
+    def __call__(self, x, activation=None, residual=None):
+        return self.forward(x, activation, residual)
+
+    def forward(self, x, activation=None, residual=None):
+        """Convolve ``x`` and return ``act(conv(x) + bias + residual)`` as a new ndarray.
+
+        Parameters
+        ----------
+        x : array_like, shape (N, C_in, H, W) or (C_in, H, W)
+            Any strides; cast to the compute dtype (float32, or float64 for float64 weights).
+        activation : {None, 'relu', 'relu6', 'silu', 'hardswish'}
+            Fused after the bias and the residual.
+        residual : array_like, optional
+            Same shape as the output; added before the activation.
+
+        Returns
+        -------
+        ndarray, shape (N, C_out, OH, OW) (or (C_out, OH, OW) for a 3-D input)
+        """
+        cdef int act = _act_code(activation)
+        dtype = self.compute_dtype
+        xa = _as_input(x, "conv2d", dtype)
+        unbatched = xa.ndim == 3
+        if unbatched:
+            xa = xa[None]
+        _check_4d(xa, "conv2d")
+        if xa.shape[1] != self.in_channels:
+            raise ValueError(
+                f"conv2d: expected input with {self.in_channels} channels, got {xa.shape[1]} "
+                f"(input shape {tuple(xa.shape)[1 if unbatched else 0:]})"
+            )
+        cdef mk_conv_geom g
+        _fill_input_geom(&g, xa)
+        g.KH, g.KW = self.kernel_size
+        g.sy, g.sx = self.stride
+        g.pt, g.pl, g.pb, g.pr = self.padding
+        g.dy, g.dx = self.dilation
+        if (g.H + g.pt + g.pb < g.dy * (g.KH - 1) + 1 or
+                g.W + g.pl + g.pr < g.dx * (g.KW - 1) + 1):
+            raise ValueError(
+                f"conv2d: input spatial size ({g.H}, {g.W}) with padding {self.padding} is "
+                f"smaller than the dilated kernel ({g.dy * (g.KH - 1) + 1}, "
+                f"{g.dx * (g.KW - 1) + 1})"
+            )
+        oshape = self.output_shape(xa.shape)
+        g.OH, g.OW = oshape[2], oshape[3]
+        mk_conv_geometry(&g)
+        out = np.empty(oshape, dtype)
+        res = None
+        if residual is not None:
+            res = _as_input(residual, "conv2d residual", dtype)
+            if unbatched and res.ndim == 3:
+                res = res[None]
+            if res.shape != out.shape:
+                raise ValueError(
+                    f"conv2d: residual shape {tuple(res.shape)} does not match the output "
+                    f"shape {tuple(out.shape)}"
+                )
+            res = np.ascontiguousarray(res)
+        self._run(&g, xa, out, res, act)
+        return out[0] if unbatched else out
+
+    cdef _run(self, mk_conv_geom *g, cnp.ndarray x, cnp.ndarray out, cnp.ndarray res, int act):
+        cdef int nthreads = effective_threads()
+        cdef int isa = <int>active_isa()
+        cdef void *xp = cnp.PyArray_DATA(x)
+        cdef void *op = cnp.PyArray_DATA(out)
+        cdef void *rp = NULL if res is None else cnp.PyArray_DATA(res)
+        cdef cnp.ndarray packed = self._packed
+        cdef cnp.ndarray bias = self._bias
+        cdef cnp.ndarray phase, koff, wide, scratch, wf, bf
+        cdef void *wp = cnp.PyArray_DATA(packed)
+        cdef void *bp = NULL
+        cdef int groups = self.groups, cout = self.out_channels
+        cdef bint direct
+        if self.storage == "float64":
+            if bias is not None:
+                bp = cnp.PyArray_DATA(bias)
+            with nogil:
+                mk_conv2d_f64(g, <const double *>xp, groups, cout, <const double *>wp,
+                              <const double *>bp, <double *>op, <const double *>rp, act,
+                              nthreads)
+            return
+        if self.depthwise:
+            wf = packed if self._wtype == MK_W_F32 else np.ascontiguousarray(
+                packed, dtype=np.float32)
+            bf = None
+            if bias is not None:
+                bf = bias if self._wtype == MK_W_F32 else np.ascontiguousarray(
+                    bias, dtype=np.float32)
+                bp = cnp.PyArray_DATA(bf)
+            wp = cnp.PyArray_DATA(wf)
+            scratch = np.empty(mk_dwconv_scratch(g) * max(nthreads, 1), np.float32)
+            with nogil:
+                mk_dwconv2d_f32(g, <const float *>xp, <const float *>wp, <const float *>bp,
+                                <float *>cnp.PyArray_DATA(scratch), <float *>op,
+                                <const float *>rp, act, isa, nthreads)
+            return
+        direct = (g.KH == 1 and g.KW == 1 and g.sy == 1 and g.sx == 1 and g.pt == 0 and
+                  g.pl == 0 and g.pb == 0 and g.pr == 0 and g.sw == 1 and g.sh == g.W)
+        cdef float *php = NULL
+        cdef float *widep = NULL
+        if not direct:
+            phase = np.empty(mk_conv_phase_size(g, g.C), np.float32)
+            php = <float *>cnp.PyArray_DATA(phase)
+        if self._wtype != MK_W_F32:
+            wide = np.empty(packed.size, np.float32)
+            widep = <float *>cnp.PyArray_DATA(wide)
+        koff = np.empty((g.C // groups) * g.KH * g.KW, np.intp)
+        with nogil:
+            mk_conv2d_f32(g, <const float *>xp, groups, cout, wp, self._wtype, widep, php,
+                          <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
+                          <const float *>rp, act, isa, nthreads)
+
+
+def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, storage=None):
+    """Pack a convolution's weights once for :meth:`PackedConv2d.forward`.
+
+    Parameters
+    ----------
+    weight : array_like, shape (C_out, C_in/groups, KH, KW)
+    bias : array_like, shape (C_out,), optional
+    stride, dilation : int or (int, int)
+    padding : int, (int, int), (top, left, bottom, right), 'valid' or 'same'
+        'same' (stride 1 only) pads ``dilation*(k-1)`` in total, the odd one at the end, as torch.
+    groups : int
+    storage : {None, 'float32', 'float16', 'bfloat16', 'float64'}
+        Weight storage; None takes float64 for a float64 weight and float32 otherwise.
+        16-bit storage computes in float32.
+
+    Returns
+    -------
+    PackedConv2d
+    """
+    w = _weight_array(weight)
+    if w.ndim != 4:
+        raise ValueError(
+            f"pack_conv2d: weight must be 4-D (C_out, C_in/groups, KH, KW), got shape {w.shape}"
+        )
+    if storage is None:
+        storage = "float64" if w.dtype == np.float64 else "float32"
+    storage = str(getattr(storage, "name", storage))
+    if storage not in _STORAGE:
+        raise ValueError(
+            f"pack_conv2d: storage must be 'float32', 'float16', 'bfloat16' or 'float64', "
+            f"got {storage!r}"
+        )
+    cdef int cout = w.shape[0], cin_g = w.shape[1], kh = w.shape[2], kw = w.shape[3]
+    groups = int(groups)
+    if groups < 1 or cout % groups:
+        raise ValueError(
+            f"pack_conv2d: groups={groups} must be positive and divide out_channels={cout}"
+        )
+    if min(w.shape) < 1:
+        raise ValueError(f"pack_conv2d: weight has an empty dimension, shape {w.shape}")
+    stride = _pair(stride, "stride", "pack_conv2d")
+    dilation = _pair(dilation, "dilation", "pack_conv2d")
+    if min(stride) < 1 or min(dilation) < 1:
+        raise ValueError(
+            f"pack_conv2d: stride {stride} and dilation {dilation} must be positive"
+        )
+    if isinstance(padding, str):
+        if padding == "valid":
+            pads = (0, 0, 0, 0)
+        elif padding == "same":
+            if stride != (1, 1):
+                raise ValueError("pack_conv2d: padding='same' is not supported for strided "
+                                 f"convolutions (stride={stride}), as in torch")
+            th, tw = dilation[0] * (kh - 1), dilation[1] * (kw - 1)
+            pads = (th // 2, tw // 2, th - th // 2, tw - tw // 2)
+        else:
+            raise ValueError(
+                f"pack_conv2d: padding must be an int, a tuple, 'valid' or 'same', got "
+                f"{padding!r}"
+            )
+    elif not isinstance(padding, (int, np.integer)) and len(tuple(padding)) == 4:
+        pads = tuple(int(p) for p in padding)
+    else:
+        ph, pw = _pair(padding, "padding", "pack_conv2d")
+        pads = (ph, pw, ph, pw)
+    if min(pads) < 0:
+        raise ValueError(f"pack_conv2d: padding must be non-negative, got {padding!r}")
+    b = None
+    if bias is not None:
+        b = np.asarray(_weight_array(bias)).reshape(-1)
+        if b.shape != (cout,):
+            raise ValueError(
+                f"pack_conv2d: bias must have shape ({cout},) to match the weight, got "
+                f"{np.shape(b)}"
+            )
+
+    cdef PackedConv2d self = PackedConv2d.__new__(PackedConv2d)
+    self.in_channels = cin_g * groups
+    self.out_channels = cout
+    self.groups = groups
+    self.kernel_size = (kh, kw)
+    self.stride = stride
+    self.dilation = dilation
+    self.padding = pads
+    self.storage = storage
+    self.has_bias = b is not None
+    self.depthwise = (groups > 1 and groups == cout and cin_g == 1 and kh * kw <= _MAX_TAPS
+                      and storage != "float64")
+    self._wtype = _STORAGE[storage] if storage != "float64" else MK_W_F32
+    sdtype = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64),
+              "float16": np.dtype(np.float16), "bfloat16": _BF16}[storage]
+
+    if storage == "float64" or self.depthwise:
+        self._packed = np.ascontiguousarray(w.astype(np.float64 if storage == "float64"
+                                                     else np.float32), dtype=sdtype)
+        self._packed = self._packed.reshape(cout, cin_g * kh * kw)
+        self._bias = None if b is None else np.ascontiguousarray(
+            b.astype(np.float64 if storage == "float64" else np.float32), dtype=sdtype)
+        return self
+
+    # panels of MR output channels: [bias[MR]][K x MR], zero padded, group by group
+    cdef int cout_g = cout // groups
+    cdef int npg = (cout_g + MK_CONV_MR - 1) // MK_CONV_MR
+    cdef Py_ssize_t K = cin_g * kh * kw
+    wf = w.astype(np.float32).reshape(groups, cout_g, K)
+    packed = np.zeros((groups, npg * MK_CONV_MR, MK_CONV_MR + K), np.float32)
+    packed[:, :cout_g, MK_CONV_MR:] = wf
+    if b is not None:
+        packed[:, :cout_g, 0] = b.astype(np.float32).reshape(groups, cout_g)
+    # (g, panel, r, [bias|K]) -> (g, panel, [bias|K], r)
+    packed = packed.reshape(groups, npg, MK_CONV_MR, MK_CONV_MR + K)
+    bias_part = packed[:, :, :, 0]                                   # (g, np, MR)
+    body = packed[:, :, :, MK_CONV_MR:].transpose(0, 1, 3, 2)        # (g, np, K, MR)
+    flat = np.concatenate(
+        [bias_part.reshape(groups, npg, MK_CONV_MR),
+         body.reshape(groups, npg, K * MK_CONV_MR)], axis=2)
+    self._packed = np.ascontiguousarray(flat.reshape(groups * npg, -1).astype(sdtype))
+    self._bias = None
+    return self
+
+
+def _weight_array(obj):
+    if isinstance(obj, np.ndarray):
+        arr = obj
+    else:
+        from modulekit._ext._tensor import as_array
+        arr = np.asarray(as_array(obj))
+    if arr.dtype.kind != "f" and arr.dtype != _BF16:
+        raise TypeError(f"pack_conv2d: weights must be floating point, got dtype {arr.dtype}")
+    return arr
+
+
+def fold_batchnorm(weight, bias, running_mean, running_var, bn_weight=None, bn_bias=None,
+                   eps=1e-5):
+    """Fold an inference-mode BatchNorm into the preceding convolution's weight and bias.
+
+    ``bn(conv(x)) = conv'(x)`` with ``scale = bn_weight / sqrt(running_var + eps)``,
+    ``weight' = weight * scale[:, None, None, None]`` and
+    ``bias' = (bias - running_mean) * scale + bn_bias`` (computed in float64).
+
+    Returns
+    -------
+    (weight', bias') : ndarrays in the weight's dtype (float32 for 16-bit weights).
+    """
+    w = np.asarray(_weight_array(weight))
+    out_dtype = np.float64 if w.dtype == np.float64 else np.float32
+    cout = w.shape[0]
+    def vec(v, name, default):
+        if v is None:
+            return np.full(cout, default, np.float64)
+        a = np.asarray(_weight_array(v), dtype=np.float64).reshape(-1)
+        if a.shape != (cout,):
+            raise ValueError(
+                f"fold_batchnorm: {name} must have shape ({cout},), got {a.shape}")
+        return a
+    mean = vec(running_mean, "running_mean", 0.0)
+    var = vec(running_var, "running_var", 1.0)
+    gamma = vec(bn_weight, "bn_weight", 1.0)
+    beta = vec(bn_bias, "bn_bias", 0.0)
+    b = vec(bias, "bias", 0.0)
+    scale = gamma / np.sqrt(var + float(eps))
+    w2 = (w.astype(np.float64) * scale.reshape((cout,) + (1,) * (w.ndim - 1))).astype(out_dtype)
+    b2 = ((b - mean) * scale + beta).astype(out_dtype)
+    return w2, b2
+
+
+# ---------------------------------------------------------------------------------------------
+# pooling and batch norm
+
+
+cdef object _pool_input(x, what):
+    xa = _as_input(x, what, _float_dtype_of(x))
+    unbatched = xa.ndim == 3
+    if unbatched:
+        xa = xa[None]
+    _check_4d(xa, what)
+    return xa, unbatched
+
+
+def _float_dtype_of(x):
+    dt = getattr(x, "dtype", None)
+    try:
+        if dt is not None and np.dtype(dt) == np.float64:
+            return np.dtype(np.float64)
+    except TypeError:
+        pass
+    return np.dtype(np.float32)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """2-D max pooling as ``torch.nn.functional.max_pool2d`` (NaN propagates).
+
+    ``x``: (N, C, H, W) or (C, H, W), any strides; float64 stays float64, everything else
+    computes in float32. ``stride`` defaults to ``kernel_size``; ``padding`` is at most half the
+    kernel, as torch requires.
+    """
+    xa, unbatched = _pool_input(x, "max_pool2d")
+    k = _pair(kernel_size, "kernel_size", "max_pool2d")
+    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
+        else _pair(stride, "stride", "max_pool2d")
+    p = _pair(padding, "padding", "max_pool2d")
+    d = _pair(dilation, "dilation", "max_pool2d")
+    _check_pool_args("max_pool2d", k, s, p, d)
+    cdef mk_conv_geom g
+    _fill_pool_geom(&g, xa, k, s, p, d, ceil_mode, "max_pool2d")
+    cdef cnp.ndarray xin = xa
+    cdef cnp.ndarray out = np.empty((g.N, g.C, g.OH, g.OW), xa.dtype)
+    cdef int nt = effective_threads()
+    cdef void *xp = cnp.PyArray_DATA(xin)
+    cdef void *op = cnp.PyArray_DATA(out)
+    if xa.dtype == np.float64:
+        with nogil:
+            mk_max_pool2d_f64(&g, <const double *>xp, <double *>op, nt)
+    else:
+        with nogil:
+            mk_max_pool2d_f32(&g, <const float *>xp, <float *>op, nt)
+    return out[0] if unbatched else out
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """2-D average pooling as ``torch.nn.functional.avg_pool2d``."""
+    xa, unbatched = _pool_input(x, "avg_pool2d")
+    k = _pair(kernel_size, "kernel_size", "avg_pool2d")
+    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
+        else _pair(stride, "stride", "avg_pool2d")
+    p = _pair(padding, "padding", "avg_pool2d")
+    _check_pool_args("avg_pool2d", k, s, p, (1, 1))
+    cdef int divisor = 0
+    if divisor_override is not None:
+        divisor = int(divisor_override)
+        if divisor == 0:
+            raise ValueError("avg_pool2d: divisor_override must be non-zero")
+    cdef mk_conv_geom g
+    _fill_pool_geom(&g, xa, k, s, p, (1, 1), ceil_mode, "avg_pool2d")
+    cdef cnp.ndarray xin = xa
+    cdef cnp.ndarray out = np.empty((g.N, g.C, g.OH, g.OW), xa.dtype)
+    cdef int nt = effective_threads()
+    cdef int cip = bool(count_include_pad)
+    cdef void *xp = cnp.PyArray_DATA(xin)
+    cdef void *op = cnp.PyArray_DATA(out)
+    if xa.dtype == np.float64:
+        with nogil:
+            mk_avg_pool2d_f64(&g, <const double *>xp, <double *>op, cip, divisor, nt)
+    else:
+        with nogil:
+            mk_avg_pool2d_f32(&g, <const float *>xp, <float *>op, cip, divisor, nt)
+    return out[0] if unbatched else out
+
+
+def adaptive_avg_pool2d(x, output_size):
+    """2-D adaptive average pooling as ``torch.nn.functional.adaptive_avg_pool2d``.
+
+    ``output_size``: int or (int or None, int or None); None keeps the input's size.
+    """
+    xa, unbatched = _pool_input(x, "adaptive_avg_pool2d")
+    if isinstance(output_size, (int, np.integer)):
+        osz = (int(output_size), int(output_size))
+    else:
+        osz = tuple(output_size)
+        if len(osz) != 2:
+            raise ValueError(
+                f"adaptive_avg_pool2d: output_size must be an int or a pair, got {output_size!r}")
+        osz = (xa.shape[2] if osz[0] is None else int(osz[0]),
+               xa.shape[3] if osz[1] is None else int(osz[1]))
+    if min(osz) < 1:
+        raise ValueError(f"adaptive_avg_pool2d: output_size must be positive, got {osz}")
+    cdef mk_conv_geom g
+    _fill_input_geom(&g, xa)
+    g.OH, g.OW = osz
+    cdef cnp.ndarray xin = xa
+    cdef cnp.ndarray out = np.empty((g.N, g.C, g.OH, g.OW), xa.dtype)
+    cdef int nt = effective_threads()
+    cdef void *xp = cnp.PyArray_DATA(xin)
+    cdef void *op = cnp.PyArray_DATA(out)
+    if xa.dtype == np.float64:
+        with nogil:
+            mk_adaptive_avg_pool2d_f64(&g, <const double *>xp, <double *>op, nt)
+    else:
+        with nogil:
+            mk_adaptive_avg_pool2d_f32(&g, <const float *>xp, <float *>op, nt)
+    return out[0] if unbatched else out
+
+
+def batch_norm_inference(x, scale, shift, activation=None):
+    """``act(x * scale[c] + shift[c])`` per channel of an (N, C, ...) input.
+
+    ``scale = weight / sqrt(running_var + eps)``, ``shift = bias - running_mean * scale``.
+    Inputs of rank 2 to 4 ((N, C), (N, C, L), (N, C, H, W)); float64 stays float64.
+    """
+    cdef int act = _act_code(activation)
+    dt = _float_dtype_of(x)
+    xa = _as_input(x, "batch_norm", dt)
+    if xa.ndim < 2 or xa.ndim > 4:
+        raise ValueError(
+            f"batch_norm: expected a 2-D, 3-D or 4-D (N, C, ...) input, got shape {xa.shape}")
+    shape = xa.shape
+    x4 = xa.reshape(shape + (1,) * (4 - xa.ndim)) if xa.ndim < 4 else xa
+    if 0 in x4.shape:
+        return np.empty(shape, dt)
+    cdef cnp.ndarray sc = np.ascontiguousarray(np.asarray(scale, dt).reshape(-1))
+    cdef cnp.ndarray sh = np.ascontiguousarray(np.asarray(shift, dt).reshape(-1))
+    if sc.shape[0] != shape[1] or sh.shape[0] != shape[1]:
+        raise ValueError(
+            f"batch_norm: expected {shape[1]} channel scales and shifts, got "
+            f"{sc.shape[0]} and {sh.shape[0]}")
+    cdef mk_conv_geom g
+    _fill_input_geom(&g, x4)
+    cdef cnp.ndarray xin = x4
+    cdef cnp.ndarray out = np.empty(shape, dt)
+    cdef int nt = effective_threads()
+    cdef void *xp = cnp.PyArray_DATA(xin)
+    cdef void *op = cnp.PyArray_DATA(out)
+    cdef void *sp = cnp.PyArray_DATA(sc)
+    cdef void *hp = cnp.PyArray_DATA(sh)
+    if dt == np.float64:
+        with nogil:
+            mk_scale_shift_f64(&g, <const double *>xp, <const double *>sp,
+                               <const double *>hp, <double *>op, act, nt)
+    else:
+        with nogil:
+            mk_scale_shift_f32(&g, <const float *>xp, <const float *>sp,
+                               <const float *>hp, <float *>op, act, nt)
+    return out
+
+
+def _check_pool_args(what, k, s, p, d):
+    if min(k) < 1 or min(s) < 1 or min(d) < 1:
+        raise ValueError(
+            f"{what}: kernel_size {k}, stride {s} and dilation {d} must be positive")
+    if min(p) < 0 or p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise ValueError(
+            f"{what}: padding {p} must be non-negative and at most half the kernel size {k}")
+
+
+cdef void _fill_pool_geom(mk_conv_geom *g, cnp.ndarray x, k, s, p, d, ceil_mode, what) except *:
+    _fill_input_geom(g, x)
+    g.KH, g.KW = k
+    g.sy, g.sx = s
+    g.pt, g.pl = p
+    g.pb, g.pr = p
+    g.dy, g.dx = d
+    g.OH = pool_output_size(g.H, g.KH, g.sy, g.pt, g.dy, ceil_mode)
+    g.OW = pool_output_size(g.W, g.KW, g.sx, g.pl, g.dx, ceil_mode)
+    if g.OH < 1 or g.OW < 1:
+        raise ValueError(
+            f"{what}: input spatial size ({g.H}, {g.W}) is too small for kernel {k} with "
+            f"padding {p} and dilation {d} (output would be ({g.OH}, {g.OW}))")

@@ -1,0 +1,177 @@
+/* Convolution, depthwise convolution, pooling and batch-norm kernels (NCHW, float32/float64).
+ *
+ * Layout: activations stay NCHW, as torch's API. A convolution is a GEMM
+ *     out[co, q] = bias[co] + sum_k A[co, k] * B[k, q]
+ * with k = (ci, kh, kw) and q = an output pixel on a "grid" of width Wq >= OW. B is never
+ * materialised (no im2col): the input is copied once per image into a zero-padded,
+ * stride-phase-split image ("phase image", see mk_conv_phase_channel_f32) in which, for every k, the
+ * B row is the contiguous run  phase + koff[k] + q.  koff is the per-k indirection table, so the
+ * microkernel's lanes are consecutive output pixels and the same code handles every stride,
+ * dilation and padding. Grid columns ow >= OW are computed and dropped at the store (masked
+ * stores, see mk_seg). 1x1 stride-1 unpadded convolutions read the input itself (a plain GEMM
+ * over the K x HW matrix of an NCHW image).
+ *
+ * Weights A are pre-packed once into panels of MK_CONV_MR = 8 output channels:
+ *     panel p = [bias[8]][K x 8]   (row r of the panel is output channel 8p + r, zero padded)
+ * the same layout for every instruction set (the AVX2 kernel walks a panel in two 4-row halves),
+ * stored as float32, float16 or bfloat16 (16-bit panels are widened to float32 once per call).
+ */
+#ifndef MK_CONV_H
+#define MK_CONV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MK_CONV_MR 8
+
+/* Fused epilogue activations (after bias and the optional residual add). */
+enum {
+    MK_ACT_NONE = 0,
+    MK_ACT_RELU = 1,
+    MK_ACT_RELU6 = 2,
+    MK_ACT_SILU = 3,
+    MK_ACT_HARDSWISH = 4,
+};
+
+/* Storage type of packed weights. */
+enum { MK_W_F32 = 0, MK_W_F16 = 1, MK_W_BF16 = 2 };
+
+/* One run of tile lanes [lo, hi) that lands on one output row: lane i goes to out + off + i. */
+typedef struct {
+    int lo, hi;
+    ptrdiff_t off;
+} mk_seg;
+
+/* Segments of a tile: at most this many (a tile of 48 lanes over rows at least 1 wide). */
+#define MK_MAX_SEGS 64
+
+/* Microkernel: one panel (up to 8 output channels) x one tile (up to NR grid pixels).
+ *   K     : reduction length (Cin_g*KH*KW)
+ *   a     : packed panel, float32: bias[8] then K x 8
+ *   b     : B base (phase image + tile start)           input
+ *   koff  : K offsets: B[k, lane] = b[koff[k] + lane]
+ *   nlanes: lanes to compute (the tile's width; loads past it are masked)
+ *   mrows : output channels of the panel to store (<= 8)
+ *   c     : output, channel row 0 at c, row r at c + r*c_rs; lane i of segment s at
+ *           c + r*c_rs + segs[s].off + i                     output
+ *   res   : residual, same addressing as c (NULL: none)   input
+ *   act   : MK_ACT_* */
+typedef void (*mk_igemm_fn)(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
+                            int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                            const mk_seg *segs, int nseg, int act);
+
+void mk_f32_igemm_8x16_scalar(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
+                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                              const mk_seg *segs, int nseg, int act);
+void mk_f32_igemm_8x24_avx2(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
+                            int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                            const mk_seg *segs, int nseg, int act);
+void mk_f32_igemm_8x32_avx512(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
+                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                              const mk_seg *segs, int nseg, int act);
+void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
+                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                              const mk_seg *segs, int nseg, int act);
+
+/* Geometry of one 2-D convolution / pooling window walk. */
+typedef struct {
+    int N, C, H, W;              /* input (C: channels of the whole input) */
+    ptrdiff_t sn, sc, sh, sw;    /* input strides in elements */
+    int KH, KW;
+    int sy, sx;                  /* stride */
+    int pt, pl, pb, pr;          /* padding top/left/bottom/right */
+    int dy, dx;                  /* dilation */
+    int OH, OW;
+    /* phase image geometry (filled by mk_conv_geometry) */
+    int Hq, Wq;                  /* rows/cols of each phase sub-image */
+    ptrdiff_t plane;             /* floats per channel in the phase image (sy*sx*Hq*Wq) */
+} mk_conv_geom;
+
+/* Fill Hq, Wq, plane from the rest. */
+void mk_conv_geometry(mk_conv_geom *g);
+/* Floats of phase image needed for `channels` channels (includes slack for tail reads). */
+ptrdiff_t mk_conv_phase_size(const mk_conv_geom *g, int channels);
+
+/* Phase image of one channel plane xc (strides sh, sw of g) into ph (g->plane floats). */
+void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv);
+
+/* Full float32 convolution (all images).
+ *   x      : input, strides in g                                         input
+ *   packed : panels (float32/float16/bfloat16 per wtype), groups*npanels_g  input
+ *   wide   : float32 scratch of the packed size when wtype != F32, else NULL
+ *   phase  : scratch of mk_conv_phase_size(g, C) floats, or NULL for the direct 1x1 path
+ *   koff   : scratch of Cin_g*KH*KW ptrdiff_t
+ *   out    : (N, Cout, OH, OW) C-contiguous                              output
+ *   res    : (N, Cout, OH, OW) C-contiguous or NULL                      input
+ * Returns 0. */
+int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
+                  const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
+                  float *out, const float *res, int act, int isa, int nthreads);
+
+/* float64 convolution: a direct loop.
+ *   w: (Cout, Cin_g, KH, KW) C-contiguous, bias: (Cout) or NULL; out/res as above. */
+void mk_conv2d_f64(const mk_conv_geom *g, const double *x, int groups, int Cout,
+                   const double *w, const double *bias, double *out, const double *res,
+                   int act, int nthreads);
+
+/* Depthwise (groups == C == Cout) float32: w (C, KH*KW) float32, bias (C) float32.
+ *   scratch: nthreads * mk_dwconv_scratch(g) floats. */
+ptrdiff_t mk_dwconv_scratch(const mk_conv_geom *g);
+void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, const float *bias,
+                     float *scratch, float *out, const float *res, int act, int isa,
+                     int nthreads);
+
+/* Pooling, NCHW, output C-contiguous (N, C, OH, OW). */
+void mk_max_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int nthreads);
+void mk_max_pool2d_f64(const mk_conv_geom *g, const double *x, double *out, int nthreads);
+/* divisor: 0 = by window rule (count_include_pad), else the override */
+void mk_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int count_include_pad,
+                       int divisor, int nthreads);
+void mk_avg_pool2d_f64(const mk_conv_geom *g, const double *x, double *out,
+                       int count_include_pad, int divisor, int nthreads);
+void mk_adaptive_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int nthreads);
+void mk_adaptive_avg_pool2d_f64(const mk_conv_geom *g, const double *x, double *out,
+                                int nthreads);
+
+/* y[n, c, :] = act(x[n, c, :] * scale[c] + shift[c]); x strides in g, y C-contiguous. */
+void mk_scale_shift_f32(const mk_conv_geom *g, const float *x, const float *scale,
+                        const float *shift, float *y, int act, int nthreads);
+void mk_scale_shift_f64(const mk_conv_geom *g, const double *x, const double *scale,
+                        const double *shift, double *y, int act, int nthreads);
+
+/* 16-bit -> float32 widening of n values. */
+void mk_widen_f16_f32(const uint16_t *src, float *dst, size_t n, int isa);
+void mk_widen_bf16_f32(const uint16_t *src, float *dst, size_t n, int isa);
+
+/* Scalar activation (shared by the generic kernels). */
+static inline float mk_act_f32(float v, int act);
+
+#include <math.h>
+static inline float mk_act_f32(float v, int act) {
+    switch (act) {
+    case MK_ACT_RELU: return v > 0.0f ? v : (v != v ? v : 0.0f);
+    case MK_ACT_RELU6: return v != v ? v : (v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v));
+    case MK_ACT_SILU: return v / (1.0f + expf(-v));
+    case MK_ACT_HARDSWISH: {
+        float t = v + 3.0f;
+        t = t < 0.0f ? 0.0f : (t > 6.0f ? 6.0f : t);
+        return v * t / 6.0f;
+    }
+    default: return v;
+    }
+}
+static inline double mk_act_f64(double v, int act) {
+    switch (act) {
+    case MK_ACT_RELU: return v > 0.0 ? v : (v != v ? v : 0.0);
+    case MK_ACT_RELU6: return v != v ? v : (v < 0.0 ? 0.0 : (v > 6.0 ? 6.0 : v));
+    case MK_ACT_SILU: return v / (1.0 + exp(-v));
+    case MK_ACT_HARDSWISH: {
+        double t = v + 3.0;
+        t = t < 0.0 ? 0.0 : (t > 6.0 ? 6.0 : t);
+        return v * t / 6.0;
+    }
+    default: return v;
+    }
+}
+
+#endif /* MK_CONV_H */

@@ -1,0 +1,287 @@
+/* float32 convolution driver: phase images, the kernel config table, tiling, OpenMP.
+ *
+ * Work of one image = groups x pixel tiles x panel chunks, split statically over the threads
+ * (each thread takes consecutive items: the same tile across its panels, so the tile's input
+ * rows stay in L1/L2 while the packed panels stream from L2). */
+#include <string.h>
+
+#include "conv.h"
+#include "mk_omp.h"
+#include "isa.h"
+
+/* Kernels per ISA, each chosen together with its tile width (the panel height MR = 8 is common
+ * to all, so packed weights do not depend on the ISA). The first entry is the wide default;
+ * the second (if any) a narrower tile taken when it pads the output grid less. */
+typedef struct {
+    mk_igemm_fn fn;
+    int nr; /* output pixels per tile */
+} mk_igemm_config;
+
+static const mk_igemm_config IGEMM_CONFIG[MK_ISA_COUNT][2] = {
+    [MK_ISA_GENERIC] = {{mk_f32_igemm_8x16_scalar, 16}, {NULL, 0}},
+    [MK_ISA_AVX2] = {{mk_f32_igemm_8x24_avx2, 24}, {NULL, 0}},
+    [MK_ISA_AVX512] = {{mk_f32_igemm_8x48_avx512, 48}, {mk_f32_igemm_8x32_avx512, 32}},
+};
+
+void mk_conv_geometry(mk_conv_geom *g) {
+    const int Hp = g->H + g->pt + g->pb, Wp = g->W + g->pl + g->pr;
+    g->Hq = (Hp + g->sy - 1) / g->sy;
+    g->Wq = (Wp + g->sx - 1) / g->sx;
+    if (g->Wq < g->OW) g->Wq = g->OW;
+    if (g->Hq < g->OH) g->Hq = g->OH;
+    g->plane = (ptrdiff_t)g->sy * g->sx * g->Hq * g->Wq;
+}
+
+ptrdiff_t mk_conv_phase_size(const mk_conv_geom *g, int channels) {
+    /* grid columns past OW of the last channel read up to one row and a kernel width past
+     * the plane: keep that much zeroed slack */
+    return (ptrdiff_t)channels * g->plane + 2 * (ptrdiff_t)g->Wq + 64;
+}
+
+static int used_phase_cols(const mk_conv_geom *g, int b) {
+    for (int kw = 0; kw < g->KW; kw++)
+        if ((kw * g->dx) % g->sx == b) return 1;
+    return 0;
+}
+
+/* Both column phases of row phase a for horizontal stride 2 in one pass over each input row
+ * (unit column stride, left padding 0 or 1): even/odd padded columns to sub-images 0 and 1. */
+static void split_rows_s2(const mk_conv_geom *g, const float *xc, float *sub0, int a,
+                          float padv) {
+    const int Hq = g->Hq, Wq = g->Wq, W = g->W, pl = g->pl;
+    float *sub1 = sub0 + (ptrdiff_t)Hq * Wq;
+    for (int i = 0; i < Hq; i++) {
+        float *r0 = sub0 + (ptrdiff_t)i * Wq, *r1 = sub1 + (ptrdiff_t)i * Wq;
+        const int y = i * g->sy + a - g->pt;
+        if (y < 0 || y >= g->H) {
+            for (int j = 0; j < Wq; j++) r0[j] = r1[j] = padv;
+            continue;
+        }
+        /* padded column p = x + pl; r0[j] = padded 2j, r1[j] = padded 2j+1 */
+        const float *xr = xc + y * g->sh - pl; /* xr[p] = input column p - pl */
+        int j = 0;
+        if (pl == 1) { /* padded 0 is padding, padded 1 is input column 0 */
+            r0[0] = padv;
+            r1[0] = W > 0 ? xr[1] : padv;
+            j = 1;
+        }
+        const int jn = (W + pl) / 2; /* pairs (2j, 2j+1) fully inside the input */
+        for (; j < jn && j < Wq; j++) {
+            r0[j] = xr[2 * j];
+            r1[j] = xr[2 * j + 1];
+        }
+        for (; j < Wq; j++) {
+            const int p0 = 2 * j, p1 = 2 * j + 1;
+            r0[j] = (p0 - pl >= 0 && p0 - pl < W) ? xr[p0] : padv;
+            r1[j] = (p1 - pl >= 0 && p1 - pl < W) ? xr[p1] : padv;
+        }
+    }
+}
+
+/* Phase image of one channel: sub-image (a, b) row i col j = padded input (i*sy+a, j*sx+b). */
+void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv) {
+    const int sy = g->sy, sx = g->sx, Hq = g->Hq, Wq = g->Wq;
+    for (int a = 0; a < sy; a++) {
+        int used_a = 0; /* phases no kernel tap reads are left unwritten (1x1 stride 2) */
+        for (int kh = 0; kh < g->KH && !used_a; kh++) used_a = (kh * g->dy) % sy == a;
+        if (!used_a) continue;
+        if (sx == 2 && g->sw == 1 && g->pl <= 1 && used_phase_cols(g, 0) &&
+            used_phase_cols(g, 1)) {
+            split_rows_s2(g, xc, ph + (ptrdiff_t)(a * sx) * Hq * Wq, a, padv);
+            continue;
+        }
+        for (int b = 0; b < sx; b++) {
+            int used_b = 0;
+            for (int kw = 0; kw < g->KW && !used_b; kw++) used_b = (kw * g->dx) % sx == b;
+            if (!used_b) continue;
+            float *sub = ph + (ptrdiff_t)(a * sx + b) * Hq * Wq;
+            for (int i = 0; i < Hq; i++) {
+                float *row = sub + (ptrdiff_t)i * Wq;
+                const int y = i * sy + a - g->pt;
+                if (y < 0 || y >= g->H) {
+                    for (int j = 0; j < Wq; j++) row[j] = padv;
+                    continue;
+                }
+                const float *xr = xc + y * g->sh;
+                /* columns j with 0 <= j*sx + b - pl < W */
+                int j0 = g->pl - b > 0 ? (g->pl - b + sx - 1) / sx : 0;
+                int j1 = (g->W + g->pl - b + sx - 1) / sx; /* first j with x >= W */
+                if (j1 > Wq) j1 = Wq;
+                if (j0 > j1) j0 = j1;
+                for (int j = 0; j < j0; j++) row[j] = padv;
+                const int x0 = j0 * sx + b - g->pl;
+                if (sx == 1 && g->sw == 1) {
+                    memcpy(row + j0, xr + x0, sizeof(float) * (size_t)(j1 - j0));
+                } else if (sx == 2 && g->sw == 1) { /* constant stride: vectorised */
+                    const float *p = xr + x0 - 2 * j0;
+                    for (int j = j0; j < j1; j++) row[j] = p[2 * j];
+                } else {
+                    const ptrdiff_t st = sx * g->sw;
+                    const float *p = xr + x0 * g->sw;
+                    for (int j = j0; j < j1; j++, p += st) row[j] = *p;
+                }
+                for (int j = j1; j < Wq; j++) row[j] = padv;
+            }
+        }
+    }
+}
+
+/* Segments of the tile starting at grid lane q0 with nl lanes (see mk_seg). */
+static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *segs) {
+    const int Wq = g->Wq, OW = g->OW;
+    int ns = 0;
+    ptrdiff_t oh = q0 / Wq;
+    for (;; oh++) {
+        const ptrdiff_t row0 = oh * Wq; /* grid lane of (oh, 0) */
+        if (row0 >= q0 + nl || oh >= g->OH) break;
+        ptrdiff_t lo = row0 - q0, hi = row0 + OW - q0;
+        if (lo < 0) lo = 0;
+        if (hi > nl) hi = nl;
+        if (hi > lo) {
+            const ptrdiff_t off = oh * OW - row0 + q0;
+            if (ns > 0 && segs[ns - 1].off == off && segs[ns - 1].hi == lo) {
+                segs[ns - 1].hi = (int)hi; /* contiguous in the output too (Wq == OW) */
+            } else {
+                segs[ns].lo = (int)lo;
+                segs[ns].hi = (int)hi;
+                segs[ns].off = off;
+                ns++;
+            }
+        }
+    }
+    return ns;
+}
+
+int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
+                  const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
+                  float *out, const float *res, int act, int isa, int nthreads) {
+    const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW; /* grid lanes to compute */
+    mk_igemm_config cfg = IGEMM_CONFIG[isa][0];
+    {
+        const mk_igemm_config alt = IGEMM_CONFIG[isa][1];
+        /* the narrow tile loads more per FMA: take it only when it saves >= 10% padding */
+        if (alt.fn &&
+            10 * ((L + alt.nr - 1) / alt.nr * alt.nr) < 9 * ((L + cfg.nr - 1) / cfg.nr * cfg.nr))
+            cfg = alt;
+    }
+    const int cin_g = g->C / groups, cout_g = Cout / groups;
+    const int npg = (cout_g + MK_CONV_MR - 1) / MK_CONV_MR; /* panels per group */
+    const size_t K = (size_t)cin_g * g->KH * g->KW;
+    const size_t panel = MK_CONV_MR + K * MK_CONV_MR;
+    const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
+    const int direct = phase == NULL; /* 1x1, stride 1, no padding: read x itself */
+    const int ntiles = (int)((L + cfg.nr - 1) / cfg.nr);
+
+    /* small convolutions stay on one thread */
+    const double flops = 2.0 * g->N * (double)ohw * Cout * (double)K;
+    if (flops < 4e5) nthreads = 1;
+
+    /* Work items: (group, tile, chunk of panels). When a group's packed weights are larger
+     * than its slice of the phase image (deep layers on small maps), the items run panel-major
+     * (one panel per chunk, its tiles consecutive) so each panel is read from memory once and
+     * the small input stays in L2; otherwise tile-major, so a tile's input rows stay in L1/L2
+     * while the panels stream from L2. */
+    const double wbytes = (double)panel * npg * sizeof(float);
+    const double bbytes = (double)cin_g * (direct ? (double)g->H * g->W : (double)g->plane) * 4;
+    const int panel_major = wbytes > bbytes;
+    int nchunks = 1;
+    const int base_items = groups * ntiles;
+    if (panel_major) {
+        nchunks = npg;
+    } else if (base_items < 4 * nthreads) {
+        /* chunks of panels, so that a thread has work even with few tiles */
+        nchunks = (4 * nthreads + base_items - 1) / base_items;
+        if (nchunks > npg) nchunks = npg;
+    }
+    const int ppc = (npg + nchunks - 1) / nchunks; /* panels per chunk */
+    nchunks = (npg + ppc - 1) / ppc;
+    const int items = base_items * nchunks;
+    /* dynamic scheduling (a preempted thread's items go to the others) in grains of about
+     * 1/8 of a thread's share, so small items do not pay one atomic each */
+    int grain = items / (8 * (nthreads > 0 ? nthreads : 1));
+    if (grain < 1) grain = 1;
+
+    /* per-k input offsets (the indirection table), identical for every group and tile */
+    {
+        size_t k = 0;
+        for (int ci = 0; ci < cin_g; ci++)
+            for (int kh = 0; kh < g->KH; kh++)
+                for (int kw = 0; kw < g->KW; kw++, k++) {
+                    if (direct) {
+                        koff[k] = ci * g->sc;
+                    } else {
+                        const int ry = kh * g->dy, rx = kw * g->dx;
+                        koff[k] = ci * g->plane +
+                                  (ptrdiff_t)((ry % g->sy) * g->sx + rx % g->sx) * g->Hq * g->Wq +
+                                  (ptrdiff_t)(ry / g->sy) * g->Wq + rx / g->sx;
+                    }
+                }
+    }
+
+    const float *wp = (const float *)packed;
+    if (wtype != MK_W_F32) {
+        const size_t total = panel * (size_t)npg * groups;
+        const size_t chunk = 1 << 14;
+        const size_t nch = (total + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+        for (size_t i = 0; i < nch; i++) {
+            const size_t lo = i * chunk, n = total - lo < chunk ? total - lo : chunk;
+            if (wtype == MK_W_F16)
+                mk_widen_f16_f32((const uint16_t *)packed + lo, wide + lo, n, isa);
+            else
+                mk_widen_bf16_f32((const uint16_t *)packed + lo, wide + lo, n, isa);
+        }
+        wp = wide;
+    }
+
+    if (!direct) { /* slack past the last channel: read only by dropped grid columns */
+        const ptrdiff_t total = mk_conv_phase_size(g, g->C);
+        for (ptrdiff_t i = (ptrdiff_t)g->C * g->plane; i < total; i++) phase[i] = 0.0f;
+    }
+
+#pragma omp parallel num_threads(nthreads)
+    {
+        mk_seg segs[MK_MAX_SEGS];
+        for (int n = 0; n < g->N; n++) {
+            const float *bimg;
+            if (!direct) {
+#pragma omp for schedule(dynamic, 4)
+                for (int c = 0; c < g->C; c++)
+                    mk_conv_phase_channel_f32(g, x + n * g->sn + c * g->sc, phase + c * g->plane, 0.0f);
+                /* implicit barrier: the phase image is complete */
+                bimg = phase;
+            } else {
+                bimg = x + n * g->sn;
+            }
+            float *oimg = out + (ptrdiff_t)n * Cout * ohw;
+            const float *rimg = res ? res + (ptrdiff_t)n * Cout * ohw : NULL;
+#pragma omp for schedule(dynamic, grain)
+            for (int it = 0; it < items; it++) {
+                int chunk, tile;
+                const int grp = it / (nchunks * ntiles), rem = it % (nchunks * ntiles);
+                if (panel_major) {
+                    chunk = rem / ntiles;
+                    tile = rem % ntiles;
+                } else {
+                    chunk = rem % nchunks;
+                    tile = rem / nchunks;
+                }
+                const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
+                const int nl = (int)(L - q0 < cfg.nr ? L - q0 : cfg.nr);
+                const int ns = tile_segments(g, q0, nl, segs);
+                const float *b = bimg + (direct ? (ptrdiff_t)grp * cin_g * g->sc
+                                                : (ptrdiff_t)grp * cin_g * g->plane) + q0;
+                const int p0 = chunk * ppc, p1 = p0 + ppc < npg ? p0 + ppc : npg;
+                for (int p = p0; p < p1; p++) {
+                    const int co = grp * cout_g + p * MK_CONV_MR;
+                    const int rows = cout_g - p * MK_CONV_MR < MK_CONV_MR
+                                         ? cout_g - p * MK_CONV_MR : MK_CONV_MR;
+                    cfg.fn(K, wp + ((size_t)grp * npg + p) * panel, b, koff, nl, rows,
+                           oimg + co * ohw, ohw, rimg ? rimg + co * ohw : NULL, segs, ns, act);
+                }
+            }
+            /* implicit barrier before the next image overwrites the phase image */
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,89 @@
+/* float32 indirect-GEMM microkernels, AVX-512: 8 output channels x 48 output pixels (3 zmm
+ * per row, 24 accumulators) and 8 x 32 (2 zmm per row) for small maps. See conv.h for the
+ * operands. */
+#include "simd-act.h"
+
+MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, const float *b,
+                                      const ptrdiff_t *koff, int nlanes, int mrows, float *c,
+                                      ptrdiff_t c_rs, const float *res, const mk_seg *segs,
+                                      int nseg, int act) {
+    __m512 acc[8][3];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
+        __m512 bias = _mm512_set1_ps(a[r]);
+        acc[r][0] = bias;
+        acc[r][1] = bias;
+        acc[r][2] = bias;
+    }
+    const int NR = 16 * NV;
+    a += 8;
+    if (nlanes >= NR) {
+        for (size_t k = 0; k < K; k++) {
+            const float *bk = b + koff[k];
+            __m512 b0 = _mm512_loadu_ps(bk);
+            __m512 b1 = _mm512_loadu_ps(bk + 16);
+            __m512 b2 = NV > 2 ? _mm512_loadu_ps(bk + 32) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                __m512 ar = _mm512_set1_ps(a[r]);
+                acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
+                if (NV > 2) acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
+            }
+            a += 8;
+        }
+    } else {
+        /* tail tile: masked loads never touch memory past the tile */
+        __mmask16 m0 = (__mmask16)mk_seg_mask(0, nlanes, 0, 16);
+        __mmask16 m1 = (__mmask16)mk_seg_mask(0, nlanes, 1, 16);
+        __mmask16 m2 = (__mmask16)mk_seg_mask(0, nlanes, 2, 16);
+        for (size_t k = 0; k < K; k++) {
+            const float *bk = b + koff[k];
+            __m512 b0 = _mm512_maskz_loadu_ps(m0, bk);
+            __m512 b1 = _mm512_maskz_loadu_ps(m1, bk + 16);
+            __m512 b2 = NV > 2 ? _mm512_maskz_loadu_ps(m2, bk + 32) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                __m512 ar = _mm512_set1_ps(a[r]);
+                acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
+                if (NV > 2) acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
+            }
+            a += 8;
+        }
+    }
+    /* epilogue: (+ residual), activation, masked stores per output-row segment */
+    for (int s = 0; s < nseg; s++) {
+        const int lo = segs[s].lo, hi = segs[s].hi;
+        const ptrdiff_t off = segs[s].off;
+#pragma GCC unroll 3
+        for (int j = 0; j < NV; j++) {
+            __mmask16 m = (__mmask16)mk_seg_mask(lo, hi, j, 16);
+            if (!m) continue;
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) { /* constant bounds keep acc in registers */
+                if (r >= mrows) break;
+                __m512 v = acc[r][j];
+                ptrdiff_t o = r * c_rs + off + 16 * j;
+                if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + o));
+                v = mk_act512(v, act);
+                _mm512_mask_storeu_ps(c + o, m, v);
+            }
+        }
+    }
+}
+
+MK_T512 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b,
+                                      const ptrdiff_t *koff, int nlanes, int mrows, float *c,
+                                      ptrdiff_t c_rs, const float *res, const mk_seg *segs,
+                                      int nseg, int act) {
+    igemm_8xNV(3, K, a, b, koff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
+}
+
+/* 8 x 32 (16 accumulators): the tile for small output maps, where 48 lanes would waste work */
+MK_T512 void mk_f32_igemm_8x32_avx512(size_t K, const float *a, const float *b,
+                                      const ptrdiff_t *koff, int nlanes, int mrows, float *c,
+                                      ptrdiff_t c_rs, const float *res, const mk_seg *segs,
+                                      int nseg, int act) {
+    igemm_8xNV(2, K, a, b, koff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
+}

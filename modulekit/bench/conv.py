@@ -1,0 +1,158 @@
+"""Convolution kernels against torch and onnxruntime (optional peers), batch 1, float32.
+
+``python -m modulekit.bench conv`` (or ``python bench/conv.py [--quick] [--spin]``). Cases:
+
+- conv3x3 64->64 at 56x56, stride 1, pad 1 (bar, issue #4: >= 1.0x torch's GFLOP/s);
+- depthwise 3x3 over 144 channels at 56x56, stride 1 and stride 2;
+- conv1x1 256->64 at 56x56.
+
+Bias and a ReLU are fused for modulekit and included for the peers. GFLOP/s counts
+2 * C_out * OH * OW * C_in/groups * KH * KW. Each library's turn starts after a 50 ms pause
+outside the timed region: two OpenMP runtimes (torch's bundled libgomp and the one modulekit
+links) and onnxruntime's pool live in one process, and on a 2-core machine one library's
+spinning idle workers would otherwise hold the cores during the next one's turn. As a plain
+script it also re-executes itself with ``OMP_WAIT_POLICY=PASSIVE`` (unless set, or ``--spin``):
+on a loaded machine spinning waiters make single calls 10-30x slower at random.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from modulekit.bench._timing import per_call, report
+
+SUITE = "conv"
+
+# case, C_in, C_out, kernel, stride, padding, groups, H
+CASES = [
+    ("conv3x3 64->64 56x56", 64, 64, 3, 1, 1, 1, 56),
+    ("dwconv3x3 144 56x56 s1", 144, 144, 3, 1, 1, 144, 56),
+    ("dwconv3x3 144 56x56 s2", 144, 144, 3, 2, 1, 144, 56),
+    ("conv1x1 256->64 56x56", 256, 64, 1, 1, 0, 1, 56),
+]
+
+
+def settled_interleaved(funcs, rounds, number, settle=0.05):
+    """Interleaved timing (name -> callable) with a pause before each library's turn.
+
+    Returns name -> {"seconds": median per call, "low", "high": quartiles}; the pause is not
+    timed. It lets the previous library's spinning worker threads park.
+    """
+    for fn in funcs.values():
+        per_call(fn, 2)
+    samples = {name: [] for name in funcs}
+    for _ in range(rounds):
+        for name, fn in funcs.items():
+            time.sleep(settle)
+            samples[name].append(per_call(fn, number))
+    out = {}
+    for name, values in samples.items():
+        values.sort()
+        q = len(values) // 4
+        out[name] = {"seconds": statistics.median(values), "low": values[q], "high": values[-1 - q]}
+    return out
+
+
+def threads():
+    import modulekit
+
+    return modulekit.get_num_threads()
+
+
+def _onnx_conv(w, b, stride, pad, groups):
+    """An onnxruntime session running Conv + Relu with these weights, or None."""
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "w", "b"], ["c"], strides=[stride, stride], pads=[pad] * 4, group=groups
+        ),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = min(model.ir_version, 9)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads()
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def run(quick=False):
+    """Time every case for modulekit and each installed peer; returns the bench rows."""
+    from modulekit._ext import _conv
+
+    rng = np.random.default_rng(0)
+    try:
+        import torch
+
+        torch.set_grad_enabled(False)
+        torch.set_num_threads(threads())
+    except ImportError:
+        torch = None
+    rows = []
+    for case, cin, cout, k, s, p, g, h in CASES:
+        x = rng.standard_normal((1, cin, h, h)).astype(np.float32)
+        w = (rng.standard_normal((cout, cin // g, k, k)) / np.sqrt(cin // g * k * k)).astype(
+            np.float32
+        )
+        b = rng.standard_normal(cout).astype(np.float32)
+        packed = _conv.pack_conv2d(w, b, stride=s, padding=p, groups=g)
+        oh = (h + 2 * p - k) // s + 1
+        flops = 2.0 * cout * oh * oh * (cin // g) * k * k
+        funcs = {"modulekit": lambda packed=packed, x=x: packed.forward(x, "relu")}
+        if torch is not None:
+            targs = (torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), s, p, 1, g)
+            F = torch.nn.functional
+            funcs["torch"] = lambda F=F, a=targs: F.relu(F.conv2d(*a))
+            # the libraries must agree before they are timed
+            np.testing.assert_allclose(
+                funcs["modulekit"](), funcs["torch"]().numpy(), rtol=1e-3, atol=1e-3
+            )
+        sess = _onnx_conv(w, b, s, p, g)
+        if sess is not None:
+            funcs["onnxruntime"] = lambda sess=sess, x=x: sess.run(None, {"x": x})[0]
+        res = settled_interleaved(funcs, rounds=3 if quick else 9, number=3 if quick else 15)
+        for impl, stats in res.items():
+            rows.append(
+                dict(
+                    suite=SUITE,
+                    case=case,
+                    impl=impl,
+                    gflops=flops / stats["seconds"] / 1e9,
+                    **stats,
+                )
+            )
+    return rows
+
+
+def passive_wait_policy(argv):
+    """Re-exec this script with ``OMP_WAIT_POLICY=PASSIVE`` unless set or ``--spin`` given."""
+    if "--spin" not in argv and "OMP_WAIT_POLICY" not in os.environ:
+        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    passive_wait_policy(argv)
+    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(default)')}, {threads()} threads")
+    report(run(quick="--quick" in argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,358 @@
+"""``Conv2d`` (packed indirect-GEMM / depthwise kernels, fused epilogues) and the
+Conv + BatchNorm (+ activation, + residual) fusion used by the CNN models.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from modulekit._ext import _conv
+from modulekit._ext._tensor import Parameter
+from modulekit.device import as_device
+from modulekit.dtypes import DataType, as_dtype, float32
+from modulekit.module import Module
+from modulekit.nn._random import default_generator
+
+__all__ = ["Conv2d", "apply_activation", "conv2d", "conv_bn_act", "prefold"]
+
+_PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+
+def _pair(value, name):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return (int(value), int(value))
+    items = tuple(value)
+    if len(items) == 1:
+        items = items * 2
+    if len(items) != 2 or not all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items
+    ):
+        raise TypeError(f"Conv2d: {name} must be an int or a pair of ints, got {value!r}")
+    return (int(items[0]), int(items[1]))
+
+
+class Conv2d(Module):
+    """2-D convolution over an (N, C_in, H, W) or (C_in, H, W) input, as ``torch.nn.Conv2d``.
+
+    Parameters
+    ----------
+    in_channels, out_channels : int
+    kernel_size, stride, dilation : int or (int, int)
+    padding : int, (int, int), 'valid' or 'same'
+        'same' needs stride 1 and pads ``dilation*(k-1)`` in total, the odd element at the end.
+    groups : int
+        Divides both channel counts; ``groups == in_channels == out_channels`` runs the
+        depthwise kernel.
+    bias : bool
+    padding_mode : 'zeros'
+        Only zero padding is implemented; 'reflect', 'replicate' and 'circular' are refused.
+    device : must be the CPU
+    dtype : floating DataType or name (default float32)
+
+    Notes
+    -----
+    Weights are initialised as torch does (kaiming-uniform, ``a=sqrt(5)``: weight and bias
+    ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, ``fan_in = in_channels/groups * kH * kW``) from
+    NumPy's generator. The first forward (or :meth:`~modulekit.Module.initialize`) packs
+    ``weight`` and ``bias`` into the kernel layout and releases them; they then leave
+    ``state_dict()`` and ``parameters()``, and ``load_state_dict`` / ``to(dtype)`` re-pack.
+    float16/bfloat16 layers store 16-bit weights and compute in float32; float64 layers
+    compute in float64.
+    """
+
+    _packed = None
+    _fused = None  # {(id(bn), activation): PackedConv2d} built by conv_bn_act in eval mode
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        for name, value in (
+            ("in_channels", in_channels),
+            ("out_channels", out_channels),
+            ("groups", groups),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"Conv2d: {name} must be a positive int, got {value!r}")
+        if in_channels % groups:
+            raise ValueError("Conv2d: in_channels must be divisible by groups")
+        if out_channels % groups:
+            raise ValueError("Conv2d: out_channels must be divisible by groups")
+        if padding_mode not in _PADDING_MODES:
+            raise ValueError(
+                f"Conv2d: padding_mode must be one of {_PADDING_MODES}, got {padding_mode!r}"
+            )
+        if padding_mode != "zeros":
+            raise NotImplementedError(
+                f"Conv2d: padding_mode={padding_mode!r} is not implemented in modulekit; "
+                "only 'zeros' is"
+            )
+        if device is not None:
+            as_device(device)
+        dtype = float32 if dtype is None else as_dtype(dtype)
+        if not dtype.is_floating:
+            raise TypeError(f"Conv2d: dtype must be a floating type, got {dtype.name}")
+        self.in_channels = int(in_channels)
+        self.out_channels = int(out_channels)
+        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.stride = _pair(stride, "stride")
+        self.dilation = _pair(dilation, "dilation")
+        if min(self.kernel_size) < 1 or min(self.stride) < 1 or min(self.dilation) < 1:
+            raise ValueError(
+                f"Conv2d: kernel_size {self.kernel_size}, stride {self.stride} and dilation "
+                f"{self.dilation} must be positive"
+            )
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(
+                    f"Conv2d: invalid padding string {padding!r}, should be one of "
+                    "{'valid', 'same'}"
+                )
+            if padding == "same" and self.stride != (1, 1):
+                raise ValueError("Conv2d: padding='same' is not supported for strided convolutions")
+            self.padding = padding
+        else:
+            self.padding = _pair(padding, "padding")
+            if min(self.padding) < 0:
+                raise ValueError(f"Conv2d: padding must be non-negative, got {padding!r}")
+        self.groups = int(groups)
+        self.padding_mode = padding_mode
+        kh, kw = self.kernel_size
+        fan_in = self.in_channels // self.groups * kh * kw
+        bound = 1.0 / math.sqrt(fan_in)
+        rng = default_generator()
+        shape = (self.out_channels, self.in_channels // self.groups, kh, kw)
+        self.weight = Parameter(rng.uniform(-bound, bound, shape).astype(dtype.numpy))
+        if bias:
+            self.bias = Parameter(rng.uniform(-bound, bound, out_channels).astype(dtype.numpy))
+        else:
+            self.register_parameter("bias", None)
+        self._bias_dtype = None
+
+    def extra_repr(self) -> str:
+        s = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
+        if self.padding != (0, 0):
+            s += f", padding={self.padding}"  # torch prints 'same' unquoted
+        if self.dilation != (1, 1):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        has_bias = self._packed.has_bias if self._packed is not None else self.bias is not None
+        if not has_bias:
+            s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode!r}"
+        return s
+
+    # ---------------------------------------------------------------- packing protocol
+    def _pack_args(self):
+        return dict(
+            stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups
+        )
+
+    def _pack(self) -> None:
+        with self._pack_lock:
+            if self._packed is not None:
+                return
+            weight = self._parameters.get("weight")
+            if weight is None:
+                raise RuntimeError("Conv2d: cannot pack, its weight is None")
+            bias = self._parameters.get("bias")
+            packed = _conv.pack_conv2d(
+                weight.numpy(),
+                None if bias is None else bias.numpy(),
+                storage=weight.dtype.name,
+                **self._pack_args(),
+            )
+            self._bias_dtype = None if bias is None else bias.dtype
+            del self._parameters["weight"]
+            if bias is not None:
+                del self._parameters["bias"]
+            self._packed = packed
+
+    def _packed_keys(self) -> dict[str, tuple[tuple[int, ...], DataType]]:
+        packed = self._packed
+        if packed is None:
+            return {}
+        kh, kw = self.kernel_size
+        shape = (self.out_channels, self.in_channels // self.groups, kh, kw)
+        keys = {"weight": (shape, as_dtype(packed.storage))}
+        if packed.has_bias:
+            keys["bias"] = ((self.out_channels,), self._bias_dtype)
+        return keys
+
+    def _unpack(self) -> None:
+        packed = self._packed
+        if packed is None:
+            return
+        weight, bias = packed.unpack()
+        params = {"weight": Parameter(weight)}
+        if bias is not None:
+            params["bias"] = Parameter(np.asarray(bias).astype(self._bias_dtype.numpy))
+        params.update((k, v) for k, v in self._parameters.items() if k not in params)
+        self.__dict__["_parameters"] = params
+        self._packed = None
+        self._fused = None
+        self._bias_dtype = None
+
+    def _repack(self, values: dict[str, np.ndarray], dtype: DataType | None = None) -> None:
+        with self._pack_lock:
+            packed = self._packed
+            if packed is None:
+                return
+            weight, bias = values.get("weight"), values.get("bias")
+            if weight is None or (bias is None and packed.has_bias):
+                old_weight, old_bias = packed.unpack()
+                weight = old_weight if weight is None else weight
+                bias = old_bias if bias is None else bias
+            storage = as_dtype(packed.storage) if dtype is None else dtype
+            bias_dtype = self._bias_dtype if dtype is None else dtype
+            if bias is not None:
+                bias = np.asarray(bias).astype(bias_dtype.numpy, copy=False)
+            self._packed = _conv.pack_conv2d(
+                np.asarray(weight).astype(storage.numpy, copy=False),
+                bias,
+                storage=storage.name,
+                **self._pack_args(),
+            )
+            self._bias_dtype = bias_dtype
+            self._fused = None
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_fused", None)  # a cache of kernel objects, rebuilt on demand
+        return state
+
+    # ---------------------------------------------------------------- compute
+    def _error(self, exc: Exception) -> ValueError:
+        return ValueError(f"{self._get_name()}({self.extra_repr()}): {exc}")
+
+    def forward(self, input) -> np.ndarray:
+        packed = self._packed
+        if packed is None:
+            self._pack()
+            packed = self._packed
+        try:
+            return packed.forward(input)
+        except ValueError as exc:
+            raise self._error(exc) from None
+
+    # ---------------------------------------------------------------- Conv + BN fusion
+    def _clear_fused(self, module=None, incompatible_keys=None) -> None:
+        self._fused = None
+
+    def _fused_packed(self, bn, activation):
+        """The convolution with ``bn`` (eval statistics) folded in, cached until the weights
+        or the norm's tensors are reloaded / re-cast (``load_state_dict``, ``to``)."""
+        key = (id(bn), activation)
+        cache = self._fused
+        if cache is not None:
+            packed = cache.get(key)
+            if packed is not None:
+                return packed
+        if self._packed is None:
+            self._pack()
+        with self._pack_lock:
+            weight, bias = self._packed.unpack()
+            storage = self._packed.storage
+            compute = np.float64 if storage == "float64" else np.float32
+            w, b = _conv.fold_batchnorm(
+                np.asarray(weight).astype(compute),
+                None if bias is None else np.asarray(bias).astype(compute),
+                bn.running_mean.numpy(),
+                bn.running_var.numpy(),
+                None if bn.weight is None else bn.weight.numpy(),
+                None if bn.bias is None else bn.bias.numpy(),
+                bn.eps,
+            )
+            npdt = as_dtype(storage).numpy
+            packed = _conv.pack_conv2d(
+                w.astype(npdt), b.astype(npdt), storage=storage, **self._pack_args()
+            )
+            if self._fused is None:
+                self._fused = {}
+                if not getattr(self, "_fuse_hooked", False):
+                    # a checkpoint loaded into the tree (the norm's statistics included)
+                    # invalidates the folded weights
+                    self.register_load_state_dict_post_hook(self._clear_fused)
+                    self.__dict__["_fuse_hooked"] = True
+            self._fused[key] = packed
+        return packed
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
+    """``torch.nn.functional.conv2d``: packs ``weight`` for this one call (a layer packs once)."""
+    storage = "float64" if np.asarray(weight).dtype == np.float64 else "float32"
+    packed = _conv.pack_conv2d(weight, bias, stride, padding, dilation, groups, storage)
+    return packed.forward(input)
+
+
+def apply_activation(y: np.ndarray, activation) -> np.ndarray:
+    """One of the fused epilogue activations, applied with NumPy (the unfused path)."""
+    if activation is None:
+        return y
+    if activation == "relu":
+        return np.maximum(y, 0, where=~np.isnan(y), out=y.copy())
+    if activation == "relu6":
+        return np.clip(y, 0, 6)
+    if activation == "silu":
+        return y / (1 + np.exp(-y))
+    if activation == "hardswish":
+        return y * np.clip(y + 3, 0, 6) / 6
+    raise ValueError(
+        f"unknown activation {activation!r}: expected None, 'relu', 'relu6', 'silu' or 'hardswish'"
+    )
+
+
+def conv_bn_act(conv: Conv2d, bn, activation=None, input=None, residual=None) -> np.ndarray:
+    """``act(bn(conv(input)) + residual)``, with ``bn`` folded into ``conv`` in eval mode.
+
+    In eval mode (and when ``bn`` tracks running statistics) the norm is folded into the
+    convolution's packed weights once and the residual add and the activation
+    ('relu', 'relu6', 'silu', 'hardswish' or None) run in the kernel's epilogue. In training
+    mode the three steps run one by one, so the norm uses batch statistics and updates its
+    running estimates as torch does.
+    """
+    if bn.training or bn.running_mean is None:
+        y = bn(conv(input))
+        if residual is not None:
+            y = y + np.asarray(residual, dtype=y.dtype)
+        return apply_activation(y, activation)
+    packed = conv._fused_packed(bn, activation)
+    try:
+        return packed.forward(input, activation, residual)
+    except ValueError as exc:
+        raise conv._error(exc) from None
+
+
+def prefold(model: Module) -> Module:
+    """Fold every Conv2d + BatchNorm2d pair of ``model`` now (eval mode only).
+
+    Modules that run :func:`conv_bn_act` list their pairs in ``_fusions()`` (``(conv, bn,
+    activation)`` triples); the CNN models call this from ``initialize()`` so the first
+    forward does no packing work.
+    """
+    for module in model.modules():
+        fusions = getattr(module, "_fusions", None)
+        if fusions is None:
+            continue
+        for conv, bn, activation in fusions():
+            if not bn.training and bn.running_mean is not None:
+                conv._fused_packed(bn, activation)
+    return model

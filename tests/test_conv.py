@@ -1,0 +1,274 @@
+"""Convolution kernels (modulekit._ext._conv) against torch.nn.functional.conv2d."""
+
+import numpy as np
+import pytest
+
+from modulekit._ext import _conv
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+ACTS = {
+    None: lambda t: t,
+    "relu": F.relu,
+    "relu6": F.relu6,
+    "silu": F.silu,
+    "hardswish": F.hardswish,
+}
+
+
+def reference(x, w, b, stride, padding, dilation, groups, act=None, residual=None):
+    xt = torch.from_numpy(np.ascontiguousarray(x)).double()
+    wt = torch.from_numpy(np.asarray(w, np.float64))
+    bt = None if b is None else torch.from_numpy(np.asarray(b, np.float64))
+    if isinstance(padding, tuple) and len(padding) == 4:  # (top, left, bottom, right)
+        t, l_, bo, r = padding
+        xt = F.pad(xt, (l_, r, t, bo))
+        padding = 0
+    y = F.conv2d(xt, wt, bt, stride, padding, dilation, groups)
+    if residual is not None:
+        y = y + torch.from_numpy(residual).double()
+    return ACTS[act](y).numpy()
+
+
+def make(rng, n, cin, cout, k, h, w, groups, bias=True):
+    kh, kw = (k, k) if isinstance(k, int) else k
+    x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
+    wt = rng.standard_normal((cout, cin // groups, kh, kw)) / np.sqrt(cin // groups * kh * kw)
+    b = rng.standard_normal(cout).astype(np.float32) if bias else None
+    return x, wt.astype(np.float32), b
+
+
+# (batch, cin, cout, kernel, H, W, stride, padding, dilation, groups)
+GEOMETRIES = [
+    (1, 3, 5, 3, 7, 9, 1, 1, 1, 1),
+    (2, 8, 16, 1, 9, 7, 1, 0, 1, 1),  # 1x1 stride 1: the direct GEMM path
+    (1, 8, 12, 1, 9, 7, 2, 0, 1, 1),  # 1x1 stride 2 (ResNet downsample)
+    (1, 6, 10, 1, 5, 5, 1, 1, 1, 2),  # 1x1 padded, grouped
+    (7, 4, 9, 3, 11, 13, 2, 1, 1, 1),
+    (1, 5, 7, 5, 17, 15, 3, 2, 1, 1),
+    (1, 3, 8, 7, 23, 21, 2, 3, 1, 1),  # ResNet stem geometry, small
+    (1, 4, 6, 3, 13, 11, 1, 2, 2, 1),  # dilation 2
+    (1, 4, 6, (3, 5), 12, 14, (1, 2), (1, 2), (2, 1), 2),
+    (2, 8, 8, 3, 9, 10, 1, 1, 1, 8),  # depthwise s1
+    (1, 12, 12, 3, 15, 15, 2, 1, 1, 12),  # depthwise s2
+    (1, 6, 6, 5, 9, 12, 1, 2, 1, 6),  # depthwise 5x5
+    (1, 6, 6, 3, 11, 11, 3, 1, 2, 6),  # depthwise s3 d2
+    (1, 4, 8, 3, 7, 7, 1, 1, 1, 4),  # groups = C_in, multiplier 2 (grouped GEMM)
+    (1, 20, 36, 3, 6, 5, 1, 0, 1, 1),  # unpadded, many output channels, tiny map
+    (1, 17, 19, 3, 20, 23, 1, 1, 1, 1),  # odd channel counts: partial panels
+    (1, 2, 3, 3, 3, 3, 1, 0, 1, 1),  # output 1x1
+    (1, 2, 3, 1, 1, 1, 1, 0, 1, 1),
+    (1, 3, 5, 3, 10, 11, 2, 0, 1, 1),  # stride 2 unpadded: both column phases, pl = 0
+    (1, 5, 5, 3, 8, 9, 2, 0, 1, 5),  # the same, depthwise
+    (1, 4, 4, 5, 12, 11, 2, 2, 1, 4),  # stride 2 with padding 2: the general phase copy
+    (1, 3, 4, 3, 9, 1, 2, 1, 1, 1),  # a one-column input
+    (2, 6, 8, 1, 5, 7, 1, 0, 1, 2),  # 1x1 direct path, grouped
+]
+
+
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=lambda g: "-".join(map(str, g)))
+def test_conv2d_geometries(isa, rng, geom):
+    n, cin, cout, k, h, w, s, p, d, g = geom
+    x, wt, b = make(rng, n, cin, cout, k, h, w, g)
+    packed = _conv.pack_conv2d(wt, b, stride=s, padding=p, dilation=d, groups=g)
+    assert packed.depthwise == (g > 1 and g == cin == cout)
+    y = packed.forward(x)
+    ref = reference(x, wt, b, s, p, d, g)
+    assert y.shape == ref.shape and y.dtype == np.float32
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", list(ACTS))
+@pytest.mark.parametrize(
+    "geom",
+    [
+        (2, 6, 20, 3, 10, 9, 1, 1, 1, 1),
+        (1, 10, 10, 3, 9, 9, 2, 1, 1, 10),
+        (1, 16, 24, 1, 7, 7, 1, 0, 1, 1),
+    ],
+)
+def test_conv2d_epilogues(isa, rng, act, geom):
+    n, cin, cout, k, h, w, s, p, d, g = geom
+    x, wt, b = make(rng, n, cin, cout, k, h, w, g)
+    x *= 3  # reach both sides of the ReLU6 / Hardswish clamps
+    packed = _conv.pack_conv2d(wt, b, stride=s, padding=p, dilation=d, groups=g)
+    res_shape = reference(x, wt, b, s, p, d, g).shape
+    residual = rng.standard_normal(res_shape).astype(np.float32)
+    for r in (None, residual):
+        y = packed.forward(x, activation=act, residual=r)
+        np.testing.assert_allclose(y, reference(x, wt, b, s, p, d, g, act, r), rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_large_multithreaded(isa, rng):
+    x, wt, b = make(rng, 1, 32, 40, 3, 30, 31, 1)
+    y = _conv.pack_conv2d(wt, b, padding=1).forward(x, "relu")
+    np.testing.assert_allclose(y, reference(x, wt, b, 1, 1, 1, 1, "relu"), rtol=1e-4, atol=1e-4)
+
+
+def test_noncontiguous_inputs(isa, rng):
+    x, wt, b = make(rng, 2, 6, 8, 3, 12, 10, 1)
+    views = [
+        np.asarray(x.transpose(0, 1, 3, 2)),  # swapped spatial axes
+        x[:, :, ::2, :],  # row step
+        x[:, :, :, ::-1],  # negative column stride
+        np.asfortranarray(x),
+    ]
+    packed = _conv.pack_conv2d(wt, b, padding=1)
+    for v in views:
+        np.testing.assert_allclose(
+            packed.forward(v), reference(v, wt, b, 1, 1, 1, 1), rtol=1e-4, atol=1e-4
+        )
+    # channel slice of a bigger tensor: the 1x1 direct path with a channel stride != H*W
+    big = rng.standard_normal((2, 12, 7, 9)).astype(np.float32)
+    view = big[:, 2:8]
+    w1 = rng.standard_normal((5, 6, 1, 1)).astype(np.float32)
+    np.testing.assert_allclose(
+        _conv.pack_conv2d(w1).forward(view),
+        reference(view, w1, None, 1, 0, 1, 1),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    # depthwise on a strided view
+    wd = rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
+    v = x[:, :, 1::2, ::3]
+    np.testing.assert_allclose(
+        _conv.pack_conv2d(wd, groups=6, padding=1).forward(v),
+        reference(v, wd, None, 1, 1, 1, 6),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+def test_padding_modes(rng):
+    x, wt, b = make(rng, 1, 3, 4, (4, 3), 9, 8, 1)
+    y = _conv.pack_conv2d(wt, b, padding="same", dilation=2).forward(x)
+    ref = F.conv2d(
+        torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), padding="same", dilation=2
+    ).numpy()
+    assert y.shape == ref.shape == (1, 4, 9, 8)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    y = _conv.pack_conv2d(wt, b, padding="valid").forward(x)
+    np.testing.assert_allclose(y, reference(x, wt, b, 1, 0, 1, 1), rtol=1e-4, atol=1e-4)
+    y = _conv.pack_conv2d(wt, b, padding=(1, 0, 2, 3)).forward(x)
+    np.testing.assert_allclose(y, reference(x, wt, b, 1, (1, 0, 2, 3), 1, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_unbatched_and_array_likes(rng):
+    x, wt, b = make(rng, 1, 3, 4, 3, 6, 6, 1)
+    packed = _conv.pack_conv2d(wt, b, padding=1)
+    y3 = packed.forward(x[0])
+    assert y3.shape == (4, 6, 6)
+    np.testing.assert_allclose(y3, packed.forward(x)[0])
+    np.testing.assert_allclose(packed(torch.from_numpy(x)), packed.forward(x))
+    np.testing.assert_allclose(packed.forward(x.astype(np.float64)), packed.forward(x))
+
+
+@pytest.mark.parametrize("storage", ["float16", "bfloat16"])
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_16bit_weight_storage(isa, rng, storage, depthwise):
+    import ml_dtypes
+
+    g = 8 if depthwise else 1
+    x, wt, b = make(rng, 2, 8, 8, 3, 9, 11, g)
+    packed = _conv.pack_conv2d(wt, b, padding=1, groups=g, storage=storage)
+    assert packed.storage == storage
+    npdt = np.float16 if storage == "float16" else ml_dtypes.bfloat16
+    wr, br = wt.astype(npdt).astype(np.float32), b.astype(npdt).astype(np.float32)
+    np.testing.assert_allclose(
+        packed.forward(x, "silu"), reference(x, wr, br, 1, 1, 1, g, "silu"), rtol=1e-4, atol=1e-4
+    )
+    w2, b2 = packed.unpack()
+    assert w2.dtype == np.dtype(npdt)
+    np.testing.assert_array_equal(w2.astype(np.float32), wr)
+    np.testing.assert_array_equal(b2.astype(np.float32), br)
+    f32 = _conv.pack_conv2d(wt, b, padding=1, groups=g)
+    assert packed.nbytes < f32.nbytes
+
+
+def test_float64(rng):
+    x, wt, b = make(rng, 2, 4, 6, 3, 8, 7, 2)
+    x, wt, b = x.astype(np.float64), wt.astype(np.float64), b.astype(np.float64)
+    packed = _conv.pack_conv2d(wt, b, stride=2, padding=1, groups=2)
+    assert packed.storage == "float64"
+    res = rng.standard_normal((2, 6, 4, 4))
+    y = packed.forward(x, "hardswish", residual=res)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(
+        y, reference(x, wt, b, 2, 1, 1, 2, "hardswish", res), rtol=1e-12, atol=1e-12
+    )
+
+
+@pytest.mark.parametrize("groups,cout", [(1, 13), (3, 12), (6, 6)])
+def test_unpack_roundtrip(rng, groups, cout):
+    wt = rng.standard_normal((cout, 6 // groups, 3, 2)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    packed = _conv.pack_conv2d(wt, b, groups=groups)
+    w2, b2 = packed.unpack()
+    np.testing.assert_array_equal(w2, wt)
+    np.testing.assert_array_equal(b2, b)
+    assert _conv.pack_conv2d(wt, None, groups=groups).unpack()[1] is None
+    assert packed.nbytes >= wt.nbytes + b.nbytes
+    assert f"PackedConv2d(6, {cout}" in repr(packed)
+
+
+def test_fold_batchnorm(rng):
+    x, wt, b = make(rng, 2, 5, 7, 3, 8, 8, 1)
+    mean, var = rng.standard_normal(7), rng.uniform(0.5, 2.0, 7)
+    gamma, beta = rng.standard_normal(7), rng.standard_normal(7)
+    w2, b2 = _conv.fold_batchnorm(wt, b, mean, var, gamma, beta, eps=1e-3)
+    y = _conv.pack_conv2d(w2, b2, padding=1).forward(x)
+    conv = F.conv2d(
+        torch.from_numpy(x).double(),
+        torch.from_numpy(wt).double(),
+        torch.from_numpy(b).double(),
+        padding=1,
+    )
+    ref = F.batch_norm(
+        conv,
+        torch.from_numpy(mean),
+        torch.from_numpy(var),
+        torch.from_numpy(gamma),
+        torch.from_numpy(beta),
+        False,
+        0.1,
+        1e-3,
+    )
+    np.testing.assert_allclose(y, ref.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_bad_inputs(rng):
+    wt = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    packed = _conv.pack_conv2d(wt, padding=0)
+    with pytest.raises(ValueError, match="expected input with 3 channels, got 5"):
+        packed.forward(np.zeros((1, 5, 8, 8), np.float32))
+    with pytest.raises(ValueError, match="smaller than the dilated kernel"):
+        packed.forward(np.zeros((1, 3, 2, 8), np.float32))
+    with pytest.raises(ValueError, match="4-D"):
+        packed.forward(np.zeros((3, 8), np.float32))
+    with pytest.raises(ValueError, match="non-empty"):
+        packed.forward(np.zeros((0, 3, 8, 8), np.float32))
+    with pytest.raises(ValueError, match="residual shape"):
+        packed.forward(np.zeros((1, 3, 8, 8), np.float32), residual=np.zeros((1, 4, 5, 5)))
+    with pytest.raises(ValueError, match="unknown activation"):
+        packed.forward(np.zeros((1, 3, 8, 8), np.float32), activation="gelu")
+    with pytest.raises(TypeError, match="numeric"):
+        packed.forward(np.array([["a"]]))
+    with pytest.raises(ValueError, match="4-D"):
+        _conv.pack_conv2d(wt[0])
+    with pytest.raises(ValueError, match="groups=2"):
+        _conv.pack_conv2d(np.zeros((5, 1, 3, 3), np.float32), groups=2)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        _conv.pack_conv2d(wt, np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="'same' is not supported for strided"):
+        _conv.pack_conv2d(wt, padding="same", stride=2)
+    with pytest.raises(ValueError, match="padding must be"):
+        _conv.pack_conv2d(wt, padding="reflect")
+    with pytest.raises(ValueError, match="positive"):
+        _conv.pack_conv2d(wt, stride=0)
+    with pytest.raises(ValueError, match="storage"):
+        _conv.pack_conv2d(wt, storage="int8")
+    with pytest.raises(TypeError, match="floating point"):
+        _conv.pack_conv2d(wt.astype(np.int32))
+    with pytest.raises(TypeError, match="pack_conv2d"):
+        _conv.PackedConv2d()

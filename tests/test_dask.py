@@ -1,0 +1,145 @@
+"""modulekit.dask: batch inference on a LocalCluster(n_workers=2, processes=True).
+
+The model is scattered once per worker (counted by a class-level counter in ``__setstate__``,
+read on each worker with ``client.run``), and the results equal the local ones exactly.
+"""
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import modulekit as mk
+import modulekit.dask as mkd
+from modulekit.nn import _random
+from modulekit.sklearn import ModuleClassifier, ModuleTransformer
+
+da = pytest.importorskip("dask.array")
+dd = pytest.importorskip("dask.dataframe")
+distributed = pytest.importorskip("distributed")
+
+BATCH = 16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _restore_layer_rng():
+    """These tests reseed modulekit's initialisation generator: give the next module the
+    generator they found."""
+    saved = _random.default_generator()
+    yield
+    _random._generator = saved
+
+
+class CountingMLP(mk.nn.Sequential):
+    """An MLP that counts how often this process unpickled one."""
+
+    loads = 0
+
+    def __setstate__(self, state):
+        type(self).loads += 1
+        super().__setstate__(state)
+
+
+def loads_here():
+    return CountingMLP.loads
+
+
+def make_model():
+    mk.nn.manual_seed(3)
+    return CountingMLP(mk.nn.Linear(6, 16), mk.nn.ReLU(), mk.nn.Linear(16, 3)).eval()
+
+
+@pytest.fixture(scope="module")
+def X():
+    return np.random.default_rng(0).normal(size=(6 * BATCH, 6)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def estimator(X):
+    return ModuleClassifier(make_model(), classes=["a", "b", "c"], batch_size=BATCH).fit(X)
+
+
+def test_local_scheduler_without_a_client(X, estimator):
+    # runs before the cluster fixture exists: no client, the model is embedded in the graph
+    assert mkd._default_client() is None
+    dX = da.from_array(X, chunks=(2 * BATCH, 6))
+    got = mkd.predict(estimator, dX, method="predict_proba").compute(scheduler="threads")
+    np.testing.assert_array_equal(got, estimator.predict_proba(X))
+
+
+@pytest.fixture(scope="module")
+def client():
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {"PYTHONPATH": os.pathsep.join([here, os.path.dirname(here)])}
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            env=env,
+        ) as cluster,
+        distributed.Client(cluster, timeout=30) as client,
+    ):
+        yield client
+
+
+def test_array_and_dataframe_results_equal_local_and_model_loads_once_per_worker(
+    client, X, estimator
+):
+    handle = mkd.scatter(estimator, client)
+    # blocks are whole batches, so every block runs the same products as the local call
+    dX = da.from_array(X, chunks=(BATCH, 6))
+    proba = mkd.predict(handle, dX, method="predict_proba")
+    assert proba.chunks == (dX.chunks[0], (3,))
+    np.testing.assert_array_equal(proba.compute(), estimator.predict_proba(X))
+    labels = mkd.predict(handle, dX).compute()
+    np.testing.assert_array_equal(labels, estimator.predict(X))
+
+    frame = pd.DataFrame(X, index=pd.RangeIndex(1000, 1000 + len(X)))
+    ddf = dd.from_pandas(frame, npartitions=3)
+    out = mkd.predict(handle, ddf, method="predict_proba").compute()
+    assert list(out.columns) == ["a", "b", "c"]
+    assert out.index.equals(frame.index)
+    np.testing.assert_array_equal(out.to_numpy(), estimator.predict_proba(X))
+    series = mkd.predict(handle, ddf, name="label").compute()
+    assert series.name == "label" and series.index.equals(frame.index)
+    np.testing.assert_array_equal(series.to_numpy(), estimator.predict(X))
+
+    # 6 + 6 + 3 + 3 tasks, two workers: each unpickled the model exactly once
+    per_worker = client.run(loads_here)
+    assert sorted(per_worker.values()) == [1, 1], per_worker
+
+
+def test_module_and_transformer_with_pandas_output(client, X):
+    model = make_model()
+    dX = da.from_array(X, chunks=(BATCH, 6))
+    got = mkd.predict(mkd.scatter(model, client), dX, method=None).compute()
+    np.testing.assert_array_equal(got, model(X))
+    tr = ModuleTransformer(model, batch_size=BATCH).set_output(transform="pandas")
+    frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(6)])
+    tr.fit(frame)
+    ddf = dd.from_pandas(frame, npartitions=2)
+    out = mkd.predict(tr, ddf, method="transform").compute()  # scattered by predict itself
+    pd.testing.assert_frame_equal(out, tr.transform(frame))
+
+
+def test_workers_honour_thread_limits(client, X, estimator):
+    # Dask's nanny starts workers with OMP_NUM_THREADS=1: modulekit follows it
+    assert set(client.run(mk.get_num_threads).values()) == {1}
+    try:
+        mkd.scatter(estimator, client, n_threads=2)
+        assert set(client.run(mk.get_num_threads).values()) == {2}
+    finally:
+        client.run(mkd._set_threads, None)
+    assert set(client.run(mk.get_num_threads).values()) == {1}
+
+
+def test_refusals(X, estimator):
+    with pytest.raises(TypeError, match="dask.array.Array or dask.dataframe.DataFrame"):
+        mkd.predict(estimator, X)
+    with pytest.raises(AttributeError, match="no method 'transform'"):
+        mkd.predict(estimator, da.from_array(X), method="transform")
+    with pytest.raises(ValueError, match="n_threads must be None or a positive int"):
+        mkd.scatter(estimator, object(), n_threads=0)

@@ -1,0 +1,229 @@
+"""modulekit.models against the same architectures built by hand in torch (torchvision's module
+names), loaded through torch.save / load_state_dict(strict=True)."""
+
+import io
+
+import numpy as np
+import pytest
+
+pytest.importorskip("modulekit.module")
+torch = pytest.importorskip("torch")
+tnn = torch.nn
+
+from modulekit import models  # noqa: E402
+
+
+# ------------------------------------------------------------------ torch reference models
+class TBasicBlock(tnn.Module):
+    expansion = 1
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None):
+        super().__init__()
+        self.conv1 = tnn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = tnn.BatchNorm2d(planes)
+        self.relu = tnn.ReLU(inplace=True)
+        self.conv2 = tnn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = tnn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + identity)
+
+
+class TBottleneck(tnn.Module):
+    expansion = 4
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None):
+        super().__init__()
+        self.conv1 = tnn.Conv2d(inplanes, planes, 1, bias=False)
+        self.bn1 = tnn.BatchNorm2d(planes)
+        self.conv2 = tnn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.bn2 = tnn.BatchNorm2d(planes)
+        self.conv3 = tnn.Conv2d(planes, planes * 4, 1, bias=False)
+        self.bn3 = tnn.BatchNorm2d(planes * 4)
+        self.relu = tnn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.relu(self.bn3(self.conv3(out)) + identity)
+
+
+class TResNet(tnn.Module):
+    def __init__(self, block, layers, num_classes=1000):
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = tnn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = tnn.BatchNorm2d(64)
+        self.relu = tnn.ReLU(inplace=True)
+        self.maxpool = tnn.MaxPool2d(3, 2, 1)
+        self.layer1 = self._make_layer(block, 64, layers[0])
+        self.layer2 = self._make_layer(block, 128, layers[1], 2)
+        self.layer3 = self._make_layer(block, 256, layers[2], 2)
+        self.layer4 = self._make_layer(block, 512, layers[3], 2)
+        self.avgpool = tnn.AdaptiveAvgPool2d((1, 1))
+        self.fc = tnn.Linear(512 * block.expansion, num_classes)
+
+    def _make_layer(self, block, planes, blocks, stride=1):
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = tnn.Sequential(
+                tnn.Conv2d(self.inplanes, planes * block.expansion, 1, stride, bias=False),
+                tnn.BatchNorm2d(planes * block.expansion),
+            )
+        layers = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        return tnn.Sequential(*layers)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def t_cna(inp, oup, k=3, stride=1, groups=1, act=True):
+    layers = [
+        tnn.Conv2d(inp, oup, k, stride, (k - 1) // 2, groups=groups, bias=False),
+        tnn.BatchNorm2d(oup),
+    ]
+    if act:
+        layers.append(tnn.ReLU6(inplace=True))
+    return tnn.Sequential(*layers)
+
+
+class TInvertedResidual(tnn.Module):
+    def __init__(self, inp, oup, stride, expand_ratio):
+        super().__init__()
+        hidden = int(round(inp * expand_ratio))
+        self.use_res_connect = stride == 1 and inp == oup
+        layers = [] if expand_ratio == 1 else [t_cna(inp, hidden, 1)]
+        layers += [
+            t_cna(hidden, hidden, 3, stride, hidden),
+            tnn.Conv2d(hidden, oup, 1, 1, 0, bias=False),
+            tnn.BatchNorm2d(oup),
+        ]
+        self.conv = tnn.Sequential(*layers)
+
+    def forward(self, x):
+        return x + self.conv(x) if self.use_res_connect else self.conv(x)
+
+
+class TMobileNetV2(tnn.Module):
+    def __init__(self, num_classes=1000):
+        super().__init__()
+        setting = [
+            [1, 16, 1, 1],
+            [6, 24, 2, 2],
+            [6, 32, 3, 2],
+            [6, 64, 4, 2],
+            [6, 96, 3, 1],
+            [6, 160, 3, 2],
+            [6, 320, 1, 1],
+        ]
+        features, cin = [t_cna(3, 32, stride=2)], 32
+        for t, c, n, s in setting:
+            for i in range(n):
+                features.append(TInvertedResidual(cin, c, s if i == 0 else 1, t))
+                cin = c
+        features.append(t_cna(cin, 1280, 1))
+        self.features = tnn.Sequential(*features)
+        self.classifier = tnn.Sequential(tnn.Dropout(0.2), tnn.Linear(1280, num_classes))
+
+    def forward(self, x):
+        x = tnn.functional.adaptive_avg_pool2d(self.features(x), 1)
+        return self.classifier(torch.flatten(x, 1))
+
+
+def randomize(model, seed=0):
+    """torchvision-like init plus non-trivial BatchNorm statistics and affine parameters."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, tnn.Conv2d):
+                tnn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu", generator=g)
+            elif isinstance(m, tnn.BatchNorm2d):
+                n = m.num_features
+                m.weight.copy_(torch.rand(n, generator=g) * 0.5 + 0.5)
+                m.bias.copy_(torch.randn(n, generator=g) * 0.1)
+                m.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(n, generator=g) + 0.5)
+                m.num_batches_tracked.fill_(7)
+            elif isinstance(m, tnn.Linear):
+                # outputs of order 1, so the absolute tolerance is a relative one too
+                tnn.init.normal_(m.weight, 0, m.in_features**-0.5, generator=g)
+                tnn.init.normal_(m.bias, 0, 0.1, generator=g)
+    return model.eval()
+
+
+def roundtrip(tmodel):
+    buf = io.BytesIO()
+    torch.save(tmodel.state_dict(), buf)
+    buf.seek(0)
+    return torch.load(buf)
+
+
+CASES = {
+    "resnet18": (lambda: TResNet(TBasicBlock, [2, 2, 2, 2]), models.resnet18, 64),
+    "resnet50": (lambda: TResNet(TBottleneck, [3, 4, 6, 3]), models.resnet50, 64),
+    "mobilenet_v2": (TMobileNetV2, models.mobilenet_v2, 64),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_model_matches_torch(name):
+    tbuild, mbuild, size = CASES[name]
+    torch.manual_seed(0)
+    tmodel = randomize(tbuild())
+    state = roundtrip(tmodel)
+    model = mbuild()
+    result = model.load_state_dict(state, strict=True)
+    assert list(result.missing_keys) == [] and list(result.unexpected_keys) == []
+    model.eval()
+    x = np.random.default_rng(1).standard_normal((2, 3, size, size)).astype(np.float32)
+    with torch.no_grad():
+        ref = tmodel(torch.from_numpy(x)).numpy()
+    y = model(x)
+    assert y.shape == ref.shape == (2, 1000)
+    assert np.abs(ref).max() > 0.5  # the comparison is not swamped by tiny outputs
+    assert np.abs(y - ref).max() <= 1e-4, np.abs(y - ref).max()
+    # initialize() (packing, folding) keeps the outputs; a second checkpoint re-folds
+    model.initialize()
+    assert model.state_dict().keys() <= state.keys()
+    convs = [m for m in model.modules() if type(m).__name__ == "Conv2d"]
+    assert convs and all(c._fused for c in convs)  # folded at initialize()
+    np.testing.assert_allclose(model(x), ref, rtol=0, atol=1e-4)
+    tmodel2 = randomize(tbuild(), seed=1)
+    model.load_state_dict(roundtrip(tmodel2), strict=True)
+    with torch.no_grad():
+        ref2 = tmodel2(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(model(x), ref2, rtol=0, atol=1e-4)
+
+
+def test_resnet18_train_mode_matches_torch():
+    torch.manual_seed(0)
+    tmodel = randomize(TResNet(TBasicBlock, [2, 2, 2, 2]))
+    model = models.resnet18()
+    model.load_state_dict(roundtrip(tmodel))
+    model.eval().initialize()  # fused state first: train() must leave it
+    assert model.conv1._fused and model.layer3[0].downsample[0]._fused  # folded, no forward yet
+    tmodel.train()
+    model.train()
+    x = np.random.default_rng(2).standard_normal((3, 3, 32, 32)).astype(np.float32)
+    with torch.no_grad():
+        ref = tmodel(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(model(x), ref, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(
+        model.bn1.running_mean.numpy(), tmodel.bn1.running_mean.numpy(), rtol=1e-4, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        model.layer4[1].bn2.running_var.numpy(),
+        tmodel.layer4[1].bn2.running_var.numpy(),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    assert int(model.bn1.num_batches_tracked.numpy()) == 8

@@ -1,0 +1,133 @@
+"""Pooling and batch-norm inference kernels against torch.nn.functional."""
+
+import numpy as np
+import pytest
+
+from modulekit._ext import _conv
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+MAX_CASES = [  # kernel, stride, padding, dilation, ceil_mode, H, W
+    (3, 2, 1, 1, False, 112 // 8, 112 // 8),
+    (3, 2, 1, 1, True, 13, 15),
+    (2, 2, 0, 1, True, 7, 9),
+    ((3, 2), (2, 1), (1, 0), 1, False, 10, 7),
+    (3, 1, 1, 2, False, 9, 8),
+    (3, 3, 0, 1, True, 8, 10),
+    (5, 2, 2, (2, 1), True, 11, 12),
+    (1, 1, 0, 1, False, 4, 5),
+]
+
+
+@pytest.mark.parametrize("case", MAX_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_max_pool2d(rng, case):
+    k, s, p, d, ceil, h, w = case
+    x = rng.standard_normal((2, 3, h, w)).astype(np.float32)
+    y = _conv.max_pool2d(x, k, s, p, d, ceil)
+    ref = F.max_pool2d(torch.from_numpy(x), k, s, p, d, ceil).numpy()
+    assert y.shape == ref.shape
+    np.testing.assert_array_equal(y, ref)
+    y64 = _conv.max_pool2d(x.astype(np.float64), k, s, p, d, ceil)
+    assert y64.dtype == np.float64
+    np.testing.assert_array_equal(y64, ref)
+
+
+def test_max_pool2d_nan_and_views(rng):
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    x[0, 0, 1, 1] = np.nan
+    y = _conv.max_pool2d(x, 2)
+    assert np.isnan(y[0, 0, 0, 0]) and not np.isnan(y[0, 1]).any()
+    v = rng.standard_normal((2, 4, 9, 10)).astype(np.float32)[:, ::2, :, ::-1]
+    np.testing.assert_array_equal(
+        _conv.max_pool2d(v, 3, 2, 1), F.max_pool2d(torch.from_numpy(v.copy()), 3, 2, 1).numpy()
+    )
+    assert _conv.max_pool2d(v[0], 3).shape == (2, 3, 3)  # unbatched
+
+
+AVG_CASES = [  # kernel, stride, padding, ceil_mode, count_include_pad, divisor, H, W
+    (3, 2, 1, False, True, None, 9, 10),
+    (3, 2, 1, True, True, None, 9, 10),
+    (3, 2, 1, True, False, None, 10, 9),
+    (2, 2, 0, True, True, None, 7, 7),
+    ((3, 2), (2, 3), (1, 1), True, False, None, 11, 13),
+    (3, 1, 1, False, True, 4, 6, 6),
+    (7, 7, 0, False, True, None, 7, 7),
+]
+
+
+@pytest.mark.parametrize("case", AVG_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_avg_pool2d(rng, case):
+    k, s, p, ceil, cip, div, h, w = case
+    x = rng.standard_normal((2, 3, h, w)).astype(np.float32)
+    y = _conv.avg_pool2d(x, k, s, p, ceil, cip, div)
+    ref = F.avg_pool2d(torch.from_numpy(x), k, s, p, ceil, cip, div).numpy()
+    assert y.shape == ref.shape
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "size,out", [((7, 7), 1), ((10, 9), (3, 4)), ((5, 6), (7, None)), ((4, 4), (4, 4))]
+)
+def test_adaptive_avg_pool2d(rng, size, out):
+    x = rng.standard_normal((2, 3) + size)
+    for dt in (np.float32, np.float64):
+        xd = x.astype(dt)
+        y = _conv.adaptive_avg_pool2d(xd, out)
+        ref = F.adaptive_avg_pool2d(torch.from_numpy(xd), out).numpy()
+        assert y.dtype == dt and y.shape == ref.shape
+        np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(4, 5), (3, 5, 7), (2, 5, 6, 7)])
+def test_batch_norm_inference(rng, shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    mean, var = rng.standard_normal(5), rng.uniform(0.5, 2, 5)
+    gamma, beta = rng.standard_normal(5), rng.standard_normal(5)
+    scale = gamma / np.sqrt(var + 1e-5)
+    shift = beta - mean * scale
+    ref = F.batch_norm(
+        torch.from_numpy(x).double(),
+        torch.from_numpy(mean),
+        torch.from_numpy(var),
+        torch.from_numpy(gamma),
+        torch.from_numpy(beta),
+        False,
+        0.1,
+        1e-5,
+    )
+    np.testing.assert_allclose(
+        _conv.batch_norm_inference(x, scale, shift), ref.numpy(), rtol=1e-5, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        _conv.batch_norm_inference(x, scale, shift, "relu"),
+        F.relu(ref).numpy(),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    if len(shape) == 4:  # strided view
+        v = x[:, :, ::-1]
+        np.testing.assert_allclose(
+            _conv.batch_norm_inference(v, scale, shift),
+            ref.numpy()[:, :, ::-1],
+            rtol=1e-5,
+            atol=1e-5,
+        )
+
+
+def test_pool_errors():
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    with pytest.raises(ValueError, match="at most half the kernel"):
+        _conv.max_pool2d(x, 2, padding=2)
+    with pytest.raises(ValueError, match="too small"):
+        _conv.max_pool2d(x, 5)
+    with pytest.raises(ValueError, match="4-D"):
+        _conv.avg_pool2d(np.zeros((4, 4)), 2)
+    with pytest.raises(ValueError, match="divisor_override"):
+        _conv.avg_pool2d(x, 2, divisor_override=0)
+    with pytest.raises(ValueError, match="positive"):
+        _conv.adaptive_avg_pool2d(x, 0)
+    with pytest.raises(ValueError, match="channel scales"):
+        _conv.batch_norm_inference(x, np.ones(3), np.ones(3))
+    with pytest.raises(TypeError, match="kernel_size"):
+        _conv.max_pool2d(x, "3")
