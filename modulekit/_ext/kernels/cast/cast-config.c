@@ -4,9 +4,9 @@
 #include "cast.h"
 
 /* Below this much work (bytes read + bytes written) a cast runs on the calling thread.
- * Measured with `python bench/casts.py --threshold` (float32 -> float16, 2-core Zen 4):
- * 2 threads were slower up to 512 KiB of work (256 KiB: 2.9 us serial vs 3.3 us; waking
- * the thread pool costs 2-15 us) and faster from 1 MiB (8.9 us vs 5.6 us). */
+ * Measured with `python bench/casts.py --threshold` (float32 -> float16, 2-core Zen 4, two
+ * runs): 2 threads were slower up to 512 KiB of work (3.75 us serial vs 4.06 us; waking the
+ * thread pool costs 1-15 us) and faster from 1 MiB (10.2 us vs 7.9 us; 4 MiB: 2.0x). */
 #define MK_CAST_PARALLEL_MIN_BYTES ((size_t)1 << 20)
 
 /* From this much work a cast that does not alias streams its output past the caches
