@@ -102,7 +102,7 @@ def run(quick=False):
             ort_error = f"onnxruntime peer skipped: {type(exc).__name__}: {exc}"[:200]
             print(ort_error, file=sys.stderr)
         rng = np.random.default_rng(0)
-        cases = CASES[:2] + [(8, 128)] if quick else CASES
+        cases = [(1, 32), (2, 64)] if quick else CASES
         for batch, seq in cases:
             ids = rng.integers(1000, CONFIG["vocab_size"], (batch, seq))
             mask = np.ones((batch, seq), np.int64)

@@ -1,6 +1,6 @@
 """Checkpoint load benchmark: modulekit.load against the reference loaders, per format.
 
-For a ~200 MB state dict of float32 tensors (20 MB with ``quick=True``) written as
+For a ~200 MB state dict of float32 tensors (8 MB with ``quick=True``) written as
 safetensors, a ``torch.save`` zip archive and an ``.npz``, each loader runs in a fresh
 subprocess (so peak RSS is its own), ``repeats`` times, on a warm page cache:
 
@@ -161,7 +161,7 @@ def run(quick=False) -> list[dict]:
     missing package carry ``error`` instead.
     """
     total_mb = 8 if quick else 200
-    repeats = 2 if quick else 3
+    repeats = 1 if quick else 3
     rows = []
     with tempfile.TemporaryDirectory(prefix="mk-ckpt-bench-") as d:
         paths, nbytes, ntensors = _write_files(d, total_mb)
