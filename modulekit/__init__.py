@@ -1,6 +1,7 @@
 """modulekit: PyTorch-style Modules for fast CPU inference on NumPy arrays."""
 
 from modulekit import nn
+from modulekit._ext._gemm import matmul
 from modulekit._ext._tensor import Parameter, Tensor
 from modulekit.checkpoint import CheckpointError, load, save
 from modulekit.device import Device
@@ -37,6 +38,7 @@ __all__ = [
     "int8",
     "load",
     "LoadResult",
+    "matmul",
     "Module",
     "nn",
     "Parameter",

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 from ml_dtypes import bfloat16 as _np_bfloat16
 
-from modulekit._ext import _conv
+from modulekit._ext import _conv, _gemm
 from modulekit._ext._conv import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from modulekit._ext._tensor import as_array
 from modulekit.nn._random import default_generator
@@ -88,13 +88,16 @@ def linear(input, weight, bias=None) -> np.ndarray:
             f"match in_features={w.shape[1]} of weight {w.shape}"
         )
     dt = compute_dtype(w.dtype)
-    y = np.matmul(x.astype(dt, copy=False), w.astype(dt, copy=False).T)
+    b = None
     if bias is not None:
         b = as_real_array(bias, "linear")
         if b.shape != (w.shape[0],):
             raise ValueError(f"linear: bias must have shape ({w.shape[0]},), got {b.shape}")
-        y += b.astype(dt, copy=False)
-    return y
+        b = b.astype(dt, copy=False)
+    lead = x.shape[:-1]
+    x2 = x.astype(dt, copy=False).reshape(-1, w.shape[1])
+    y = _gemm.linear(x2, w.astype(dt, copy=False), b)  # packs the weight for this one call
+    return y.reshape(lead + (w.shape[0],))
 
 
 def relu(input, inplace: bool = False) -> np.ndarray:
