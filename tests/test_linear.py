@@ -210,3 +210,22 @@ def test_identity_passes_input_through_unchanged():
     m = nn.Identity(54, unused="x")
     assert m(x) is x
     assert list(m.state_dict()) == []
+
+
+def test_functional_linear_and_matmul_on_the_gemm_kernels(rng):
+    torch = pytest.importorskip("torch")
+    import modulekit as mk
+    from modulekit.nn import functional as F
+
+    x = rng.standard_normal((2, 5, 33)).astype(np.float32)
+    w = rng.standard_normal((17, 33)).astype(np.float32)
+    b = rng.standard_normal(17).astype(np.float32)
+    expected = torch.nn.functional.linear(*map(torch.from_numpy, (x, w, b))).numpy()
+    np.testing.assert_allclose(F.linear(x, w, b), expected, rtol=1e-5, atol=1e-5)
+    assert F.linear(x, w.astype(np.float64)).dtype == np.float64
+    with pytest.raises(ValueError, match="in_features=33"):
+        F.linear(x[..., :5], w)
+    a, c = rng.standard_normal((3, 7, 11)), rng.standard_normal((11, 4))
+    np.testing.assert_allclose(mk.matmul(a, c), a @ c, rtol=1e-12)
+    np.testing.assert_allclose(mk.matmul(a[:, ::2].astype(np.float32), c.astype(np.float32)),
+                               (a[:, ::2] @ c), rtol=1e-4, atol=1e-5)
