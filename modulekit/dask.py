@@ -1,13 +1,18 @@
 """Batch inference with Dask: a modulekit model over ``dask.array`` blocks and
 ``dask.dataframe`` partitions.
 
-``scatter(model)`` sends the model to every worker of the client once (``broadcast=True``); each
-worker deserialises it once and every task on that worker uses that copy. A model passed to
-``predict`` directly is embedded in the task graph instead, and unpickled by every task: right
-for the local schedulers, wasteful on a cluster, so ``predict`` scatters it itself when a
-``distributed`` client is active. Workers honour their thread limits: Dask's nanny starts
-workers with ``OMP_NUM_THREADS=1`` and modulekit's kernels follow it; ``scatter(n_threads=...)``
-sets modulekit's thread count on every worker instead. See docs/distributed.md.
+``scatter(model)`` pickles the model once on the client and installs it on every worker of the
+cluster (and on every worker that joins later) as a worker plugin: each worker deserialises it
+exactly once and every task on that worker looks that copy up by name. The model is not Dask data
+on purpose: a ``client.scatter(..., broadcast=True)`` replica is "superfluous" to the Active
+Memory Manager (``ReduceReplicas`` keeps one copy of a key nobody is waiting on), which drops it
+between computations, and the next task on that worker fetches and unpickles the model again.
+A model passed to ``predict`` directly is embedded in the task graph instead, and unpickled by
+every task: right for the local schedulers, wasteful on a cluster, so ``predict`` scatters it
+itself (as Dask data, which the graph keeps alive) when a ``distributed`` client is active.
+Workers honour their thread limits: Dask's nanny starts workers with ``OMP_NUM_THREADS=1`` and
+modulekit's kernels follow it; ``scatter(n_threads=...)`` sets modulekit's thread count on every
+worker instead. See docs/distributed.md.
 
 The model is a fitted modulekit estimator (``modulekit.sklearn``), any fitted scikit-learn
 estimator or pipeline, or a :class:`~modulekit.Module` (``method=None`` calls it).
@@ -15,30 +20,129 @@ estimator or pipeline, or a :class:`~modulekit.Module` (``method=None`` calls it
 
 from __future__ import annotations
 
+import uuid
+import weakref
+
 import numpy as np
+
+try:
+    from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
+except ImportError:  # dask without distributed: only the local schedulers
+    _WorkerPlugin = object
 
 __all__ = ["ScatteredModel", "predict", "scatter"]
 
 
+class _ModelPlugin(_WorkerPlugin):
+    """Worker side: holds one worker's copy of a scattered model (unpickled once, on install)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def teardown(self, worker):
+        self.model = None
+
+
+class _ModelRef:
+    """What a task receives for a :class:`ScatteredModel`: the plugin's name, nothing else.
+
+    It pickles (into the graph) and tokenizes as the name alone; on the client it also holds
+    the handle, so a collection built from a handle keeps the model on the workers.
+    """
+
+    __slots__ = ("name", "handle")
+
+    def __init__(self, name, handle=None):
+        self.name, self.handle = name, handle
+
+    def __reduce__(self):
+        return (_ModelRef, (self.name,))
+
+    def __dask_tokenize__(self):
+        return ("modulekit.dask._ModelRef", self.name)
+
+    def resolve(self):
+        """Worker side: this worker's copy of the model."""
+        from distributed import get_worker
+
+        try:
+            worker = get_worker()
+        except ValueError:
+            raise RuntimeError(
+                f"a ScatteredModel ({self.name}) runs only on the workers of its distributed "
+                f"client; compute the collection with that client, or pass the model itself"
+            ) from None
+        plugin = worker.plugins.get(self.name)
+        if plugin is None or plugin.model is None:
+            raise RuntimeError(
+                f"the scattered model {self.name} is not on worker {worker.address}: it was "
+                f"released (ScatteredModel.release(), or the handle and every collection built "
+                f"from it were garbage-collected before this task ran)"
+            )
+        return plugin.model
+
+
+def _unregister_later(client, name):
+    """Garbage-collection path of :meth:`ScatteredModel.release`: never blocks, never raises."""
+    try:
+        if client.status == "running":
+            client.loop.add_callback(_unregister_quietly, client, name)
+    except Exception:  # the client or its loop is already gone: so are its plugins' workers
+        pass
+
+
+async def _unregister_quietly(client, name):
+    try:
+        await client._unregister_worker_plugin(name)
+    except Exception:  # the cluster closed meanwhile
+        pass
+
+
 class ScatteredModel:
-    """A model sent once to every worker of a ``distributed`` client.
+    """A model installed once on every worker of a ``distributed`` cluster.
+
+    Each worker (including workers that join later) deserialises the model once, when the
+    handle is made; tasks look that copy up by :attr:`name`. The model stays on the workers
+    until :meth:`release` is called (or the ``with`` block exits), or until this handle and
+    every collection :func:`predict` built from it are garbage-collected: keep one of them
+    alive until the results are computed (``persist()`` and ``client.compute`` results do not
+    hold it).
 
     Attributes
     ----------
-    future : distributed.Future
-        The workers' copy; tasks receive the object it points to.
+    name : str
+        The worker plugin's name, unique per handle.
     model : object
         The local object (used on the client to work out output shapes and dtypes).
     client : distributed.Client
     """
 
-    __slots__ = ("future", "model", "client")
+    __slots__ = ("name", "model", "client", "_finalizer", "__weakref__")
 
-    def __init__(self, future, model, client):
-        self.future, self.model, self.client = future, model, client
+    def __init__(self, name, model, client):
+        self.name, self.model, self.client = name, model, client
+        self._finalizer = weakref.finalize(self, _unregister_later, client, name)
+        self._finalizer.atexit = False
+
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` removed the model from the workers."""
+        return not self._finalizer.alive
+
+    def release(self) -> None:
+        """Remove the model from every worker now (idempotent)."""
+        if self._finalizer.detach() is not None:
+            self.client.unregister_worker_plugin(self.name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.release()
 
     def __repr__(self) -> str:
-        return f"ScatteredModel({type(self.model).__name__}, key={self.future.key!r})"
+        state = ", released" if self.released else ""
+        return f"ScatteredModel({type(self.model).__name__}, name={self.name!r}{state})"
 
 
 def _default_client():
@@ -63,12 +167,13 @@ def _set_threads(n):
 
 
 def scatter(model, client=None, *, n_threads=None) -> ScatteredModel:
-    """Send ``model`` to every worker once; return a handle for :func:`predict`.
+    """Install ``model`` on every worker once; return a handle for :func:`predict`.
 
     Parameters
     ----------
     model : estimator or Module
-        Pickled once (a Module carries its raw weights; each worker re-packs them on first use).
+        Pickled once on the client and unpickled once per worker (a Module carries its raw
+        weights; each worker re-packs them on first use).
     client : distributed.Client, optional
         Default: the current client.
     n_threads : int, optional
@@ -78,6 +183,7 @@ def scatter(model, client=None, *, n_threads=None) -> ScatteredModel:
     Returns
     -------
     ScatteredModel
+        Release it with ``.release()`` or a ``with`` block, or let it be garbage-collected.
     """
     if n_threads is not None and (
         isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1
@@ -87,13 +193,17 @@ def scatter(model, client=None, *, n_threads=None) -> ScatteredModel:
         client = _default_client()
         if client is None:
             raise ValueError("scatter: no distributed client (pass client= or create a Client)")
-    future = client.scatter(model, broadcast=True, hash=False)
+    name = f"modulekit-model-{type(model).__name__}-{uuid.uuid4().hex}"
+    client.register_plugin(_ModelPlugin(model), name=name)
+    handle = ScatteredModel(name, model, client)
     if n_threads is not None:
         client.run(_set_threads, n_threads)
-    return ScatteredModel(future, model, client)
+    return handle
 
 
 def _call(model, method, x):
+    if isinstance(model, _ModelRef):
+        model = model.resolve()
     if method is None:
         if hasattr(x, "to_numpy"):  # a pandas partition: a Module takes arrays
             x = x.to_numpy()
@@ -172,10 +282,12 @@ def predict(model, data, *, method="predict", name=None):
     if method is not None and not callable(getattr(local, method, None)):
         raise AttributeError(f"predict: {type(local).__name__} has no method {method!r}")
     if isinstance(model, ScatteredModel):
-        remote = model.future
+        if model.released:
+            raise ValueError(f"predict: {model!r} was released")
+        remote = _ModelRef(model.name, model)
     else:
         client = _default_client()
-        remote = model if client is None else scatter(model, client).future
+        remote = model if client is None else client.scatter(model, broadcast=True, hash=False)
     if isinstance(data, da.Array):
         return _predict_array(remote, local, data, method)
     return _predict_frame(remote, local, data, method, name)

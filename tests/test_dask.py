@@ -1,7 +1,8 @@
 """modulekit.dask: batch inference on a LocalCluster(n_workers=2, processes=True).
 
 The model is scattered once per worker (counted by a class-level counter in ``__setstate__``,
-read on each worker with ``client.run``), and the results equal the local ones exactly.
+read on each worker with ``client.run``), also across a pass of the Active Memory Manager, and
+the results equal the local ones exactly.
 """
 
 import os
@@ -96,6 +97,9 @@ def test_array_and_dataframe_results_equal_local_and_model_loads_once_per_worker
     np.testing.assert_array_equal(proba.compute(), estimator.predict_proba(X))
     labels = mkd.predict(handle, dX).compute()
     np.testing.assert_array_equal(labels, estimator.predict(X))
+    # the Active Memory Manager drops replicas of Dask data nobody waits on (every 2 s): the
+    # workers' copies must survive a pass of it between computations
+    client.amm.run_once()
 
     frame = pd.DataFrame(X, index=pd.RangeIndex(1000, 1000 + len(X)))
     ddf = dd.from_pandas(frame, npartitions=3)
@@ -110,6 +114,28 @@ def test_array_and_dataframe_results_equal_local_and_model_loads_once_per_worker
     # 6 + 6 + 3 + 3 tasks, two workers: each unpickled the model exactly once
     per_worker = client.run(loads_here)
     assert sorted(per_worker.values()) == [1, 1], per_worker
+
+    handle.release()
+    handle.release()  # idempotent
+    assert set(client.run(has_plugin, handle.name).values()) == {False}
+    with pytest.raises(ValueError, match="was released"):
+        mkd.predict(handle, dX)
+
+
+def has_plugin(name, dask_worker):
+    return name in dask_worker.plugins
+
+
+def test_released_model_is_a_clear_task_error(client, X, estimator):
+    handle = mkd.scatter(estimator, client)
+    proba = mkd.predict(handle, da.from_array(X, chunks=(BATCH, 6)), method="predict_proba")
+    handle.release()
+    with pytest.raises(RuntimeError, match="was released"):
+        proba.compute()
+    with mkd.scatter(estimator, client) as handle:
+        assert set(client.run(has_plugin, handle.name).values()) == {True}
+    assert handle.released
+    assert set(client.run(has_plugin, handle.name).values()) == {False}
 
 
 def test_module_and_transformer_with_pandas_output(client, X):
