@@ -11,9 +11,10 @@ import numpy as np
 from modulekit._ext import _conv
 from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
-from modulekit.dtypes import DataType, as_dtype, float32
+from modulekit.dtypes import as_dtype, float32
 from modulekit.module import Module
 from modulekit.nn._random import default_generator
+from modulekit.nn.modules._packed import PackedWeightLayer
 from modulekit.nn.modules.batchnorm import BatchNorm2d
 
 __all__ = ["Conv2d", "apply_activation", "conv_bn_act", "prefold"]
@@ -34,7 +35,7 @@ def _pair(value, name):
     return (int(items[0]), int(items[1]))
 
 
-class Conv2d(Module):
+class Conv2d(PackedWeightLayer):
     """2-D convolution over an (N, C_in, H, W) or (C_in, H, W) input, as ``torch.nn.Conv2d``.
 
     Parameters
@@ -63,7 +64,6 @@ class Conv2d(Module):
     compute in float64.
     """
 
-    _packed = None
     _fused = None  # {(id(bn), activation): PackedConv2d} built by conv_bn_act in eval mode
 
     def __init__(
@@ -141,7 +141,6 @@ class Conv2d(Module):
             self.bias = Parameter(rng.uniform(-bound, bound, out_channels).astype(dtype.numpy))
         else:
             self.register_parameter("bias", None)
-        self._bias_dtype = None
 
     def extra_repr(self) -> str:
         s = (
@@ -154,8 +153,7 @@ class Conv2d(Module):
             s += f", dilation={self.dilation}"
         if self.groups != 1:
             s += f", groups={self.groups}"
-        has_bias = self._packed.has_bias if self._packed is not None else self.bias is not None
-        if not has_bias:
+        if not self._has_bias():
             s += ", bias=False"
         if self.padding_mode != "zeros":
             s += f", padding_mode={self.padding_mode!r}"
@@ -167,73 +165,15 @@ class Conv2d(Module):
             stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups
         )
 
-    def _pack(self) -> None:
-        with self._pack_lock:
-            if self._packed is not None:
-                return
-            weight = self._parameters.get("weight")
-            if weight is None:
-                raise RuntimeError("Conv2d: cannot pack, its weight is None")
-            bias = self._parameters.get("bias")
-            packed = _conv.pack_conv2d(
-                weight.numpy(),
-                None if bias is None else bias.numpy(),
-                storage=weight.dtype.name,
-                **self._pack_args(),
-            )
-            self._bias_dtype = None if bias is None else bias.dtype
-            del self._parameters["weight"]
-            if bias is not None:
-                del self._parameters["bias"]
-            self._packed = packed
+    def _pack_kernel(self, weight, bias, storage):
+        return _conv.pack_conv2d(weight, bias, storage=storage, **self._pack_args())
 
-    def _packed_keys(self) -> dict[str, tuple[tuple[int, ...], DataType]]:
-        packed = self._packed
-        if packed is None:
-            return {}
+    def _weight_shape(self):
         kh, kw = self.kernel_size
-        shape = (self.out_channels, self.in_channels // self.groups, kh, kw)
-        keys = {"weight": (shape, as_dtype(packed.storage))}
-        if packed.has_bias:
-            keys["bias"] = ((self.out_channels,), self._bias_dtype)
-        return keys
+        return (self.out_channels, self.in_channels // self.groups, kh, kw)
 
-    def _unpack(self) -> None:
-        packed = self._packed
-        if packed is None:
-            return
-        weight, bias = packed.unpack()
-        params = {"weight": Parameter(weight)}
-        if bias is not None:
-            params["bias"] = Parameter(np.asarray(bias).astype(self._bias_dtype.numpy))
-        params.update((k, v) for k, v in self._parameters.items() if k not in params)
-        self.__dict__["_parameters"] = params
-        self._packed = None
-        self._fused = None
-        self._bias_dtype = None
-
-    def _repack(self, values: dict[str, np.ndarray], dtype: DataType | None = None) -> None:
-        with self._pack_lock:
-            packed = self._packed
-            if packed is None:
-                return
-            weight, bias = values.get("weight"), values.get("bias")
-            if weight is None or (bias is None and packed.has_bias):
-                old_weight, old_bias = packed.unpack()
-                weight = old_weight if weight is None else weight
-                bias = old_bias if bias is None else bias
-            storage = as_dtype(packed.storage) if dtype is None else dtype
-            bias_dtype = self._bias_dtype if dtype is None else dtype
-            if bias is not None:
-                bias = np.asarray(bias).astype(bias_dtype.numpy, copy=False)
-            self._packed = _conv.pack_conv2d(
-                np.asarray(weight).astype(storage.numpy, copy=False),
-                bias,
-                storage=storage.name,
-                **self._pack_args(),
-            )
-            self._bias_dtype = bias_dtype
-            self._fused = None
+    def _packed_changed(self) -> None:
+        self._fused = None  # the folded Conv+BN kernels follow the weights
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()

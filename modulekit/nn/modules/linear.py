@@ -9,10 +9,11 @@ import numpy as np
 from modulekit._ext._gemm import ACTIVATIONS, pack_linear
 from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
-from modulekit.dtypes import DataType, as_dtype, float32
+from modulekit.dtypes import as_dtype, float32
 from modulekit.module import Module
 from modulekit.nn._random import default_generator
 from modulekit.nn.functional import as_real_array
+from modulekit.nn.modules._packed import PackedWeightLayer
 
 __all__ = ["Identity", "Linear"]
 
@@ -27,7 +28,7 @@ class Identity(Module):
         return input
 
 
-class Linear(Module):
+class Linear(PackedWeightLayer):
     """``y = x @ weight.T + bias`` over the last dimension, as ``torch.nn.Linear``.
 
     Parameters
@@ -55,8 +56,6 @@ class Linear(Module):
     in float32.
     """
 
-    _packed = None
-
     def __init__(
         self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None
     ) -> None:
@@ -79,70 +78,17 @@ class Linear(Module):
             self.bias = Parameter(rng.uniform(-bound, bound, out_features).astype(dtype.numpy))
         else:
             self.register_parameter("bias", None)
-        self._bias_dtype = None
 
     def extra_repr(self) -> str:
-        has_bias = self._packed.has_bias if self._packed is not None else self.bias is not None
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={has_bias}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self._has_bias()}")
 
-    # ---------------------------------------------------------------- packing protocol
-    def _pack(self) -> None:
-        with self._pack_lock:
-            if self._packed is not None:
-                return
-            weight = self._parameters.get("weight")
-            if weight is None:
-                raise RuntimeError("Linear: cannot pack, its weight is None")
-            bias = self._parameters.get("bias")
-            packed = pack_linear(
-                weight.numpy(), None if bias is None else bias.numpy(), weight.dtype.name
-            )
-            self._bias_dtype = None if bias is None else bias.dtype
-            del self._parameters["weight"]
-            if bias is not None:
-                del self._parameters["bias"]
-            self._packed = packed
+    # ---------------------------------------------------------------- packing
+    def _pack_kernel(self, weight, bias, storage):
+        return pack_linear(weight, bias, storage)
 
-    def _packed_keys(self) -> dict[str, tuple[tuple[int, ...], DataType]]:
-        packed = self._packed
-        if packed is None:
-            return {}
-        keys = {"weight": ((self.out_features, self.in_features), as_dtype(packed.storage))}
-        if packed.has_bias:
-            keys["bias"] = ((self.out_features,), self._bias_dtype)
-        return keys
-
-    def _unpack(self) -> None:
-        packed = self._packed
-        if packed is None:
-            return
-        weight, bias = packed.unpack()
-        params = {"weight": Parameter(weight)}
-        if bias is not None:
-            params["bias"] = Parameter(np.asarray(bias).astype(self._bias_dtype.numpy))
-        params.update((k, v) for k, v in self._parameters.items() if k not in params)
-        self.__dict__["_parameters"] = params
-        self._packed = None
-        self._bias_dtype = None
-
-    def _repack(self, values: dict[str, np.ndarray], dtype: DataType | None = None) -> None:
-        with self._pack_lock:
-            packed = self._packed
-            if packed is None:
-                return
-            weight, bias = values.get("weight"), values.get("bias")
-            if weight is None or (bias is None and packed.has_bias):
-                old_weight, old_bias = packed.unpack()
-                weight = old_weight if weight is None else weight
-                bias = old_bias if bias is None else bias
-            storage = as_dtype(packed.storage) if dtype is None else dtype
-            bias_dtype = self._bias_dtype if dtype is None else dtype
-            if bias is not None:
-                bias = np.asarray(bias).astype(bias_dtype.numpy, copy=False)
-            self._packed = pack_linear(
-                np.asarray(weight).astype(storage.numpy, copy=False), bias, storage.name
-            )
-            self._bias_dtype = bias_dtype
+    def _weight_shape(self):
+        return (self.out_features, self.in_features)
 
     # ---------------------------------------------------------------- compute
     def forward(self, input) -> np.ndarray:
