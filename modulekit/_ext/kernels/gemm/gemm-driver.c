@@ -17,10 +17,10 @@
 
 /* Below this many multiply-adds a call stays on the calling thread (a libgomp region costs
  * 1-2 us while its team spins and much more after idling; OpenBLAS uses 2^18). */
-#define MK_GEMM_PARALLEL_MIN_MACS (1u << 20)
+#define MK_GEMM_PARALLEL_MIN_MACS (1u << 19)
 /* Small-M calls are bound by reading the weights: split them over the threads once they
  * exceed this many bytes, so each core streams its share from its own L2. */
-#define MK_GEMM_PARALLEL_MIN_WEIGHT_BYTES (1u << 20)
+#define MK_GEMM_PARALLEL_MIN_WEIGHT_BYTES (256u << 10)
 
 static size_t mk_min(size_t a, size_t b) { return a < b ? a : b; }
 
