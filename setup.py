@@ -2,7 +2,7 @@
 
 OpenMP is detected with a compile-and-link probe: without it the extensions still build and
 run serially (``modulekit._ext._openmp_helpers.openmp_enabled()`` says which). The flags are
-portable (``-O3``, never ``-march=native``): instruction-set specific kernels carry
+portable (``-O3`` and no ``-march`` flag): instruction-set specific kernels carry
 ``__attribute__((target(...)))`` and are chosen at run time from the CPU's flags.
 """
 
