@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from modulekit.bench import SUITES
-from modulekit.bench.bars import BARS, check_bars
+from modulekit.bench.bars import BARS, ceiling_text, check_bars
 from modulekit.bench.report import render
 
 
@@ -50,7 +50,7 @@ def test_bars_name_real_cases(quick_run):
     _, result = quick_run
     cases = {(r["suite"], r["case"]) for r in result["rows"]}
     suites_run = {r["suite"] for r in result["rows"]}
-    for issue, _text, suite, case, _peer, _need in BARS:
+    for issue, _text, suite, case, _peer, _need, *_floor in BARS:
         # quick runs use smaller sizes for some cases; the rest must match a row exactly
         if suite in suites_run and "MB" not in case and "batch 32" not in case \
                 and "seq 128" not in case and "MiB" not in case:
@@ -80,6 +80,24 @@ def test_check_bars_marks_met_and_missed():
     rows[1]["seconds"] = 3.0
     (bar,) = check_bars(with_ratios(rows))
     assert bar["met"]
+
+
+def test_check_bars_reports_the_ceiling_a_floor_allows():
+    from modulekit.bench._timing import with_ratios
+    from modulekit.bench.casts import FLOOR_NEW
+
+    case = "float32 -> float16 64 MiB, new array"
+    rows = [
+        {"suite": "casts", "case": case, "impl": "modulekit", "seconds": 2.0},
+        {"suite": "casts", "case": case, "impl": "numpy astype", "seconds": 30.0},
+        {"suite": "casts", "case": case, "impl": FLOOR_NEW, "seconds": 1.5},
+    ]
+    (bar,) = check_bars(with_ratios(rows))
+    assert bar["speedup"] == 15.0 and not bar["met"] and bar["ceiling"] == 20.0
+    assert "at most 20.00x" in ceiling_text(bar)
+    del rows[2]
+    (bar,) = check_bars(with_ratios(rows))
+    assert "ceiling" not in bar and ceiling_text(bar) == ""
 
 
 def test_unknown_suite_is_refused():

@@ -2,17 +2,24 @@
 
 Each bar names a (suite, case) row pair and the speedup modulekit must reach over a peer
 (peer time / modulekit time): "<= 0.5x the peer's time" is a speedup of at least 2.
+
+A bar may also name a floor: a row of the same case that does only the unavoidable part of the
+work (for a cast: moving its bytes, without converting them). The peer's time over the floor's
+is then the largest speedup any implementation can reach on the machine measured, reported as
+``ceiling`` beside the bar.
 """
 
 from __future__ import annotations
 
-# (issue, what the issue asks, suite, case, peer impl, minimum speedup)
+from modulekit.bench.casts import FLOOR_NEW
+
+# (issue, what the issue asks, suite, case, peer impl, minimum speedup[, floor impl])
 BARS = [
     (2, "Identity call overhead <= 0.5x torch's", "overhead", "Identity call", "torch", 2.0),
     (2, "float32 -> float16 cast of 64 MiB >= 20x ndarray.astype",
-     "casts", "float32 -> float16 64 MiB, new array", "numpy astype", 20.0),
+     "casts", "float32 -> float16 64 MiB, new array", "numpy astype", 20.0, FLOOR_NEW),
     (2, "float32 -> bfloat16 cast of 64 MiB >= 10x ml_dtypes astype",
-     "casts", "float32 -> bfloat16 64 MiB, new array", "ml_dtypes astype", 10.0),
+     "casts", "float32 -> bfloat16 64 MiB, new array", "ml_dtypes astype", 10.0, FLOOR_NEW),
     (3, "matmul float32 1024^3 >= 0.95x numpy", "gemm", "matmul 1024^3", "numpy", 0.95),
     (3, "packed Linear 1024x1024 batch 1024 >= 1.0x numpy", "gemm",
      "linear 1024x1024 batch 1024", "numpy", 1.0),
@@ -46,18 +53,28 @@ def check_bars(rows):
     """One dict per bar whose rows are present: measured speedup and whether it is met."""
     index = {(r.get("suite"), r.get("case"), r.get("impl")): r for r in rows}
     out = []
-    for issue, text, suite, case, peer, need in BARS:
+    for issue, text, suite, case, peer, need, *floor in BARS:
         row = index.get((suite, case, peer))
         if row is None or not row.get("speedup"):
             continue
-        out.append({"issue": issue, "bar": text, "suite": suite, "case": case, "peer": peer,
-                    "needed": need, "speedup": row["speedup"], "met": row["speedup"] >= need})
+        bar = {"issue": issue, "bar": text, "suite": suite, "case": case, "peer": peer,
+               "needed": need, "speedup": row["speedup"], "met": row["speedup"] >= need}
+        low = index.get((suite, case, floor[0])) if floor else None
+        if low is not None and low.get("seconds"):
+            bar["ceiling"] = row["seconds"] / low["seconds"]
+        out.append(bar)
     return out
+
+
+def ceiling_text(bar):
+    """The bar's ceiling as text to append ("; the memory allows at most Nx"), or ""."""
+    return (f"; the memory allows at most {bar['ceiling']:.2f}x"
+            if bar.get("ceiling") is not None else "")
 
 
 def format_bars(bars):
     return "\n".join(
         f"  [{'met' if b['met'] else 'MISSED'}] #{b['issue']} {b['bar']}: "
-        f"{b['speedup']:.2f}x (needs >= {b['needed']:.2f}x)"
+        f"{b['speedup']:.2f}x (needs >= {b['needed']:.2f}x{ceiling_text(b)})"
         for b in bars
     )

@@ -15,6 +15,12 @@ round in turn (interleaved; medians, quartiles and the fastest sample):
   what ``Tensor._cast_`` / ``Module.to(dtype)`` do. The source values are restored, untimed,
   before every call.
 
+Two floors, which convert nothing, bound what any cast can reach on this machine: "allocate
+and write the output only" (``np.full`` of as many bytes as the output: a fresh array's page
+faults and writes) beside the new-array case, and "memcpy of the same byte count"
+(``np.copyto`` of bytes, as many read and written as the cast moves) beside the into-existing
+case. A peer's time over a floor's is the largest speedup over that peer the memory allows.
+
 GB/s counts the bytes read plus the bytes written; speedup = peer time / modulekit time.
 Bars (issue): float32 -> float16 >= 20x ``astype``, float32 -> bfloat16 >= 10x ml_dtypes.
 ``run(quick=False)`` returns the rows (``suite``, ``case``, ``impl``, ``seconds``, ``low``,
@@ -40,6 +46,8 @@ F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 CASES = [(F32, F16), (F32, BF16), (F16, F32), (BF16, F32)]
+FLOOR_NEW = "floor: allocate and write the output only"
+FLOOR_COPY = "floor: memcpy of the same byte count"
 
 
 def _fmt(seconds):
@@ -82,6 +90,8 @@ def run(quick=False, nbytes=64 * MIB) -> list[dict]:
     n = nbytes // 4
     rounds = 3 if quick else 11
     base = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+    copy_src = base.view(np.uint8)
+    copy_dst = np.empty_like(copy_src)
     rows = []
     for src, dst in CASES:
         x = base if src == F32 else base.astype(src)
@@ -93,11 +103,14 @@ def run(quick=False, nbytes=64 * MIB) -> list[dict]:
             f"{name}, new array": {
                 "modulekit": (None, lambda x=x, dst=dst: _cast.cast(x, dst)),
                 f"{peer} astype": (None, lambda x=x, dst=dst: x.astype(dst)),
+                FLOOR_NEW: (None, lambda nb=n * dst.itemsize: np.full(nb, 1, np.uint8)),
             },
             f"{name}, into an existing array": {
                 "modulekit": (None, lambda x=x, out=out: _cast.cast_into(x, out)),
                 f"{peer} np.copyto": (
                     None, lambda x=x, out=out: np.copyto(out, x, casting="unsafe")),
+                FLOOR_COPY: (None, lambda a=copy_src[: moved // 2], b=copy_dst[: moved // 2]:
+                             np.copyto(b, a)),
             },
         }
         if dst.itemsize < src.itemsize:
@@ -110,8 +123,9 @@ def run(quick=False, nbytes=64 * MIB) -> list[dict]:
         for case, funcs in groups.items():
             res = interleaved(funcs, rounds)
             for impl, stats in res.items():
-                rows.append(dict(suite="casts", case=case, impl=impl, gbps=moved /
-                                 stats["seconds"] / 1e9, **stats))
+                nb = n * dst.itemsize if impl == FLOOR_NEW else moved
+                rows.append(dict(suite="casts", case=case, impl=impl,
+                                 gbps=nb / stats["seconds"] / 1e9, **stats))
     return rows
 
 

@@ -14,7 +14,7 @@ import json
 import sys
 
 from modulekit.bench._timing import fmt_time, with_ratios
-from modulekit.bench.bars import check_bars
+from modulekit.bench.bars import ceiling_text, check_bars
 
 
 def _suite_table(rows):
@@ -73,7 +73,7 @@ def render(result, plot=None, notes=None):
         lines += ["## The issues' bars", "",
                   "| issue | bar | measured speedup | needed | |", "|---|---|---:|---:|---|"]
         lines += [f"| #{b['issue']} | {b['bar']} | {b['speedup']:.2f}x | {b['needed']:.2f}x | "
-                  f"{'met' if b['met'] else '**missed**'} |" for b in bars]
+                  f"{'met' if b['met'] else '**missed**'}{ceiling_text(b)} |" for b in bars]
         lines.append("")
     if plot:
         lines += [f"![modulekit speedup over each peer]({plot})", ""]
