@@ -2,7 +2,8 @@
  * is copied into a per-thread phase image (zero padding, stride phases; it stays in L1/L2),
  * whose output grid (OH rows of Wq >= OW columns) is contiguous: one vectorised pass over all
  * its lanes computes it (bias included), then a row pass drops the extra columns, adding the
- * residual and the activation. OpenMP over planes. */
+ * residual and the activation. OpenMP over planes. 3x3 stride-1/2 convolutions on AVX-512 skip
+ * the copy: f32-dwconv2d-chw-3x3-avx512.c reads the input in place. */
 #include "conv.h"
 #include "isa.h"
 #include "mk_omp.h"
@@ -11,6 +12,10 @@ void mk_f32_dwconv_row_avx512(int T, const float *ph, const ptrdiff_t *toff, con
                               float bias, int OW, float *out, const float *res, int act);
 void mk_f32_dwconv_row_avx2(int T, const float *ph, const ptrdiff_t *toff, const float *w,
                             float bias, int OW, float *out, const float *res, int act);
+void mk_f32_dwconv2d_chw_3x3_avx512(const float *x, ptrdiff_t sh, int H, int W, int stride,
+                                    int pt, int pl, int OW, int oh0, int oh1, const float *w,
+                                    float bias, float *out, ptrdiff_t ors, const float *res,
+                                    ptrdiff_t rrs, int act);
 void mk_f32_grid_rows_avx512(const float *grid, int Wq, int OH, int OW, float *out,
                              const float *res, int act);
 void mk_f32_grid_rows_avx2(const float *grid, int Wq, int OH, int OW, float *out,
@@ -36,6 +41,13 @@ static void dwconv_row_scalar(int T, const float *ph, const ptrdiff_t *toff, con
     }
 }
 
+/* 3x3, stride 1 or 2 (both axes), dilation 1, unit column stride, any padding: the AVX-512
+ * kernel reads the input in place (f32-dwconv2d-chw-3x3-avx512.c), no scratch. */
+static int dwconv_direct3x3(const mk_conv_geom *g, int isa) {
+    return isa >= MK_ISA_AVX512 && g->KH == 3 && g->KW == 3 && g->dy == 1 && g->dx == 1 &&
+           g->sy == g->sx && (g->sy == 1 || g->sy == 2) && g->sw == 1;
+}
+
 ptrdiff_t mk_dwconv_scratch(const mk_conv_geom *g) {
     /* the channel's phase image, then the output grid (OH x Wq) */
     return mk_conv_phase_size(g, 1) + (ptrdiff_t)g->OH * g->Wq + 64;
@@ -54,6 +66,20 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
     } else if (isa >= MK_ISA_AVX2) {
         row = mk_f32_dwconv_row_avx2;
         rows = mk_f32_grid_rows_avx2;
+    }
+    if (dwconv_direct3x3(g, isa)) {
+        const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
+        const int planes = g->N * g->C;
+        if ((double)planes * ohw * 9 < 2e4) nthreads = 1;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
+        for (int pc = 0; pc < planes; pc++) {
+            const int n = pc / g->C, c = pc % g->C;
+            mk_f32_dwconv2d_chw_3x3_avx512(
+                x + n * g->sn + c * g->sc, g->sh, g->H, g->W, g->sy, g->pt, g->pl, g->OW, 0,
+                g->OH, w + (ptrdiff_t)c * 9, bias ? bias[c] : 0.0f, out + (ptrdiff_t)pc * ohw,
+                g->OW, res ? res + (ptrdiff_t)pc * ohw : NULL, g->OW, act);
+        }
+        return;
     }
     /* the output grid is contiguous in the phase image: one pass over all its lanes */
     const int lanes = (g->OH - 1) * g->Wq + g->OW;

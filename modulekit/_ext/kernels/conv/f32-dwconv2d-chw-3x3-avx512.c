@@ -1,0 +1,122 @@
+/* Depthwise 3x3 convolution of one CHW plane, float32, AVX-512 (16 output columns per vector),
+ * stride 1 or 2, dilation 1, padding 0 or 1 on each side, read straight from the input (no
+ * padded copy): padding is a zero-masked load, the masked-out lanes are never touched.
+ *
+ * The output rows are computed ROWS at a time (4 for stride 1, 2 for stride 2): each input row
+ * of the band is loaded once per 16-column step and feeds every output row it is a vertical
+ * neighbour of, so stride 1 loads 6 rows x 3 shifted vectors for 36 FMAs. Stride 2 loads two
+ * vectors (32 input columns) and one extra column per input row and splits them into the
+ * even/odd/even+2 column vectors with two permutes and one align: no phase copy. Bias, the
+ * residual add and the activation are applied while the accumulators are in registers. */
+#include "simd-act.h"
+
+/* Load masks of the input columns an output-column step reads (lanes outside [0, W) off):
+ * stride 1: the three shifted vectors; stride 2: the two halves of the 32 columns and the
+ * extra column. */
+MK_T512 static inline void dw3_masks(const int S, int W, int ow, int pl, __mmask16 m[3]) {
+    if (S == 1) {
+        for (int kw = 0; kw < 3; kw++) {
+            const int b = ow - pl + kw; /* input column of lane 0 */
+            m[kw] = (__mmask16)mk_seg_mask(-b, W - b, 0, 16);
+        }
+    } else {
+        const int b = 2 * ow - pl;
+        m[0] = (__mmask16)mk_seg_mask(-b, W - b, 0, 16);
+        m[1] = (__mmask16)mk_seg_mask(-b, W - b, 1, 16);
+        m[2] = (__mmask16)(mk_seg_mask(-b, W - b, 2, 16) & 1u);
+    }
+}
+
+/* Shifted column vectors of input row xr for output columns [ow, ow+16): v[kw] lane i =
+ * padded input column (ow + i) * S + kw (columns outside [0, W) read as 0). */
+MK_T512 static inline void dw3_row_cols(const int S, const float *xr, int ow, int pl,
+                                        const __mmask16 m[3], __m512 v[3]) {
+    if (S == 1) {
+        const float *p = xr + ow - pl;
+        v[0] = _mm512_maskz_loadu_ps(m[0], p);
+        v[1] = _mm512_maskz_loadu_ps(m[1], p + 1);
+        v[2] = _mm512_maskz_loadu_ps(m[2], p + 2);
+    } else {
+        const float *p = xr + 2 * ow - pl;
+        const __m512 A = _mm512_maskz_loadu_ps(m[0], p);
+        const __m512 B = _mm512_maskz_loadu_ps(m[1], p + 16);
+        const __m512 C = _mm512_maskz_loadu_ps(m[2], p + 32);
+        const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
+                                             26, 28, 30);
+        const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25,
+                                             27, 29, 31);
+        v[0] = _mm512_permutex2var_ps(A, ie, B);
+        v[1] = _mm512_permutex2var_ps(A, io, B);
+        v[2] = _mm512_castsi512_ps(
+            _mm512_alignr_epi32(_mm512_castps_si512(C), _mm512_castps_si512(v[0]), 1));
+    }
+}
+
+/* Output rows [oh, oh + nrows) (nrows <= ROWS), every column, of one plane. */
+MK_T512 static inline void dw3_band(const int S, const int ROWS, const float *x, ptrdiff_t sh,
+                                    int H, int W, int pt, int pl, int OW, int oh, int nrows,
+                                    const __m512 wv[9], float bias, float *out, ptrdiff_t ors,
+                                    const float *res, ptrdiff_t rrs, int act) {
+    const int NIN = S * (ROWS - 1) + 3; /* input rows of a full band */
+    for (int ow = 0; ow < OW; ow += 16) {
+        __m512 acc[4];
+        __mmask16 lm[3];
+        dw3_masks(S, W, ow, pl, lm);
+#pragma GCC unroll 4
+        for (int j = 0; j < ROWS; j++) acc[j] = _mm512_set1_ps(bias);
+#pragma GCC unroll 9
+        for (int r = 0; r < NIN; r++) {
+            const int iy = oh * S - pt + r;
+            if (iy < 0 || iy >= H) continue; /* padding row: contributes 0 */
+            if (r >= S * (nrows - 1) + 3) break;
+            __m512 v[3];
+            dw3_row_cols(S, x + iy * sh, ow, pl, lm, v);
+#pragma GCC unroll 4
+            for (int j = 0; j < ROWS; j++) {
+                const int kh = r - S * j; /* this row is tap row kh of output row oh + j */
+                if (kh < 0 || kh > 2) continue;
+                acc[j] = _mm512_fmadd_ps(wv[3 * kh + 0], v[0], acc[j]);
+                acc[j] = _mm512_fmadd_ps(wv[3 * kh + 1], v[1], acc[j]);
+                acc[j] = _mm512_fmadd_ps(wv[3 * kh + 2], v[2], acc[j]);
+            }
+        }
+        const __mmask16 m = (__mmask16)mk_seg_mask(0, OW - ow, 0, 16);
+#pragma GCC unroll 4
+        for (int j = 0; j < ROWS; j++) {
+            if (j >= nrows) break;
+            __m512 a = acc[j];
+            if (res) a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(m, res + j * rrs + ow));
+            _mm512_mask_storeu_ps(out + j * ors + ow, m, mk_act512(a, act));
+        }
+    }
+}
+
+/* One plane, output rows [oh0, oh1).
+ *   x    : input plane, row y at x + y*sh, columns contiguous; rows [0, H) valid (only the rows
+ *          the requested output rows need are read)                         input
+ *   w    : 9 taps (row-major 3x3); bias: added first
+ *   out  : output row oh0 (row oh at out + (oh - oh0)*ors)                  output
+ *   res  : residual with the same addressing (row stride rrs), or NULL      input */
+MK_T512 void mk_f32_dwconv2d_chw_3x3_avx512(const float *x, ptrdiff_t sh, int H, int W,
+                                           int stride, int pt, int pl, int OW, int oh0,
+                                           int oh1, const float *w, float bias, float *out,
+                                           ptrdiff_t ors, const float *res, ptrdiff_t rrs,
+                                           int act) {
+    __m512 wv[9];
+    for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(w[t]);
+    if (stride == 1) {
+        for (int oh = oh0; oh < oh1; oh += 4) {
+            const int nr = oh1 - oh < 4 ? oh1 - oh : 4;
+            const ptrdiff_t d = oh - oh0;
+            dw3_band(1, 4, x, sh, H, W, pt, pl, OW, oh, nr, wv, bias, out + d * ors, ors,
+                     res ? res + d * rrs : NULL, rrs, act);
+        }
+    } else {
+        for (int oh = oh0; oh < oh1; oh += 2) {
+            const int nr = oh1 - oh < 2 ? oh1 - oh : 2;
+            const ptrdiff_t d = oh - oh0;
+            dw3_band(2, 2, x, sh, H, W, pt, pl, OW, oh, nr, wv, bias, out + d * ors, ors,
+                     res ? res + d * rrs : NULL, rrs, act);
+        }
+    }
+}
