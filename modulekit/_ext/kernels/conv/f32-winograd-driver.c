@@ -99,7 +99,13 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
         per = (per + nr - 1) / nr * nr;
         if (per < tb) tb = per < nr ? nr : per;
     }
-    if (tb >= p->ntiles) tb = p->ntiles;
+    if (tb >= p->ntiles) {
+        tb = p->ntiles;
+    } else { /* equal blocks (a last block of a few tiles would pad a whole igemm tile) */
+        const ptrdiff_t nb = (p->ntiles + tb - 1) / tb;
+        tb = ((p->ntiles + nb - 1) / nb + nr - 1) / nr * nr;
+        if (tb >= p->ntiles) tb = p->ntiles;
+    }
     p->tb = (int)tb;
     mk_conv_igemm_lanes(isa, tb, &p->fn, &p->nr);
     p->tbs = (tb + 15) & ~(ptrdiff_t)15;
@@ -128,12 +134,13 @@ ptrdiff_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int i
  *                  + the packed weights streamed from L3 once per image
  *   F(m):          alpha^2 Cout_pad Cin * (tiles rounded up to the tile width)
  *                  + tiles * (Cin + Cout) * TRANSFORM_COST[m]   (input + output transforms)
- *                  + U streamed from L3 once per igemm lane tile (once when it fits L2)
+ *                  + U streamed once per block (once in all when it fits L2; within a block
+ *                    each U[t] stays in L2 across the block's igemm tiles)
  * TRANSFORM_COST was measured on AVX-512 against the igemm kernels (F(2x2): ~400 units per
  * tile and channel, F(4x4): ~1100), STREAM_COST likewise (units per byte of weights that do
  * not stay in L2). The same table serves the other paths: there the GEMM is slower too. */
 static const double TRANSFORM_COST[2] = {400.0, 1100.0};
-#define STREAM_COST 10.0
+#define STREAM_COST 4.0
 #define L2_BYTES (1 << 20)
 
 static double stream_bytes(double wbytes, double passes) {
@@ -168,7 +175,7 @@ int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthrea
                           (double)((last + lnr - 1) / lnr * lnr);
         const double ubytes = T * coutp * cin * sizeof(float);
         const double cost = T * coutp * cin * tp + tiles * (cin + Cout) * TRANSFORM_COST[i] +
-                            STREAM_COST * stream_bytes(ubytes, tp / p.nr);
+                            STREAM_COST * stream_bytes(ubytes, (double)p.nblocks);
         if (cost < 0.9 * best) { /* a margin for the model's error: ties go to the GEMM */
             best = cost;
             choice = m;
