@@ -3,8 +3,11 @@
  *
  * Tiles (m x m output squares) are numbered across the batch, image by image, row by row.
  * They are processed in blocks of tb tiles (a multiple of the igemm tile width): for one block
- *   1. input transform, channel by channel: V[t][ci][l] for the block's tiles l
- *   2. alpha^2 GEMMs M[t] = U[t] V[t] with the igemm microkernels (bias rides in U[(1,1)])
+ *   1. input transform, channel by channel: V[ci][t][l] for the block's tiles l (each channel
+ *      one contiguous alpha^2 x tb block: 15% faster than [t][ci][l] at 64 channels, whose
+ *      alpha^2 store streams miss)
+ *   2. alpha^2 GEMMs M[t] = U[t] V[t] with the igemm microkernels (bias rides in U[(1,1)]),
+ *      into M[co][t][l]
  *   3. output transform, output channel by output channel, + residual and activation, stored
  * so the block's V and M (alpha^2 * (Cin + Cout) * tb floats) stay in L2 between the steps.
  * With at least two blocks per thread every thread runs whole blocks in its own scratch;
@@ -214,8 +217,8 @@ static void block_in(const wino_plan *p, const mk_conv_geom *g, const float *x, 
                      const mk_wino_seg *segs, int ns, int nl, int c0, int c1, float *V,
                      float *buf) {
     for (int ci = c0; ci < c1; ci++)
-        in(x + ci * g->sc, g->sn, g->sh, g->H, g->W, segs, ns, nl, V + ci * p->tbs,
-           (ptrdiff_t)g->C * p->tbs, buf);
+        in(x + ci * g->sc, g->sn, g->sh, g->H, g->W, segs, ns, nl, V + ci * p->T * p->tbs,
+           p->tbs, buf);
 }
 
 static void block_out(const wino_plan *p, const mk_conv_geom *g, mk_wino_out_fn outf,
@@ -223,7 +226,7 @@ static void block_out(const wino_plan *p, const mk_conv_geom *g, mk_wino_out_fn 
                       float *buf, float *out, const float *res, int act) {
     const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
     for (int co = c0; co < c1; co++)
-        outf(M + co * p->tbs, (ptrdiff_t)p->coutp * p->tbs, segs, ns, nl, buf, out + co * ohw,
+        outf(M + co * p->T * p->tbs, p->tbs, segs, ns, nl, buf, out + co * ohw,
              res ? res + co * ohw : NULL, g->OW, act);
 }
 
@@ -240,8 +243,8 @@ static void block_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
         const int rows = Cout - pn * MK_CONV_MR < MK_CONV_MR ? Cout - pn * MK_CONV_MR : MK_CONV_MR;
         const mk_seg seg = {0, lanes, 0};
         p->fn((size_t)Cin, u + ((size_t)t * p->np + pn) * panel,
-              V + (ptrdiff_t)t * Cin * p->tbs + lane0, koff, lanes, rows,
-              M + ((ptrdiff_t)t * p->coutp + pn * MK_CONV_MR) * p->tbs + lane0, p->tbs, NULL,
+              V + (ptrdiff_t)t * p->tbs + lane0, koff, lanes, rows,
+              M + ((ptrdiff_t)pn * MK_CONV_MR * p->T + t) * p->tbs + lane0, p->T * p->tbs, NULL,
               &seg, 1, MK_ACT_NONE);
     }
 }
@@ -255,7 +258,7 @@ int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int 
     make_plan(g, Cout, m, isa, nthreads, &p);
     nthreads = p.nthreads;
     ptrdiff_t *koff = (ptrdiff_t *)scratch; /* 2 * Cin floats hold Cin ptrdiff_t */
-    for (int k = 0; k < Cin; k++) koff[k] = k * p.tbs;
+    for (int k = 0; k < Cin; k++) koff[k] = (ptrdiff_t)k * p.T * p.tbs;
     float *base = scratch + 2 * (ptrdiff_t)Cin;
 
     if (!p.shared) {
