@@ -221,7 +221,8 @@ def test_weight_cache_and_algorithm_attribute(rng):
         p.algorithm = "winograd-4x4"
         check(p.forward(x), ref, "winograd-4x4")
         assert p.winograd_nbytes - n2 >= w32 * 4
-    p.algorithm = "igemm"
+    p.algorithm = "igemm"  # drops the transformed weights
+    assert p.winograd_nbytes == 0
     assert p.algorithm_for(x.shape) == "igemm"
     check(p.forward(x), ref, "igemm")
 
