@@ -221,7 +221,8 @@ def test_weight_cache_and_algorithm_attribute(rng):
         p.algorithm = "winograd-4x4"
         check(p.forward(x), ref, "winograd-4x4")
         assert p.winograd_nbytes - n2 >= w32 * 4
-    p.algorithm = "igemm"
+    p.algorithm = "igemm"  # drops the transformed weights
+    assert p.winograd_nbytes == 0
     assert p.algorithm_for(x.shape) == "igemm"
     check(p.forward(x), ref, "igemm")
 
@@ -245,3 +246,25 @@ def test_igemm_narrow_tiles(isa, rng, hw, cout):
     p = packed(wt, b, "igemm", padding=1)
     res = rng.standard_normal((2, cout) + hw).astype(np.float32)
     check(p.forward(x, "relu", res), reference(x, wt, b, 1, "relu", res), "igemm")
+
+
+def test_concurrent_calls_use_their_own_scratch(rng):
+    """Python threads calling convolutions at once: each thread's scratch is its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    x, wt, b = make(rng, 2, 16, 24, 21, 19)
+    convs = [packed(wt, b, a, padding=1) for a in ("winograd-2x2", "winograd-4x4", "igemm")]
+    strided = _conv.pack_conv2d(wt, b, stride=2, padding=1)  # phase image in the scratch too
+    inputs = [x * (i + 1) for i in range(6)]
+    refs = [reference(v, wt, b) for v in inputs]
+    sref = [reference(v, wt, b, stride=2) for v in inputs]
+
+    def work(i):
+        for _ in range(5):
+            for p in convs:
+                check(p.forward(inputs[i]), refs[i], "winograd-4x4")
+            check(strided.forward(inputs[i]), sref[i], "igemm")
+        return True
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(6)))

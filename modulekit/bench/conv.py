@@ -4,7 +4,9 @@
 
 - conv3x3 64->64 at 56x56, stride 1, pad 1 (bar, issue #4: >= 1.0x torch's GFLOP/s);
 - depthwise 3x3 over 144 channels at 56x56, stride 1 and stride 2;
-- conv1x1 256->64 at 56x56.
+- conv1x1 256->64 at 56x56;
+- conv3x3 256->256 at 14x14 and 512->512 at 7x7 (ResNet-18's deep layers: Winograd F(4x4)
+  and F(2x2) at batch 1, weights streaming from memory).
 
 Bias and a ReLU are fused for modulekit and included for the peers. GFLOP/s counts
 2 * C_out * OH * OW * C_in/groups * KH * KW. Each library's turn starts after a 50 ms pause
@@ -33,6 +35,8 @@ CASES = [
     ("dwconv3x3 144 56x56 s1", 144, 144, 3, 1, 1, 144, 56),
     ("dwconv3x3 144 56x56 s2", 144, 144, 3, 2, 1, 144, 56),
     ("conv1x1 256->64 56x56", 256, 64, 1, 1, 0, 1, 56),
+    ("conv3x3 256->256 14x14", 256, 256, 3, 1, 1, 1, 14),
+    ("conv3x3 512->512 7x7", 512, 512, 3, 1, 1, 1, 7),
 ]
 
 

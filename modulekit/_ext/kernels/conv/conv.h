@@ -116,7 +116,9 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
  * m x m outputs reads an alpha x alpha input window d; Y = A^T [(G w G^T) . (B^T d B)] A.
  * The alpha^2 elementwise products, summed over input channels, are alpha^2 GEMMs
  *     M[t] (Cout x tiles) = U[t] (Cout x Cin) . V[t] (Cin x tiles)
- * run by the igemm microkernels (koff[k] = k * tile stride: V[t] is a plain row-major B).
+ * run by the igemm microkernels. V and M are stored channel-major, [ci][t][tile] and
+ * [co][t][tile], so a transform reads or writes one contiguous block per channel; the GEMM
+ * reaches row ci of V[t] through koff[k] = k * alpha^2 * tile stride.
  * U = G w G^T is packed once per tile size as alpha^2 groups of igemm panels; the bias sits in
  * the panel bias slot of t = (1, 1) only (column 1 of A^T is all ones). */
 

@@ -2,6 +2,9 @@
  * 4 output channels x 24 output pixels (3 ymm per row, 12 accumulators). See conv.h. */
 #include "simd-act.h"
 
+/* software prefetch distance of the packed panel (floats), as the AVX-512 kernels */
+#define MK_IGEMM_PREFETCH 2048
+
 MK_T256 static inline __m256i mk_mask256(unsigned bits) {
     const __m256i idx = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     __m256i b = _mm256_set1_epi32((int)bits);
@@ -23,6 +26,7 @@ MK_T256 static void igemm_4x24(size_t K, const float *a, const float *b, const p
     if (nlanes >= 24) {
         for (size_t k = 0; k < K; k++) {
             const float *bk = b + koff[k];
+            _mm_prefetch((const char *)(a + MK_IGEMM_PREFETCH), _MM_HINT_T0);
             __m256 b0 = _mm256_loadu_ps(bk);
             __m256 b1 = _mm256_loadu_ps(bk + 8);
             __m256 b2 = _mm256_loadu_ps(bk + 16);
@@ -41,6 +45,7 @@ MK_T256 static void igemm_4x24(size_t K, const float *a, const float *b, const p
         __m256i m2 = mk_mask256(mk_seg_mask(0, nlanes, 2, 8));
         for (size_t k = 0; k < K; k++) {
             const float *bk = b + koff[k];
+            _mm_prefetch((const char *)(a + MK_IGEMM_PREFETCH), _MM_HINT_T0);
             __m256 b0 = _mm256_maskload_ps(bk, m0);
             __m256 b1 = _mm256_maskload_ps(bk + 8, m1);
             __m256 b2 = _mm256_maskload_ps(bk + 16, m2);
