@@ -121,6 +121,17 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
                      float *scratch, float *out, const float *res, int act, int isa,
                      int nthreads);
 
+/* --- MobileNetV2 inverted-residual block (f32-invres-driver.c), AVX-512 only ------------- */
+/* Scratch floats per thread for bands of R output rows (chid expanded channels). */
+ptrdiff_t mk_invres_scratch(const mk_conv_geom *g, int chid, int has_expand, int R);
+/* relu6(expand 1x1) -> relu6(depthwise 3x3, g's stride/padding) -> project 1x1 (+ res), in
+ * bands of R output rows; see the file for the operands. */
+void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float *wexp,
+                   const float *wdw, const float *bdw, int cout, const float *wproj,
+                   ptrdiff_t *koff, float *out, const float *res, float *scratch, int R,
+                   int nthreads);
+/* --- end inverted-residual block ----------------------------------------------------------- */
+
 /* Pooling, NCHW, output C-contiguous (N, C, OH, OW). */
 void mk_max_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int nthreads);
 void mk_max_pool2d_f64(const mk_conv_geom *g, const double *x, double *out, int nthreads);

@@ -1,11 +1,11 @@
 /* Depthwise 3x3 convolution of one CHW plane, float32, AVX-512 (16 output columns per vector),
- * stride 1 or 2, dilation 1, padding 0 or 1 on each side, read straight from the input (no
- * padded copy): padding is a zero-masked load, the masked-out lanes are never touched.
+ * stride 1 or 2, dilation 1, any padding, read straight from the input (no padded copy):
+ * padding is a zero-masked load (masked-out lanes are never touched) or a skipped row.
  *
- * The output rows are computed ROWS at a time (4 for stride 1, 2 for stride 2): each input row
- * of the band is loaded once per 16-column step and feeds every output row it is a vertical
- * neighbour of, so stride 1 loads 6 rows x 3 shifted vectors for 36 FMAs. Stride 2 loads two
- * vectors (32 input columns) and one extra column per input row and splits them into the
+ * The output rows are computed 4 at a time: each input row of the band is loaded once per
+ * 16-column step and feeds every output row it is a vertical neighbour of, so stride 1 loads
+ * 6 rows x 3 shifted vectors for 36 FMAs, kept as 12 short dependency chains. Stride 2 loads
+ * two vectors (32 input columns) and one extra column per input row and splits them into the
  * even/odd/even+2 column vectors with two permutes and one align: no phase copy. Bias, the
  * residual add and the activation are applied while the accumulators are in registers. */
 #include "simd-act.h"
@@ -59,11 +59,17 @@ MK_T512 static inline void dw3_band(const int S, const int ROWS, const float *x,
                                     const float *res, ptrdiff_t rrs, int act) {
     const int NIN = S * (ROWS - 1) + 3; /* input rows of a full band */
     for (int ow = 0; ow < OW; ow += 16) {
-        __m512 acc[4];
+        /* one partial sum per (output row, kernel row): 3-FMA dependency chains, 12 of them
+         * in flight, instead of 9-FMA chains that would leave the FMA units waiting */
+        __m512 acc[4][3];
         __mmask16 lm[3];
         dw3_masks(S, W, ow, pl, lm);
 #pragma GCC unroll 4
-        for (int j = 0; j < ROWS; j++) acc[j] = _mm512_set1_ps(bias);
+        for (int j = 0; j < ROWS; j++) {
+            acc[j][0] = _mm512_set1_ps(bias);
+            acc[j][1] = _mm512_setzero_ps();
+            acc[j][2] = _mm512_setzero_ps();
+        }
 #pragma GCC unroll 9
         for (int r = 0; r < NIN; r++) {
             const int iy = oh * S - pt + r;
@@ -75,16 +81,17 @@ MK_T512 static inline void dw3_band(const int S, const int ROWS, const float *x,
             for (int j = 0; j < ROWS; j++) {
                 const int kh = r - S * j; /* this row is tap row kh of output row oh + j */
                 if (kh < 0 || kh > 2) continue;
-                acc[j] = _mm512_fmadd_ps(wv[3 * kh + 0], v[0], acc[j]);
-                acc[j] = _mm512_fmadd_ps(wv[3 * kh + 1], v[1], acc[j]);
-                acc[j] = _mm512_fmadd_ps(wv[3 * kh + 2], v[2], acc[j]);
+                __m512 a = acc[j][kh];
+                a = _mm512_fmadd_ps(wv[3 * kh + 0], v[0], a);
+                a = _mm512_fmadd_ps(wv[3 * kh + 1], v[1], a);
+                acc[j][kh] = _mm512_fmadd_ps(wv[3 * kh + 2], v[2], a);
             }
         }
         const __mmask16 m = (__mmask16)mk_seg_mask(0, OW - ow, 0, 16);
 #pragma GCC unroll 4
         for (int j = 0; j < ROWS; j++) {
             if (j >= nrows) break;
-            __m512 a = acc[j];
+            __m512 a = _mm512_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]), acc[j][2]);
             if (res) a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(m, res + j * rrs + ow));
             _mm512_mask_storeu_ps(out + j * ors + ow, m, mk_act512(a, act));
         }
@@ -112,10 +119,10 @@ MK_T512 void mk_f32_dwconv2d_chw_3x3_avx512(const float *x, ptrdiff_t sh, int H,
                      res ? res + d * rrs : NULL, rrs, act);
         }
     } else {
-        for (int oh = oh0; oh < oh1; oh += 2) {
-            const int nr = oh1 - oh < 2 ? oh1 - oh : 2;
+        for (int oh = oh0; oh < oh1; oh += 4) {
+            const int nr = oh1 - oh < 4 ? oh1 - oh : 4;
             const ptrdiff_t d = oh - oh0;
-            dw3_band(2, 2, x, sh, H, W, pt, pl, OW, oh, nr, wv, bias, out + d * ors, ors,
+            dw3_band(2, 4, x, sh, H, W, pt, pl, OW, oh, nr, wv, bias, out + d * ors, ors,
                      res ? res + d * rrs : NULL, rrs, act);
         }
     }
