@@ -195,3 +195,54 @@ def test_mobilenetv2_fused_blocks_match_unfused(rng):
     finally:
         mm.FUSE_MIN_BYTES = saved
     np.testing.assert_array_equal(fused, unfused)
+
+
+# 1x1 convolutions on maps whose pixel count is not a multiple of 16 (f32-conv1x1-driver.c on
+# AVX-512): every remainder of the 48/32-pixel tiles and of the 8-pixel channel-lane groups,
+# output channels that are not a multiple of 8 or 16 (an odd panel count).
+@pytest.mark.parametrize("hw", [(1, 1), (1, 7), (7, 7), (3, 11), (5, 13), (9, 9), (14, 14)])
+@pytest.mark.parametrize("cin,cout", [(1, 5), (3, 8), (16, 13), (24, 40), (37, 16)])
+def test_conv1x1_remainders(isa, rng, hw, cin, cout):
+    h, w = hw
+    x = rng.standard_normal((2, cin, h, w)).astype(np.float32)
+    wt = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    packed = _conv.pack_conv2d(wt, b)
+    r = rng.standard_normal((2, cout, h, w)).astype(np.float32)
+    pads = (0, 0, 0, 0)
+    for act in (None, "relu6"):
+        np.testing.assert_allclose(
+            packed.forward(x, act),
+            reference(x, wt, b, 1, pads, act, groups=1),
+            rtol=1e-5,
+            atol=1e-5,
+        )
+    np.testing.assert_allclose(
+        packed.forward(x, "relu", residual=r),
+        F.relu(torch.from_numpy(reference(x, wt, b, 1, pads, None, r, groups=1))).numpy(),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    # a channel slice (channel stride != H*W)
+    big = rng.standard_normal((2, cin + 3, h, w)).astype(np.float32)
+    v = big[:, 2 : 2 + cin]
+    np.testing.assert_allclose(
+        packed.forward(v), reference(v, wt, b, 1, pads, groups=1), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_conv1x1_threads_agree(rng):
+    import modulekit
+
+    x = rng.standard_normal((3, 40, 7, 7)).astype(np.float32)
+    wt = rng.standard_normal((72, 40, 1, 1)).astype(np.float32)
+    packed = _conv.pack_conv2d(wt, rng.standard_normal(72).astype(np.float32))
+    before = modulekit.get_num_threads()
+    try:
+        modulekit.set_num_threads(1)
+        one = packed.forward(x, "relu6")
+        modulekit.set_num_threads(2)
+        two = packed.forward(x, "relu6")
+    finally:
+        modulekit.set_num_threads(before)
+    np.testing.assert_array_equal(one, two)

@@ -58,6 +58,9 @@ cdef extern from "conv/conv.h" nogil:
                        const float *wdw, const float *bdw, int cout, const float *wproj,
                        Py_ssize_t *koff, float *out, const float *res, float *scratch, int R,
                        int nthreads)
+    void mk_conv1x1_f32(int N, int K, Py_ssize_t HW, const float *x, Py_ssize_t sn,
+                        Py_ssize_t sc, int M, const float *wp, Py_ssize_t *koff, float *out,
+                        const float *res, int act, int nthreads)
 
 
 cdef class PackedConv2d:

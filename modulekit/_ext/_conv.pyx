@@ -318,6 +318,13 @@ cdef class PackedConv2d:
                   g.pl == 0 and g.pb == 0 and g.pr == 0 and g.sw == 1 and g.sh == g.W)
         cdef float *php = NULL
         cdef float *widep = NULL
+        if direct and _conv1x1_lanes(g, groups, cout, self._wtype, isa):
+            koff = np.empty(g.C, np.intp)
+            with nogil:
+                mk_conv1x1_f32(g.N, g.C, <Py_ssize_t>g.H * g.W, <const float *>xp, g.sn, g.sc,
+                               cout, <const float *>wp, <Py_ssize_t *>cnp.PyArray_DATA(koff),
+                               <float *>op, <const float *>rp, act, nthreads)
+            return
         if not direct:
             phase = np.empty(mk_conv_phase_size(g, g.C), np.float32)
             php = <float *>cnp.PyArray_DATA(phase)
@@ -329,6 +336,16 @@ cdef class PackedConv2d:
             mk_conv2d_f32(g, <const float *>xp, groups, cout, wp, self._wtype, widep, php,
                           <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                           <const float *>rp, act, isa, nthreads)
+
+
+cdef bint _conv1x1_lanes(mk_conv_geom *g, int groups, int cout, int wtype, int isa):
+    """Whether a direct 1x1 convolution runs f32-conv1x1-driver.c instead of the generic
+    driver: on AVX-512 with float32 weights, for maps whose pixel count leaves a remainder of
+    16 (7x7, 14x14: no lane waste there) and small enough (4096 pixels) that splitting the
+    output channels over the threads keeps them busy."""
+    cdef Py_ssize_t hw = <Py_ssize_t>g.H * g.W
+    return (isa >= MK_ISA_AVX512 and wtype == MK_W_F32 and groups == 1 and hw % 16 != 0
+            and hw <= 4096)
 
 
 def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, storage=None):
@@ -685,9 +702,11 @@ cdef void _fill_pool_geom(mk_conv_geom *g, cnp.ndarray x, k, s, p, d, ceil_mode,
 # MobileNetV2 inverted-residual block (kernels/conv/f32-invres-driver.c)
 
 #: Output rows per band of the fused block: the band's expanded rows and depthwise output
-#: (``chid * ((R - 1) * stride + 3) * W`` and ``chid * R * OW`` floats) are kept within this
-#: many bytes, so they stay in L2 between the three steps.
-INVRES_BAND_BYTES = 384 * 1024
+#: (about ``chid * R * (stride * W + OW)`` floats) are kept within this many bytes, so they stay
+#: in L2 between the three steps; a whole image's rows when they fit in twice that (small maps:
+#: one band, no short last band and the longest pixel runs). Measured on MobileNetV2's blocks
+#: (1 MiB L2): 4 rows at 112x112, 8 at 56x56, whole images from 28x28 down.
+INVRES_BAND_BYTES = 512 * 1024
 
 
 def _invres_fusable(expand, dw, project):
@@ -727,7 +746,7 @@ def inverted_residual(x, expand, dw, project, residual=False, band_rows=0):
     residual : bool
         Add ``x`` to the output (needs stride 1 and ``C_out == C_in``).
     band_rows : int
-        Output rows per band; 0 picks them so a band's buffers fit in ``INVRES_BAND_BYTES``.
+        Output rows per band; 0 picks them from ``INVRES_BAND_BYTES``.
 
     Returns
     -------
@@ -777,7 +796,10 @@ def inverted_residual(x, expand, dw, project, residual=False, band_rows=0):
     cdef int R = int(band_rows)
     if R <= 0:
         per_row = 4 * chid * ((g.sy * g.W if e is not None else 0) + g.OW)
-        R = max(1, min(g.OH, INVRES_BAND_BYTES // max(per_row, 1)))
+        if per_row * g.OH <= 2 * INVRES_BAND_BYTES:
+            R = g.OH
+        else:
+            R = max(1, min(g.OH, INVRES_BAND_BYTES // max(per_row, 1)))
     R = min(R, g.OH)
     cdef int nthreads = effective_threads()
     out = np.empty((g.N, p.out_channels, g.OH, g.OW), np.float32)

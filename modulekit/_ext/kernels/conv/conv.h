@@ -130,6 +130,15 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
                    const float *wdw, const float *bdw, int cout, const float *wproj,
                    ptrdiff_t *koff, float *out, const float *res, float *scratch, int R,
                    int nthreads);
+/* 1x1 stride-1 convolution without lane waste (f32-conv1x1-driver.c), AVX-512 only: panel
+ * pairs [pp0, pp1) of c[m, q] = act(bias[m] + sum_k a[m, k] b[koff[k] + q] (+ res)) over L
+ * contiguous pixels, and the whole convolution of N images (x: channel stride sc). */
+void mk_conv1x1_band_f32(size_t K, const float *wp, int M, const float *b, const ptrdiff_t *koff,
+                         ptrdiff_t L, float *c, ptrdiff_t c_rs, const float *res, int act,
+                         int pp0, int pp1);
+void mk_conv1x1_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t sn, ptrdiff_t sc,
+                    int M, const float *wp, ptrdiff_t *koff, float *out, const float *res,
+                    int act, int nthreads);
 /* --- end inverted-residual block ----------------------------------------------------------- */
 
 /* Pooling, NCHW, output C-contiguous (N, C, OH, OW). */

@@ -8,8 +8,8 @@
  * are moved to the front of the band buffer instead of being recomputed. Threads take
  * (image, row range) items; each has its own band buffers.
  *
- * The 1x1 convolutions run the convolution's indirect-GEMM microkernels (conv.h) on the band
- * as a plain GEMM (contiguous pixels, koff[k] = k * channel stride); the depthwise step runs
+ * The 1x1 convolutions run f32-conv1x1-driver.c's band GEMM (pixel-lane 8x48/8x32 tiles and the
+ * channel-lane remainder kernel; koff[k] = k * channel stride); the depthwise step runs
  * the in-place 3x3 kernel, so the fused block needs AVX-512 (the Python side runs the unfused
  * layers elsewhere). Results equal the unfused layers' bit for bit: every output is the same
  * sum in the same order. */
@@ -33,37 +33,6 @@ ptrdiff_t mk_invres_scratch(const mk_conv_geom *g, int chid, int has_expand, int
     const ptrdiff_t e = has_expand ? (ptrdiff_t)chid * round16((ptrdiff_t)band_in_rows(g, R) * g->W)
                                    : 0;
     return e + (ptrdiff_t)chid * round16((ptrdiff_t)R * g->OW) + 64;
-}
-
-/* c[m, q] = act(bias[m] + sum_k a[m, k] * b[koff[k] + q] (+ res[m, q])) for q in [0, L):
- * the panels of one 1x1 convolution over L contiguous pixels; rows at c + m*c_rs. */
-static void gemm_band(mk_igemm_fn fn, int nr, size_t K, const float *wp, int M, const float *b,
-                      const ptrdiff_t *koff, ptrdiff_t L, float *c, ptrdiff_t c_rs,
-                      const float *res, int act) {
-    const int npanels = (M + MK_CONV_MR - 1) / MK_CONV_MR;
-    const size_t panel = MK_CONV_MR + K * MK_CONV_MR;
-    for (ptrdiff_t q0 = 0; q0 < L; q0 += nr) {
-        const int nl = (int)(L - q0 < nr ? L - q0 : nr);
-        const mk_seg seg = {0, nl, q0};
-        for (int p = 0; p < npanels; p++) {
-            const int rows = M - p * MK_CONV_MR < MK_CONV_MR ? M - p * MK_CONV_MR : MK_CONV_MR;
-            const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * c_rs;
-            fn(K, wp + (size_t)p * panel, b + q0, koff, nl, rows, c + co, c_rs,
-               res ? res + co : NULL, &seg, 1, act);
-        }
-    }
-}
-
-/* Kernel and tile width for a GEMM of L lanes: 8x48, or 8x32 when it pads >= 10% less. */
-static void pick_tile(ptrdiff_t L, mk_igemm_fn *fn, int *nr) {
-    const ptrdiff_t p48 = (L + 47) / 48 * 48, p32 = (L + 31) / 32 * 32;
-    if (10 * p32 < 9 * p48) {
-        *fn = mk_f32_igemm_8x32_avx512;
-        *nr = 32;
-    } else {
-        *fn = mk_f32_igemm_8x48_avx512;
-        *nr = 48;
-    }
 }
 
 /* The whole block.
@@ -128,15 +97,11 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
                                     sizeof(float) * (size_t)(b - y0) * W);
                     from = b;
                 }
-                if (y1 > from) {
-                        mk_igemm_fn fn;
-                        int nr;
-                        const ptrdiff_t L = (ptrdiff_t)(y1 - from) * W;
-                        pick_tile(L, &fn, &nr);
-                        gemm_band(fn, nr, (size_t)Cin, wexp, chid, xn + (ptrdiff_t)from * W,
-                                  koff_e, L, E + (ptrdiff_t)(from - y0) * W, Es, NULL,
-                                  MK_ACT_RELU6);
-                    }
+                if (y1 > from)
+                    mk_conv1x1_band_f32((size_t)Cin, wexp, chid, xn + (ptrdiff_t)from * W,
+                                        koff_e, (ptrdiff_t)(y1 - from) * W,
+                                        E + (ptrdiff_t)(from - y0) * W, Es, NULL, MK_ACT_RELU6,
+                                        0, (chid + 15) / 16);
                 a = y0;
                 b = y1;
                 din = E - (ptrdiff_t)y0 * W;
@@ -151,15 +116,9 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
                 mk_f32_dwconv2d_chw_3x3_avx512(din + c * dsc, dsh, H, W, S, g->pt, g->pl, OW,
                                                o0, o1, wdw + (ptrdiff_t)c * 9, bdw[c],
                                                D + c * Ds, OW, NULL, 0, MK_ACT_RELU6);
-            {
-                mk_igemm_fn fn;
-                int nr;
-                const ptrdiff_t L = (ptrdiff_t)(o1 - o0) * OW;
-                pick_tile(L, &fn, &nr);
-                gemm_band(fn, nr, (size_t)chid, wproj, cout, D, koff_p, L,
-                          on + (ptrdiff_t)o0 * OW, ohw,
-                          rn ? rn + (ptrdiff_t)o0 * OW : NULL, MK_ACT_NONE);
-            }
+            mk_conv1x1_band_f32((size_t)chid, wproj, cout, D, koff_p, (ptrdiff_t)(o1 - o0) * OW,
+                                on + (ptrdiff_t)o0 * OW, ohw, rn ? rn + (ptrdiff_t)o0 * OW : NULL,
+                                MK_ACT_NONE, 0, (cout + 15) / 16);
         }
     }
 }
