@@ -89,24 +89,44 @@ class InvertedResidual(Module):
         """The three folded convolutions as one banded call (``_conv.inverted_residual``), or
         None when the block must run layer by layer: training mode, a norm without running
         statistics, a hook on any of its modules, a non-float32 model, or an expanded tensor
-        small enough to stay in the cache anyway (``FUSE_MIN_BYTES``)."""
-        mods = list(self.conv._modules.values())
-        steps = [(m._modules["0"], m._modules["1"], "relu6") for m in mods[:-2]]
-        steps.append((mods[-2], mods[-1], None))
-        for m in self.conv.modules():
+        smaller than ``FUSE_MIN_BYTES``.
+
+        The walk over the block's modules is planned once and reused while the block holds the
+        same modules (a replaced layer re-plans); the folded weights come from each
+        convolution's cache, which a reload or a cast clears.
+        """
+        seq = self._modules["conv"]
+        children = tuple(seq._modules.values())
+        plan = self.__dict__.get("_invres_plan")
+        if plan is None or len(plan[0]) != len(children) or any(
+            a is not b for a, b in zip(plan[0], children)
+        ):
+            steps = [(m._modules["0"], m._modules["1"], "relu6") for m in children[:-2]]
+            steps.append((children[-2], children[-1], None))
+            grand = tuple((m, m._modules["0"], m._modules["1"]) for m in children[:-2])
+            plan = (children, tuple(steps), tuple(seq.modules()), grand)
+            self.__dict__["_invres_plan"] = plan
+        _, steps, every, grand = plan
+        for m, conv, bn in grand:
+            if m._modules["0"] is not conv or m._modules["1"] is not bn:
+                self.__dict__["_invres_plan"] = None
+                return self._fused_block(x)
+        for m in every:
             if m._has_hooks or m.training:
                 return None
-        if any(bn.running_mean is None for _, bn, _ in steps):
-            return None
         shape = np.shape(x)
         if len(shape) != 4:
             return None
-        dw_conv = steps[-2][0]
-        if dw_conv.in_channels * shape[2] * shape[3] * 4 < FUSE_MIN_BYTES:
+        if steps[-2][0].in_channels * shape[2] * shape[3] * 4 < FUSE_MIN_BYTES:
             return None
-        packed = [conv._fused_packed(bn, act) for conv, bn, act in steps]
-        if any(p.storage != "float32" for p in packed):
-            return None
+        packed = []
+        for conv, bn, act in steps:
+            if bn.running_mean is None:
+                return None
+            p = conv._fused_packed(bn, act)
+            if p.storage != "float32":
+                return None
+            packed.append(p)
         expand = packed[0] if len(packed) == 3 else None
         return _conv.inverted_residual(x, expand, packed[-2], packed[-1], self.use_res_connect)
 
