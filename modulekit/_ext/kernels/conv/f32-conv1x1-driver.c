@@ -2,8 +2,9 @@
  * with no lane waste on pixel counts that are not a multiple of 16.
  *
  * The L pixels are covered by 8 x 48 tiles, then one 8 x 32 tile when at least 32 remain, then
- * the last < 32 pixels by the channel-lane remainder kernel (f32-conv1x1-16cx8-avx512.c) in
- * groups of up to 8 pixels: a 7x7 map costs 48 + 1 pixel-columns instead of 2 x 32, a 14x14 map
+ * the last < 32 pixels by the channel-lane remainder kernels (f32-conv1x1-16cx8-avx512.c) in
+ * groups of up to 8 pixels (64 channels at a time for 4 pixels or fewer, so that even one
+ * pixel keeps four FMA chains in flight): a 7x7 map costs 48 + 1 pixel-columns instead of 2 x 32, a 14x14 map
  * 4 x 48 + 4 instead of 7 x 32. Within a call the tiles run tile-major (a tile's input stays in
  * L1 across the panels); threads split the output channels in runs of panel pairs (16
  * channels), so each weight panel is read once per image. */
@@ -11,9 +12,12 @@
 #include "isa.h"
 #include "mk_omp.h"
 
-void mk_f32_conv1x1_16cx8_avx512(size_t K, const float *pa, const float *pb, const float *b,
-                                 const ptrdiff_t *koff, int npx, int mrows, float *c,
-                                 ptrdiff_t c_rs, const float *res, int act);
+void mk_f32_conv1x1_16cx8_avx512(size_t K, const float *p0, int npan, size_t panel,
+                                 const float *b, const ptrdiff_t *koff, int npx, int mrows,
+                                 float *c, ptrdiff_t c_rs, const float *res, int act);
+void mk_f32_conv1x1_64cx4_avx512(size_t K, const float *p0, int npan, size_t panel,
+                                 const float *b, const ptrdiff_t *koff, int npx, int mrows,
+                                 float *c, ptrdiff_t c_rs, const float *res, int act);
 
 /* Panel pairs [pp0, pp1) (output channels 16*pp0 ...) of c[m, q] = act(bias[m] +
  * sum_k a[m, k] * b[koff[k] + q] (+ res[m, q])), q in [0, L); channel m's row at c + m*c_rs. */
@@ -45,19 +49,21 @@ void mk_conv1x1_band_f32(size_t K, const float *wp, int M, const float *b, const
         }
         q0 += nl;
     }
-    /* the remaining pixels: 16 channels per call, up to 8 pixels */
-    for (int pp = pp0; pp < pp1; pp++) {
-        const int p = 2 * pp;
-        const int rows = M - p * MK_CONV_MR < 2 * MK_CONV_MR ? M - p * MK_CONV_MR
-                                                             : 2 * MK_CONV_MR;
-        const float *pa = wp + (size_t)p * panel;
-        const float *pb = p + 1 < npanels ? pa + panel : NULL;
-        const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * c_rs;
-        for (ptrdiff_t q0 = Lv; q0 < L; q0 += 8) {
-            const int npx = (int)(L - q0 < 8 ? L - q0 : 8);
-            mk_f32_conv1x1_16cx8_avx512(K, pa, pb, b + q0, koff, npx, rows, c + co + q0, c_rs,
-                                        res ? res + co + q0 : NULL, act);
+    /* the remaining pixels: 64 channels x up to 4 pixels, or 16 channels x up to 8 */
+    const int p1 = 2 * pp1 < npanels ? 2 * pp1 : npanels;
+    for (ptrdiff_t q0 = Lv; q0 < L;) {
+        const int npx = (int)(L - q0 < 8 ? L - q0 : 8);
+        const int wide = npx <= 4;
+        for (int p = 2 * pp0; p < p1; p += wide ? 8 : 2) {
+            const int npan = p1 - p < (wide ? 8 : 2) ? p1 - p : (wide ? 8 : 2);
+            const int rows = M - p * MK_CONV_MR < npan * MK_CONV_MR ? M - p * MK_CONV_MR
+                                                                    : npan * MK_CONV_MR;
+            const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * c_rs + q0;
+            (wide ? mk_f32_conv1x1_64cx4_avx512 : mk_f32_conv1x1_16cx8_avx512)(
+                K, wp + (size_t)p * panel, npan, panel, b + q0, koff, npx, rows, c + co, c_rs,
+                res ? res + co : NULL, act);
         }
+        q0 += npx;
     }
 }
 
