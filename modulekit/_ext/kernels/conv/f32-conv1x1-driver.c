@@ -4,10 +4,11 @@
  * The L pixels are covered by 8 x 48 tiles, then one 8 x 32 tile when at least 32 remain, then
  * the last < 32 pixels by the channel-lane remainder kernels (f32-conv1x1-16cx8-avx512.c) in
  * groups of up to 8 pixels (64 channels at a time for 4 pixels or fewer, so that even one
- * pixel keeps four FMA chains in flight): a 7x7 map costs 48 + 1 pixel-columns instead of 2 x 32, a 14x14 map
- * 4 x 48 + 4 instead of 7 x 32. Within a call the tiles run tile-major (a tile's input stays in
- * L1 across the panels); threads split the output channels in runs of panel pairs (16
- * channels), so each weight panel is read once per image. */
+ * pixel keeps four FMA chains in flight): a 7x7 map costs 48 + 1 pixel-columns instead of
+ * 2 x 32, a 14x14 map 4 x 48 + 4 instead of 7 x 32. The output channels run in groups of 8
+ * panels (64 channels), each group's tiles and remainder together, so every weight panel is
+ * read from L3/memory once per call; threads split the output channels in runs of panel pairs
+ * (16 channels). */
 #include "conv.h"
 #include "isa.h"
 #include "mk_omp.h"
@@ -31,39 +32,45 @@ void mk_conv1x1_band_f32(size_t K, const float *wp, int M, const float *b, const
     const ptrdiff_t L48 = L / 48 * 48;
     const ptrdiff_t L32 = L - L48 >= 32 ? L48 + 32 : L48;
     const ptrdiff_t Lv = tail_ok ? L32 : L; /* pixels computed by the pixel-lane kernels */
-    /* pixel-lane tiles, tile-major: a tile's input rows stay in L1 across the panels */
-    for (ptrdiff_t q0 = 0; q0 < Lv;) {
-        const ptrdiff_t left = Lv - q0;
-        const int nl = (int)(left >= 48 ? 48 : left);
-        const mk_seg seg = {0, nl, q0};
-        for (int p = 2 * pp0; p < 2 * pp1 && p < npanels; p++) {
-            const int rows = M - p * MK_CONV_MR < MK_CONV_MR ? M - p * MK_CONV_MR : MK_CONV_MR;
-            const float *a = wp + (size_t)p * panel;
-            const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * c_rs;
-            if (nl > 32)
-                mk_f32_igemm_8x48_avx512(K, a, b + q0, koff, nl, rows, c + co, c_rs,
-                                         res ? res + co : NULL, &seg, 1, act);
-            else
-                mk_f32_igemm_8x32_avx512(K, a, b + q0, koff, nl, rows, c + co, c_rs,
-                                         res ? res + co : NULL, &seg, 1, act);
+    /* groups of 8 panels (64 channels): their pixel-lane tiles, then their remaining pixels,
+     * so each panel comes from memory or L3 once and is reused from L1/L2 (a tile-major order
+     * would read all the weights a second time for the remainder) */
+    const int pe = 2 * pp1 < npanels ? 2 * pp1 : npanels;
+    for (int g0 = 2 * pp0; g0 < pe; g0 += 8) {
+        const int g1 = g0 + 8 < pe ? g0 + 8 : pe;
+        for (ptrdiff_t q0 = 0; q0 < Lv;) {
+            const ptrdiff_t left = Lv - q0;
+            const int nl = (int)(left >= 48 ? 48 : left);
+            const mk_seg seg = {0, nl, q0};
+            for (int p = g0; p < g1; p++) {
+                const int rows =
+                    M - p * MK_CONV_MR < MK_CONV_MR ? M - p * MK_CONV_MR : MK_CONV_MR;
+                const float *a = wp + (size_t)p * panel;
+                const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * c_rs;
+                if (nl > 32)
+                    mk_f32_igemm_8x48_avx512(K, a, b + q0, koff, nl, rows, c + co, c_rs,
+                                             res ? res + co : NULL, &seg, 1, act);
+                else
+                    mk_f32_igemm_8x32_avx512(K, a, b + q0, koff, nl, rows, c + co, c_rs,
+                                             res ? res + co : NULL, &seg, 1, act);
+            }
+            q0 += nl;
         }
-        q0 += nl;
-    }
-    /* the remaining pixels: 64 channels x up to 4 pixels, or 16 channels x up to 8 */
-    const int p1 = 2 * pp1 < npanels ? 2 * pp1 : npanels;
-    for (ptrdiff_t q0 = Lv; q0 < L;) {
-        const int npx = (int)(L - q0 < 8 ? L - q0 : 8);
-        const int wide = npx <= 4;
-        for (int p = 2 * pp0; p < p1; p += wide ? 8 : 2) {
-            const int npan = p1 - p < (wide ? 8 : 2) ? p1 - p : (wide ? 8 : 2);
-            const int rows = M - p * MK_CONV_MR < npan * MK_CONV_MR ? M - p * MK_CONV_MR
-                                                                    : npan * MK_CONV_MR;
-            const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * c_rs + q0;
-            (wide ? mk_f32_conv1x1_64cx4_avx512 : mk_f32_conv1x1_16cx8_avx512)(
-                K, wp + (size_t)p * panel, npan, panel, b + q0, koff, npx, rows, c + co, c_rs,
-                res ? res + co : NULL, act);
+        /* the remaining pixels: 64 channels x up to 4 pixels, or 16 channels x up to 8 */
+        for (ptrdiff_t q0 = Lv; q0 < L;) {
+            const int npx = (int)(L - q0 < 8 ? L - q0 : 8);
+            const int wide = npx <= 4;
+            for (int p = g0; p < g1; p += wide ? 8 : 2) {
+                const int npan = g1 - p < (wide ? 8 : 2) ? g1 - p : (wide ? 8 : 2);
+                const int rows = M - p * MK_CONV_MR < npan * MK_CONV_MR ? M - p * MK_CONV_MR
+                                                                        : npan * MK_CONV_MR;
+                const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * c_rs + q0;
+                (wide ? mk_f32_conv1x1_64cx4_avx512 : mk_f32_conv1x1_16cx8_avx512)(
+                    K, wp + (size_t)p * panel, npan, panel, b + q0, koff, npx, rows, c + co,
+                    c_rs, res ? res + co : NULL, act);
+            }
+            q0 += npx;
         }
-        q0 += npx;
     }
 }
 
