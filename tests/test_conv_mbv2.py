@@ -179,25 +179,38 @@ def test_mobilenetv2_fused_blocks_match_unfused(rng):
     from modulekit.models import mobilenetv2 as mm
 
     model = mm.MobileNetV2(num_classes=10)
-    state = {}
-    for k, v in model.state_dict().items():
-        a = np.asarray(v)
-        if k.endswith("running_var"):
-            state[k] = rng.uniform(0.5, 1.5, a.shape).astype(a.dtype)
-        elif a.dtype.kind == "f":
-            state[k] = (rng.standard_normal(a.shape) * 0.1).astype(a.dtype)
-    model.load_state_dict(state, strict=False)
+
+    def random_state():
+        state = {}
+        for k, v in model.state_dict().items():
+            a = np.asarray(v)
+            if k.endswith("running_var"):
+                state[k] = rng.uniform(0.5, 1.5, a.shape).astype(a.dtype)
+            elif a.dtype.kind == "f":
+                state[k] = (rng.standard_normal(a.shape) * 0.1).astype(a.dtype)
+        return state
+
+    model.load_state_dict(random_state(), strict=False)
     model.eval().initialize()
     x = rng.standard_normal((2, 3, 64, 48)).astype(np.float32)
     saved = mm.FUSE_MIN_BYTES
     try:
+        for reload in (False, True):
+            if reload:  # new weights after a fused forward: the folded kernels follow them
+                model.load_state_dict(random_state(), strict=False)
+            mm.FUSE_MIN_BYTES = 0
+            fused = model(x)
+            mm.FUSE_MIN_BYTES = 1 << 62
+            unfused = model(x)
+            np.testing.assert_array_equal(fused, unfused)
+        # a hook on one of its layers sees its call: the block runs unfused
+        calls = []
+        model.features[3].conv[1].register_forward_hook(lambda *a: calls.append(1))
         mm.FUSE_MIN_BYTES = 0
-        fused = model(x)
-        mm.FUSE_MIN_BYTES = 1 << 62
-        unfused = model(x)
+        np.testing.assert_array_equal(model(x), unfused)
+        assert calls == [1]
     finally:
         mm.FUSE_MIN_BYTES = saved
-    np.testing.assert_array_equal(fused, unfused)
 
 
 # 1x1 convolutions on maps whose pixel count is not a multiple of 16 (f32-conv1x1-driver.c on

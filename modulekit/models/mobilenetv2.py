@@ -123,9 +123,14 @@ class InvertedResidual(Module):
             return None
         packed = []
         for conv, bn, act in steps:
-            if bn.running_mean is None:
+            if bn._buffers.get("running_mean") is None:
                 return None
-            p = conv._fused_packed(bn, act)
+            # the folded kernel from the convolution's cache (what _fused_packed returns; it
+            # builds it on a miss)
+            cache = conv._fused
+            p = cache.get((id(bn), act)) if cache is not None else None
+            if p is None:
+                p = conv._fused_packed(bn, act)
             if p.storage != "float32":
                 return None
             packed.append(p)
