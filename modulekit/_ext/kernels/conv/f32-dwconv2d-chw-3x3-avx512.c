@@ -11,10 +11,8 @@
  * take their left/right neighbours by lane shifts (1.4x faster there); wider rows with a left
  * padding of 1 load the vectors 16 columns apart, all with the row's alignment (no extra cache
  * line crossings), and shift in lanes too (5-10%). The S argument of the band selects the
- * variant: 0 narrow, 3 wide, 1 generic stride 1, 2 stride 2. Bias, the residual add and the activation are
- * applied while the accumulators are in registers. */
-#include <stdint.h>
-
+ * variant: 0 narrow, 3 wide, 1 generic stride 1, 2 stride 2. Bias, the residual add and the
+ * activation are applied while the accumulators are in registers. */
 #include "simd-act.h"
 
 /* Load masks of the input columns an output-column step reads (lanes outside [0, W) off):
@@ -170,65 +168,5 @@ MK_T512 void mk_f32_dwconv2d_chw_3x3_avx512(const float *x, ptrdiff_t sh, int H,
             dw3_band(2, 4, x, sh, H, W, pt, pl, OW, oh, nr, wv, bias, out + d * ors, ors,
                      res ? res + d * rrs : NULL, rrs, act);
         }
-    }
-}
-
-/* ---- small maps, stride 1, OW == W: the plane as one flat run of pixels -------------------
- * With one output row per vector (W <= 16) most lanes of the row kernel idle (7 of 16 on a 7x7
- * map). When the output is as wide as the input, output pixel q = oh*W + ow reads input pixel
- * q + (kh - pt)*W + (kw - pl) for every tap: the whole plane is a run of ceil(OH*W/16) vectors,
- * each tap a shifted masked load. The masks (a tap's column inside [0, W) and its row inside
- * [0, H), per vector) are the same for every channel: computed once per call. */
-
-/* masks[v*10 + t] (t < 9): lanes of vector v whose tap t is inside the input;
- * masks[v*10 + 9]: lanes inside the output. nvec = ceil(OH*W/16) vectors. */
-void mk_dw3x3s1_flat_masks(int H, int W, int OH, int pt, int pl, uint16_t *masks) {
-    const int n = OH * W, nvec = (n + 15) / 16;
-    for (int v = 0; v < nvec; v++) {
-        unsigned m[10] = {0};
-        for (int i = 0; i < 16; i++) {
-            const int q = 16 * v + i;
-            if (q >= n) break;
-            const int oh = q / W, ow = q % W;
-            m[9] |= 1u << i;
-            for (int kh = 0; kh < 3; kh++)
-                for (int kw = 0; kw < 3; kw++) {
-                    const int y = oh - pt + kh, x = ow - pl + kw;
-                    if (y >= 0 && y < H && x >= 0 && x < W) m[3 * kh + kw] |= 1u << i;
-                }
-        }
-        for (int t = 0; t < 10; t++) masks[v * 10 + t] = (uint16_t)m[t];
-    }
-}
-
-/* One plane: x rows contiguous (row stride W), out OH*W contiguous (res the same or NULL). */
-MK_T512 void mk_f32_dwconv2d_chw_3x3s1_flat_avx512(const float *x, int W, int OH, int pt,
-                                                  int pl, const uint16_t *masks,
-                                                  const float *w, float bias, float *out,
-                                                  const float *res, int act) {
-    const int n = OH * W, nvec = (n + 15) / 16;
-    __m512 wv[9];
-    ptrdiff_t toff[9];
-    for (int t = 0; t < 9; t++) {
-        wv[t] = _mm512_set1_ps(w[t]);
-        toff[t] = (ptrdiff_t)(t / 3 - pt) * W + (t % 3 - pl);
-    }
-    for (int v = 0; v < nvec; v++) {
-        const uint16_t *m = masks + v * 10;
-        const float *p = x + 16 * v;
-        /* three partial sums (one per kernel row): short dependency chains */
-        __m512 a0 = _mm512_set1_ps(bias), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps();
-#pragma GCC unroll 3
-        for (int kw = 0; kw < 3; kw++) {
-            a0 = _mm512_fmadd_ps(wv[kw], _mm512_maskz_loadu_ps(m[kw], p + toff[kw]), a0);
-            a1 = _mm512_fmadd_ps(wv[3 + kw], _mm512_maskz_loadu_ps(m[3 + kw], p + toff[3 + kw]),
-                                 a1);
-            a2 = _mm512_fmadd_ps(wv[6 + kw], _mm512_maskz_loadu_ps(m[6 + kw], p + toff[6 + kw]),
-                                 a2);
-        }
-        __m512 a = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
-        const __mmask16 mo = m[9];
-        if (res) a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(mo, res + 16 * v));
-        _mm512_mask_storeu_ps(out + 16 * v, mo, mk_act512(a, act));
     }
 }
