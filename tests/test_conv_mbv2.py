@@ -45,6 +45,8 @@ DW_CASES = [
     (1, 3, 5, 16, 1, (1, 1, 1, 1)),  # rows of <= 16 columns: loaded once, shifted in lanes
     (1, 2, 6, 12, 1, (0, 1, 2, 1)),
     (2, 2, 14, 14, 1, (1, 1, 1, 1)),
+    (1, 2, 7, 37, 1, (1, 1, 0, 2)),  # left padding 1, right 2 / 0: the wide-row loads
+    (1, 2, 9, 12, 1, (2, 1, 1, 0)),
 ]
 
 
