@@ -165,7 +165,14 @@ def ref_attention(q, k, v, H, mask, scale):
 
 @pytest.mark.parametrize(
     "B, H, Lq, Lk, d, dv",
-    [(2, 3, 5, 37, 20, 12), (1, 2, 9, 1, 16, 16), (3, 1, 4, 64, 64, 48), (1, 12, 33, 33, 32, 32)],
+    [
+        (2, 3, 5, 37, 20, 12),
+        (1, 2, 9, 1, 16, 16),
+        (3, 1, 4, 64, 64, 48),
+        (1, 12, 33, 33, 32, 32),
+        (1, 2, 15, 47, 24, 40),  # 8 + 4 + 3 row blocks, key and value column tails
+        (2, 1, 12, 17, 8, 33),
+    ],
 )
 def test_fused_attention_matches_reference(isa, B, H, Lq, Lk, d, dv):
     E, Ev = H * d, H * dv

@@ -33,6 +33,15 @@ cdef extern from "conv/conv.h" nogil:
     void mk_conv2d_f64(const mk_conv_geom *g, const double *x, int groups, int Cout,
                        const double *w, const double *bias, double *out, const double *res,
                        int act, int nthreads)
+    # Winograd F(m x m, 3 x 3) (f32-winograd-driver.c)
+    int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthreads)
+    int mk_conv_winograd_supported(int m, int isa)
+    Py_ssize_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int isa,
+                                        int nthreads)
+    int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int m,
+                               const float *u, float *scratch, float *out, const float *res,
+                               int act, int isa, int nthreads)
+    # end Winograd
     Py_ssize_t mk_dwconv_scratch(const mk_conv_geom *g)
     void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w,
                          const float *bias, float *scratch, float *out, const float *res,
@@ -72,4 +81,9 @@ cdef class PackedConv2d:
     cdef object _packed                # ndarray: panels, depthwise taps, or float64 weights
     cdef object _bias                  # ndarray or None (depthwise / float64 paths)
     cdef int _wtype
+    # Winograd: algorithm choice ('auto', 'igemm', 'winograd-2x2', 'winograd-4x4') and the
+    # lazily built transformed weights, {tile size: float32 panels}
+    cdef str _algorithm
+    cdef dict _wino
+    cdef int _winograd_tile(self, mk_conv_geom *g, int isa, int nthreads)
     cdef _run(self, mk_conv_geom *g, cnp.ndarray x, cnp.ndarray out, cnp.ndarray res, int act)

@@ -11,6 +11,12 @@ virtual im2col matrix as a contiguous run of that image through a per-``k`` offs
 are fused into the store. float16/bfloat16 storage is widened to float32 once per call;
 float64 weights compute in float64 (a direct loop).
 
+Stride-1, undilated, ungrouped 3x3 float32 convolutions may run as Winograd F(2x2, 3x3) or
+F(4x4, 3x3) instead (``kernels/conv/f32-winograd-driver.c``): a cost model in C picks the
+implicit GEMM or a tile size per call from the channels and the map size. The transformed
+weights are built on first use of a tile size and kept on the :class:`PackedConv2d` (16/9 of
+the float32 weight for F(2x2), 4x for F(4x4)); :attr:`PackedConv2d.algorithm` can force one.
+
 Every shape, stride and dtype check happens here, before any ``nogil`` code.
 """
 
@@ -19,6 +25,8 @@ from libc.stdint cimport uint16_t
 
 from modulekit._ext._isa cimport MK_ISA_AVX512, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
+
+import threading
 
 import numpy as np
 
@@ -52,8 +60,32 @@ ACTIVATIONS = {
 }
 
 _BF16 = np.dtype(_bf16_dtype.numpy)
+
+# Per-thread float32 scratch of the convolution calls (phase images, Winograd blocks), kept
+# between calls: a fresh np.empty of a few hundred KiB is a new mmap whose pages fault in on
+# every call (tens of microseconds per layer). One buffer per calling thread, so concurrent
+# forwards never share one; it grows to the largest layer a thread has run.
+_tls = threading.local()
+
+
+cdef cnp.ndarray _scratch(Py_ssize_t n):
+    """A float32 array of at least n elements, owned by the calling thread."""
+    cdef cnp.ndarray buf = getattr(_tls, "buf", None)
+    if buf is None or buf.shape[0] < n:
+        buf = np.empty(max(n, 1024), np.float32)
+        _tls.buf = buf
+    return buf
 _STORAGE = {"float32": MK_W_F32, "float16": MK_W_F16, "bfloat16": MK_W_BF16, "float64": -1}
 _MAX_TAPS = 256  # depthwise kernels up to KH*KW = 256 (16x16)
+
+# Winograd: the algorithm names and the weight-transform matrices G (alpha x 3) per tile size
+_ALGORITHMS = frozenset({"auto", "igemm", "winograd-2x2", "winograd-4x4"})
+_WINO_G = {
+    2: np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64),
+    # float literals: cdivision would fold 1 / 4 as a C integer division
+    4: np.array([[6.0, 0, 0], [-4.0, -4.0, -4.0], [-4.0, 4.0, -4.0], [1.0, 2.0, 4.0],
+                 [1.0, -2.0, 4.0], [0, 0, 24.0]], np.float64) / 24.0,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,6 +197,96 @@ cdef class PackedConv2d:
 
     def __init__(self):
         raise TypeError("PackedConv2d is built by pack_conv2d(weight, bias, ...)")
+
+    # --- Winograd ---------------------------------------------------------------------------
+
+    @property
+    def algorithm(self):
+        """Algorithm of 3x3 stride-1 float32 convolutions: 'auto' (default), 'igemm',
+        'winograd-2x2' or 'winograd-4x4'.
+
+        'auto' lets the cost model choose per input shape (see :meth:`algorithm_for`). A
+        forced Winograd tile applies only where Winograd can run (3x3, stride 1, dilation 1,
+        groups 1, float32 compute, unit input column stride); elsewhere the implicit GEMM
+        runs. 'winograd-4x4' runs F(2x2) on the portable C path, which has no F(4x4).
+        Winograd rounds differently from a direct sum: F(2x2) errors are a few ulp of the
+        output scale, F(4x4) about ten times more (relative 1e-5 to 1e-4 at 512 channels).
+        """
+        return self._algorithm
+
+    @algorithm.setter
+    def algorithm(self, value):
+        if value not in _ALGORITHMS:
+            raise ValueError(
+                f"algorithm must be one of {sorted(_ALGORITHMS)}, got {value!r}")
+        self._algorithm = value
+
+    @property
+    def winograd_nbytes(self):
+        """Bytes of the transformed Winograd weights built so far (0 before first use)."""
+        return sum(int(u.nbytes) for u in self._wino.values())
+
+    def algorithm_for(self, input_shape):
+        """Name of what :meth:`forward` runs for an (N, C_in, H, W) contiguous input here:
+        'igemm', 'winograd-2x2', 'winograd-4x4', 'depthwise' or 'float64'.
+
+        Depends on the instruction-set path and the thread count in effect.
+        """
+        if self.storage == "float64":
+            return "float64"
+        if self.depthwise:
+            return "depthwise"
+        cdef mk_conv_geom g
+        n, c, h, w = (int(v) for v in input_shape)
+        g.N, g.C, g.H, g.W = n, c, h, w
+        g.sw, g.sh, g.sc, g.sn = 1, w, h * w, c * h * w
+        g.KH, g.KW = self.kernel_size
+        g.sy, g.sx = self.stride
+        g.pt, g.pl, g.pb, g.pr = self.padding
+        g.dy, g.dx = self.dilation
+        oshape = self.output_shape((n, c, h, w))
+        g.OH, g.OW = oshape[2], oshape[3]
+        cdef int m = self._winograd_tile(&g, <int>active_isa(), effective_threads())
+        return f"winograd-{m}x{m}" if m else "igemm"
+
+    cdef int _winograd_tile(self, mk_conv_geom *g, int isa, int nthreads):
+        """Winograd tile size for this call (0: the implicit GEMM)."""
+        if (self.groups != 1 or self.storage == "float64" or self.depthwise or
+                self._algorithm == "igemm" or g.KH != 3 or g.KW != 3 or g.sy != 1 or
+                g.sx != 1 or g.dy != 1 or g.dx != 1 or g.sw != 1):
+            return 0
+        if self._algorithm == "auto":
+            return mk_conv_winograd_choose(g, self.out_channels, isa, nthreads)
+        cdef int m = 4 if self._algorithm == "winograd-4x4" else 2
+        if not mk_conv_winograd_supported(m, isa):
+            m = 2
+        return m
+
+    def _winograd_weights(self, int m):
+        """U = G w G^T for tile size m, packed as alpha^2 groups of igemm panels (cached)."""
+        u = self._wino.get(m)
+        if u is not None:
+            return u
+        w, b = self.unpack()
+        w = np.asarray(w, np.float64)
+        G = _WINO_G[m]
+        a = G.shape[0]
+        cout, cin = self.out_channels, self.in_channels
+        # (alpha, alpha, Cout, Cin)
+        ut = np.einsum("ik,ockl,jl->ijoc", G, w, G, optimize=True).reshape(a * a, cout, cin)
+        npan = (cout + MK_CONV_MR - 1) // MK_CONV_MR
+        panels = np.zeros((a * a, npan * MK_CONV_MR, MK_CONV_MR + cin), np.float32)
+        panels[:, :cout, MK_CONV_MR:] = ut
+        if b is not None:
+            panels[a + 1, :cout, 0] = np.asarray(b, np.float32)  # t = (1, 1): see conv.h
+        panels = panels.reshape(a * a, npan, MK_CONV_MR, MK_CONV_MR + cin)
+        flat = np.concatenate(
+            [panels[:, :, :, 0],
+             panels[:, :, :, MK_CONV_MR:].transpose(0, 1, 3, 2).reshape(
+                 a * a, npan, cin * MK_CONV_MR)], axis=2)
+        u = np.ascontiguousarray(flat, np.float32).reshape(-1)
+        self._wino = {**self._wino, m: u}  # a new dict: readers in other threads stay valid
+        return u
 
     @property
     def nbytes(self):
@@ -314,6 +436,17 @@ cdef class PackedConv2d:
                                 <float *>cnp.PyArray_DATA(scratch), <float *>op,
                                 <const float *>rp, act, isa, nthreads)
             return
+        cdef int wm = self._winograd_tile(g, isa, nthreads)
+        cdef cnp.ndarray wu, wscratch
+        if wm:
+            wu = self._winograd_weights(wm)
+            wscratch = _scratch(mk_conv_winograd_scratch(g, cout, wm, isa, nthreads))
+            with nogil:
+                mk_conv2d_winograd_f32(g, <const float *>xp, cout, wm,
+                                       <const float *>cnp.PyArray_DATA(wu),
+                                       <float *>cnp.PyArray_DATA(wscratch), <float *>op,
+                                       <const float *>rp, act, isa, nthreads)
+            return
         direct = (g.KH == 1 and g.KW == 1 and g.sy == 1 and g.sx == 1 and g.pt == 0 and
                   g.pl == 0 and g.pb == 0 and g.pr == 0 and g.sw == 1 and g.sh == g.W)
         cdef float *php = NULL
@@ -326,7 +459,7 @@ cdef class PackedConv2d:
                                <float *>op, <const float *>rp, act, nthreads)
             return
         if not direct:
-            phase = np.empty(mk_conv_phase_size(g, g.C), np.float32)
+            phase = _scratch(mk_conv_phase_size(g, g.C))
             php = <float *>cnp.PyArray_DATA(phase)
         if self._wtype != MK_W_F32:
             wide = np.empty(packed.size, np.float32)
@@ -425,6 +558,8 @@ def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, st
             )
 
     cdef PackedConv2d self = PackedConv2d.__new__(PackedConv2d)
+    self._algorithm = "auto"
+    self._wino = {}
     self.in_channels = cin_g * groups
     self.out_channels = cout
     self.groups = groups

@@ -57,6 +57,15 @@ cdef extern from "gemm/gemm.h" nogil:
     int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k,
                              int nthreads)
     void mk_gemm_warm_threads(int nthreads)
+    ctypedef struct mk_gemm_chain_layer:
+        const mk_gemm_config *cfg
+        size_t n, k
+        const void *packed
+        mk_epilogue ep
+    int mk_gemm_chain_plan_threads(size_t nl, const mk_gemm_chain_layer *layers, size_t m,
+                                   int nthreads)
+    int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, const void *a,
+                          ptrdiff_t lda, void *c, void *buf0, void *buf1, int nthreads)
 
 
 # Fill *ep for an activation name ("none", "relu", "relu6", "clamp", "gelu", "gelu_tanh",
@@ -84,3 +93,31 @@ cdef class PackedLinear:
     cdef int ensure_ready(self) except -1
     cdef int gemm(self, size_t m, const void *a, ptrdiff_t rsa, ptrdiff_t csa, void *c,
                   size_t ldc, const mk_epilogue *ep, int nthreads) noexcept nogil
+
+
+# Consecutive PackedLinear layers with their epilogues, run as one kernel call
+# (kernels/gemm/gemm-chain.c); create with linear_chain().
+cdef class PackedChain:
+    cdef readonly tuple layers          # the PackedLinear objects, first to last
+    cdef readonly tuple activations     # (name, alpha, beta) per layer
+    cdef tuple _sources                 # the activations as given (identity fast check)
+    cdef object _owner                  # watched container (_watch), or None
+    cdef tuple _children                # its children when the chain was planned
+    cdef tuple _modules                 # watched modules (_watch), or None
+    cdef tuple _linears
+    cdef tuple _acts
+    cdef tuple _act_static              # per layer: its activation's epilogue is a class tuple
+    cdef readonly Py_ssize_t in_features
+    cdef readonly Py_ssize_t out_features
+    cdef readonly object compute_dtype
+    cdef int _compute
+    cdef int _typenum
+    cdef Py_ssize_t _nl
+    cdef Py_ssize_t _mid                # widest intermediate result (elements per row)
+    cdef mk_gemm_chain_layer *_spec     # per layer: config, sizes, packed buffer, epilogue
+    cdef void *_buf                     # two ping-pong buffers of _buf_half bytes (owned)
+    cdef size_t _buf_half
+    cdef bint _busy                     # _buf in use by a call (a concurrent one allocates)
+
+    cdef int _refresh(self) except -1
+    cdef object _run(self, object x)

@@ -1,3 +1,4 @@
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -45,5 +46,29 @@ def linear(
     activation: str = "none",
 ) -> np.ndarray: ...
 def matmul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray: ...
+
+class PackedChain:
+    layers: tuple[PackedLinear, ...]
+    activations: tuple[tuple[str, float, float], ...]
+    in_features: int
+    out_features: int
+    compute_dtype: np.dtype[Any]
+    def forward(self, x: npt.ArrayLike) -> np.ndarray: ...
+    def __call__(self, x: npt.ArrayLike) -> np.ndarray: ...
+    def _watch(
+        self,
+        owner: Any,
+        children: Sequence[Any],
+        modules: Sequence[Any],
+        linears: Sequence[Any],
+        acts: Sequence[Any],
+    ) -> None: ...
+    def _forward_watched(self, x: Any) -> np.ndarray | None: ...
+
+def linear_chain(
+    layers: Sequence[PackedLinear],
+    activations: Sequence[str | tuple[str, float, float]] | None = None,
+) -> PackedChain: ...
+def _chain_planned_threads(chain: PackedChain, m: int) -> int: ...
 def warm_threads() -> None: ...
 def _planned_threads(packed: PackedLinear, m: int) -> int: ...

@@ -11,13 +11,31 @@ import numpy as np
 
 cimport numpy as cnp
 from cython.parallel cimport prange
+from cpython.dict cimport PyDict_GetItem, PyDict_Next
+from cpython.object cimport PyObject
 from libc.stdint cimport uintptr_t
-from libc.stdlib cimport free
+from libc.stdlib cimport free, malloc
 
 from modulekit._ext._isa cimport active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads, omp_get_thread_num
 
 cnp.import_array()
+
+cdef extern from "Python.h":
+    object PyObject_GenericGetDict(object obj, void *context)
+
+
+cdef inline object _instance_attr(object obj, str name):
+    """``getattr(obj, name)``, reading the instance dict first (Module defines __getattr__,
+    which makes every plain attribute access go through a slower hook)."""
+    cdef PyObject *v
+    d = PyObject_GenericGetDict(obj, NULL)
+    if type(d) is dict:
+        v = PyDict_GetItem(d, name)
+        if v != NULL:
+            return <object>v
+    return getattr(obj, name)
+
 
 cdef extern from "<stdlib.h>" nogil:
     void *aligned_alloc(size_t alignment, size_t size)
@@ -486,6 +504,317 @@ def matmul(a, b):
     if rcsum != 0:
         raise MemoryError("cannot allocate the GEMM packing buffer")
     return out
+
+
+# ---------------------------------------------------------------- layer chains
+cdef class PackedChain:
+    """Consecutive packed Linear layers with their fused activations, run as one call.
+
+    Create with :func:`linear_chain`. :meth:`forward` computes
+    ``act_n(... act_1(x @ W_1.T + b_1) ... @ W_n.T + b_n)`` in one kernel call: with more
+    than one thread, one OpenMP parallel region runs every layer (each thread its share of
+    each layer's output tiles, a barrier between layers), and the intermediate results live in
+    two buffers kept between calls. The output is bit-identical to calling the layers'
+    :meth:`PackedLinear.forward` one after another, for any thread count.
+
+    The chain reads each layer's packed buffer at every call, so a layer re-packed in place
+    (for another instruction set) is followed; a layer replaced by a new
+    :class:`PackedLinear` is not (build a new chain).
+
+    Attributes
+    ----------
+    layers : tuple of PackedLinear
+    activations : tuple of (str, float, float)
+        Per layer: the activation name and clamp bounds, as :meth:`PackedLinear.forward`
+        takes them.
+    in_features, out_features : int
+        Input width of the first layer and output width of the last.
+    compute_dtype : numpy.dtype
+    """
+
+    def __cinit__(self):
+        self._spec = NULL
+        self._buf = NULL
+        self._buf_half = 0
+        self._busy = False
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(
+            "PackedChain cannot be created directly: use linear_chain(layers, activations)"
+        )
+
+    def __dealloc__(self):
+        free(self._spec)
+        free(self._buf)
+
+    cdef int _refresh(self) except -1:
+        """Point the C description at each layer's current buffer and configuration."""
+        cdef PackedLinear lin
+        cdef Py_ssize_t i
+        cdef const mk_gemm_config *cfg
+        for i in range(self._nl):
+            lin = <PackedLinear>self.layers[i]
+            cfg = mk_gemm_get_config(lin._compute, lin._storage, <int>active_isa())
+            if lin._cfg != cfg:
+                lin.ensure_ready()
+            self._spec[i].cfg = lin._cfg
+            self._spec[i].packed = lin._packed
+        return 0
+
+    def forward(self, x):
+        """Run the chain on ``x``.
+
+        Parameters
+        ----------
+        x : array_like, shape (M, in_features)
+            Any strides; cast to ``compute_dtype`` when it is another floating dtype.
+
+        Returns
+        -------
+        ndarray, shape (M, out_features), C-contiguous, ``compute_dtype``.
+        """
+        return self._run(x)
+
+    cdef object _run(self, object x):
+        cdef cnp.ndarray arr, res
+        cdef cnp.npy_intp dims[2]
+        cdef Py_ssize_t itemsize, m
+        cdef size_t half
+        cdef void *buf
+        cdef void *tmp = NULL
+        cdef int rc, nthreads
+        self._refresh()
+        if type(x) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>x) == self._typenum:
+            arr = <cnp.ndarray>x
+        else:
+            arr = _as_compute(x, self.compute_dtype, "x")
+        if cnp.PyArray_NDIM(arr) != 2:
+            raise ValueError(
+                f"x must be 2-D (batch, in_features={self.in_features}); got shape {(<object>arr).shape}"
+            )
+        if cnp.PyArray_DIM(arr, 1) != self.in_features:
+            raise ValueError(
+                f"x has {cnp.PyArray_DIM(arr, 1)} features (shape {(<object>arr).shape}); expected "
+                f"in_features={self.in_features}"
+            )
+        itemsize = cnp.PyArray_ITEMSIZE(arr)
+        # the chain reads rows with unit stride
+        if (not _elem_strides_ok(arr, itemsize)
+                or (cnp.PyArray_STRIDE(arr, 1) != itemsize and self.in_features > 1)):
+            arr = np.ascontiguousarray(arr)
+        m = cnp.PyArray_DIM(arr, 0)
+        dims[0] = m
+        dims[1] = self.out_features
+        res = cnp.PyArray_EMPTY(2, dims, self._typenum, 0)
+        if m == 0:
+            return res
+        half = (<size_t>m * <size_t>self._mid * <size_t>itemsize + 63) // 64 * 64
+        if half == 0:
+            half = 64
+        if self._busy:  # another thread is running this chain: use a buffer of our own
+            tmp = aligned_alloc(64, 2 * half)
+            buf = tmp
+        else:
+            if half > self._buf_half:
+                free(self._buf)
+                self._buf = aligned_alloc(64, 2 * half)
+                self._buf_half = half if self._buf != NULL else 0
+            buf = self._buf
+        if buf == NULL:
+            raise MemoryError(f"cannot allocate {2 * half} bytes for the chain's buffers")
+        if tmp == NULL:
+            self._busy = True
+            half = self._buf_half
+        nthreads = effective_threads()
+        try:
+            with nogil:
+                rc = mk_gemm_chain_run(<size_t>self._nl, self._spec, <size_t>m,
+                                       cnp.PyArray_DATA(arr),
+                                       cnp.PyArray_STRIDE(arr, 0) // itemsize,
+                                       cnp.PyArray_DATA(res), buf, <char *>buf + half, nthreads)
+        finally:
+            if tmp != NULL:
+                free(tmp)
+            else:
+                self._busy = False
+        if rc != 0:
+            raise MemoryError("cannot allocate the GEMM packing buffer")
+        return res
+
+    def __call__(self, x):
+        return self.forward(x)
+
+    def _watch(self, owner, children, modules, linears, acts):
+        """Bind the modules this chain stands for (see :meth:`_forward_watched`).
+
+        Parameters
+        ----------
+        owner : Module or None
+            The container whose whole forward the chain is (``nn.Sequential``): it must have
+            no hooks and its ``_modules`` must still hold exactly ``children``, in order.
+        children : sequence
+            The owner's children when the chain was planned (ignored without an owner).
+        modules : sequence
+            Every module of the chained run, in order; none may have hooks.
+        linears : sequence
+            Per layer, the Linear module whose ``_packed`` must be ``layers[i]``.
+        acts : sequence
+            Per layer, the activation module whose ``_epilogue`` must still equal
+            ``activations[i]``, or None where the layer has no activation.
+        """
+        linears, acts = tuple(linears), tuple(acts)
+        if len(linears) != self._nl or len(acts) != self._nl:
+            raise ValueError(f"_watch: expected {self._nl} linears and activations")
+        self._owner = owner
+        self._children = tuple(children) if owner is not None else ()
+        self._modules = tuple(modules)
+        self._linears = linears
+        self._acts = acts
+        # an activation whose class holds its epilogue as a plain tuple (ReLU, ...) needs no
+        # re-reading per call; a property (GELU's approximate) does
+        self._act_static = tuple(
+            act is not None and type(getattr(type(act), "_epilogue", None)) is tuple
+            and getattr(type(act), "_epilogue") == self.activations[i]
+            for i, act in enumerate(acts)
+        )
+
+    def _forward_watched(self, x):
+        """``forward(x)`` when the watched modules still describe this chain, else None (the
+        caller then runs them one by one, or rebuilds the chain).
+
+        These are the checks of ``nn.Sequential``'s chained step, made here because at
+        batch 1 the whole chain takes a few microseconds: ``x`` is a 2-D ndarray of the
+        compute dtype; the owner (if any) has no hooks and still the same children; no
+        watched module has hooks (``_has_hooks``); ``linears[i]._packed`` is ``layers[i]``;
+        ``acts[i]._epilogue`` equals the activation the chain was built with. None when
+        nothing is watched."""
+        cdef Py_ssize_t i, pos = 0
+        cdef PyObject *key
+        cdef PyObject *value
+        cdef tuple children
+        if (self._modules is None or type(x) is not np.ndarray
+                or cnp.PyArray_TYPE(<cnp.ndarray>x) != self._typenum
+                or cnp.PyArray_NDIM(<cnp.ndarray>x) != 2):
+            return None
+        if self._owner is not None:
+            if _instance_attr(self._owner, "_has_hooks"):
+                return None
+            current = _instance_attr(self._owner, "_modules")
+            children = self._children
+            if type(current) is not dict or len(<dict>current) != len(children):
+                return None
+            i = 0
+            while PyDict_Next(current, &pos, &key, &value):
+                if value != <PyObject *>children[i]:
+                    return None
+                i += 1
+        for m in self._modules:
+            if _instance_attr(m, "_has_hooks"):
+                return None
+        for i in range(self._nl):
+            if _instance_attr(self._linears[i], "_packed") is not self.layers[i]:
+                return None
+            act = self._acts[i]
+            if act is None:
+                continue
+            if self._act_static[i]:  # the class's tuple, unless the instance overrides it
+                if PyDict_GetItem(PyObject_GenericGetDict(act, NULL), "_epilogue") != NULL:
+                    return None
+            else:
+                ep = getattr(act, "_epilogue")
+                if ep is not self._sources[i] and ep != self.activations[i]:
+                    return None
+        return self._run(x)
+
+    def __repr__(self):
+        steps = ", ".join(
+            f"{lin.in_features}->{lin.out_features}" + (f" {a[0]}" if a[0] != "none" else "")
+            for lin, a in zip(self.layers, self.activations)
+        )
+        return f"PackedChain({steps})"
+
+
+def linear_chain(layers, activations=None):
+    """Chain packed Linear layers (each with its epilogue activation) into one kernel call.
+
+    Parameters
+    ----------
+    layers : sequence of PackedLinear
+        At least one; layer ``i + 1``'s ``in_features`` equals layer ``i``'s
+        ``out_features``; one compute dtype (weight storages may differ within it).
+    activations : sequence, optional
+        Per layer: an activation name, or a tuple ``(name, alpha, beta)`` as
+        :meth:`PackedLinear.forward` takes them; None (the default) for no activations.
+
+    Returns
+    -------
+    PackedChain
+    """
+    cdef PackedChain self = PackedChain.__new__(PackedChain)
+    cdef PackedLinear lin
+    cdef Py_ssize_t i, nl
+    layers = tuple(layers)
+    nl = len(layers)
+    if nl == 0:
+        raise ValueError("linear_chain needs at least one layer")
+    for i in range(nl):
+        if not isinstance(layers[i], PackedLinear):
+            raise TypeError(
+                f"linear_chain: layer {i} is a {type(layers[i]).__name__}, not a PackedLinear"
+            )
+    acts = [("none", 0.0, 0.0)] * nl if activations is None else list(activations)
+    if len(acts) != nl:
+        raise ValueError(f"linear_chain: {nl} layers but {len(acts)} activations")
+    for i in range(nl):
+        a = acts[i]
+        acts[i] = (a, 0.0, 0.0) if isinstance(a, str) else tuple(a)
+        if len(acts[i]) != 3:
+            raise ValueError(
+                f"linear_chain: activation {i} must be a name or (name, alpha, beta); got {a!r}"
+            )
+    first = <PackedLinear>layers[0]
+    for i in range(1, nl):
+        lin = <PackedLinear>layers[i]
+        if lin._compute != first._compute:
+            raise ValueError(
+                f"linear_chain: layer {i} computes in {lin.compute_dtype}, layer 0 in "
+                f"{first.compute_dtype}"
+            )
+        if lin.in_features != (<PackedLinear>layers[i - 1]).out_features:
+            raise ValueError(
+                f"linear_chain: layer {i} has in_features={lin.in_features} but layer {i - 1} "
+                f"has out_features={(<PackedLinear>layers[i - 1]).out_features}"
+            )
+    self._spec = <mk_gemm_chain_layer *>malloc(<size_t>nl * sizeof(mk_gemm_chain_layer))
+    if self._spec == NULL:
+        raise MemoryError("cannot allocate the chain description")
+    self._nl = nl
+    self._mid = 1
+    for i in range(nl):
+        lin = <PackedLinear>layers[i]
+        name, alpha, beta = acts[i]
+        make_epilogue(name, alpha, beta, &self._spec[i].ep)
+        self._spec[i].n = <size_t>lin.out_features
+        self._spec[i].k = <size_t>lin.in_features
+        if i + 1 < nl and lin.out_features > self._mid:
+            self._mid = lin.out_features
+    self.layers = layers
+    self._sources = tuple(activations) if activations is not None else (None,) * nl
+    self.activations = tuple(acts)
+    self.in_features = first.in_features
+    self.out_features = (<PackedLinear>layers[nl - 1]).out_features
+    self.compute_dtype = first.compute_dtype
+    self._compute = first._compute
+    self._typenum = first._typenum
+    self._refresh()
+    return self
+
+
+def _chain_planned_threads(PackedChain chain, Py_ssize_t m):
+    """Threads a chain forward of m rows would use now (for tests and benchmarks)."""
+    chain._refresh()
+    return mk_gemm_chain_plan_threads(<size_t>chain._nl, chain._spec, <size_t>m,
+                                      effective_threads())
 
 
 def warm_threads():

@@ -17,6 +17,23 @@ import time
 MODULEKIT = "modulekit"
 
 
+def settle(limit=0.5, window=0.002):
+    """Wait until this process's other threads have stopped using the CPU.
+
+    A peer's thread pool keeps spinning for a while after its call returns (OpenBLAS about
+    2^28 cycles, onnxruntime's intra-op pool, libgomp's GOMP_SPINCOUNT): timing the next peer
+    while it spins charges that peer for a core it does not have. Sleeps in ``window``-second
+    steps until one passes with the process using under a tenth of a core (the pool has
+    parked), or ``limit`` seconds have passed. Returns the seconds waited."""
+    t_start = time.perf_counter()
+    while True:
+        c0, t0 = time.process_time(), time.perf_counter()
+        time.sleep(window)
+        t1 = time.perf_counter()
+        if time.process_time() - c0 < 0.1 * (t1 - t0) or t1 - t_start >= limit:
+            return t1 - t_start
+
+
 def per_call(fn, number):
     """Seconds per call of ``fn`` over ``number`` back-to-back calls."""
     t0 = time.perf_counter()

@@ -9,7 +9,9 @@ modulekit is faster):
 - a packed Linear, N = K = 512 and 1024, batch 1, 8, 64, 1024: ``PackedLinear.forward`` vs
   NumPy ``x @ W.T + b`` and ``torch.nn.functional.linear`` (torch optional);
 - an MLP 784-256-256-10 (ReLU) at batch 1 and 256 vs torch and onnxruntime (optional; the
-  ONNX graph is built with ``onnx.helper``);
+  ONNX graph is built with ``onnx.helper``): modulekit's side is an ``initialize()``d
+  ``nn.Sequential`` called end to end (its Linear layers run as one chained kernel call);
+  "modulekit layers" is the same network as three ``PackedLinear.forward`` calls;
 - modulekit's matmul 1024^3 on 1 and 2 threads.
 
 The peers' repeats are interleaved (A B C A B C ...) and each repeat runs a case for a
@@ -27,6 +29,7 @@ import time
 import numpy as np
 
 from modulekit._ext import _gemm, _openmp_helpers
+from modulekit.bench._timing import settle
 
 _STRIP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
@@ -34,9 +37,10 @@ _STRIP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 def _timeit(fns, repeats, min_time, gap):
     """Median seconds per call of each callable, repeats interleaved across callables.
 
-    Each repeat starts with an untimed call and is followed by a pause of ``gap`` seconds, so
-    the thread pool a peer leaves spinning (OpenBLAS spins ~2^28 cycles) has gone to sleep
-    before the next peer is timed."""
+    Each repeat starts with an untimed call and is followed by a pause of at least ``gap``
+    seconds and until the thread pool the peer leaves spinning (OpenBLAS spins ~2^28 cycles,
+    onnxruntime and libgomp spin too) has parked (:func:`~modulekit.bench._timing.settle`),
+    so one peer's spinning threads do not slow the next one down."""
     inner = []
     for f in fns:  # warm up, and calls per repeat so one repeat lasts about min_time
         f()
@@ -54,6 +58,7 @@ def _timeit(fns, repeats, min_time, gap):
                 f()
             samples[i].append((time.perf_counter() - t0) / n)
             time.sleep(gap)
+            settle()
     return [statistics.median(s) for s in samples]
 
 
@@ -182,8 +187,17 @@ def run(quick=False):
     ]
     p1, p2, p3 = (_gemm.pack_linear(w, b) for w, b in layers)
 
-    def mk_mlp(x):
+    def mk_layers(x):
         return p3.forward(p2.forward(p1.forward(x, "relu"), "relu"))
+
+    from modulekit import nn
+
+    mk_model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                             nn.Linear(256, 10))
+    mk_model.load_state_dict({f"{2 * i}.{name}": arr for i, (w, b) in enumerate(layers)
+                              for name, arr in (("weight", w), ("bias", b))})
+    mk_model.initialize()
+    mk_mlp = mk_model.__call__
 
     tmodel = None
     if torch is not None:
@@ -202,7 +216,9 @@ def run(quick=False):
     for batch in (1, 256):
         x = rng.standard_normal((batch, 784), dtype=np.float32)
         ref = mk_mlp(x)
-        fns, names = [lambda x=x: mk_mlp(x)], ["modulekit"]
+        np.testing.assert_array_equal(mk_layers(x), ref)
+        fns, names = [lambda x=x: mk_mlp(x), lambda x=x: mk_layers(x)], [
+            "modulekit", "modulekit layers"]
         if tmodel is not None:
 
             def torch_mlp(x=x):

@@ -18,6 +18,7 @@ import numpy as np
 from modulekit._ext import _ops
 from modulekit.checkpoint import load as _load_checkpoint
 from modulekit.module import Module
+from modulekit.nn.modules._fused_linear import FusedLinears
 from modulekit.nn.modules.attention import attention
 from modulekit.nn.modules.container import ModuleList
 from modulekit.nn.modules.dropout import Dropout
@@ -171,13 +172,31 @@ class BertSelfAttention(Module):
         self.value = Linear(h, h)
         self.dropout = Dropout(config.attention_probs_dropout_prob)
 
+        # query/key/value as one GEMM (stacked weights, the layers keep their keys and hooks)
+        self.__dict__["_qkv"] = FusedLinears((self.query, self.key, self.value))
+
     def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
         h = x.shape[1]
-        q = self.query(x).reshape(B, L, h)
-        k = self.key(x).reshape(B, L, h)
-        v = self.value(x).reshape(B, L, h)
+        qkv = self._qkv
+        y = qkv.forward(x) if qkv.usable() else None
+        if y is not None:  # (B*L, 3h): q, k and v are column blocks, read in place
+            y = y.reshape(B, L, 3 * h)
+            q, k, v = y[:, :, :h], y[:, :, h : 2 * h], y[:, :, 2 * h :]
+        else:  # hooked (every hook sees its call) or mixed storage dtypes
+            q = self.query(x).reshape(B, L, h)
+            k = self.key(x).reshape(B, L, h)
+            v = self.value(x).reshape(B, L, h)
         ctx, _ = attention(q, k, v, self.num_attention_heads, mask)
         return ctx.reshape(B * L, h)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_qkv", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self.__dict__["_qkv"] = FusedLinears((self.query, self.key, self.value))
 
 
 class BertSelfOutput(Module):
@@ -268,7 +287,9 @@ class BertModel(Module):
     :class:`BertModelOutput`. ``attention_mask`` (1 = attend, 0 = padding) is applied as
     transformers does, by adding the float32 minimum to masked scores. Computes in float32;
     ``model.to("float16")`` / ``"bfloat16"`` stores the weights in 16 bits (widened in the
-    kernels, accumulation in float32).
+    kernels, accumulation in float32). Each layer's query, key and value projections run as
+    one GEMM over their stacked weights (the three ``Linear`` modules keep their keys; while
+    one of them has hooks they run one by one); an all-ones ``attention_mask`` is skipped.
     """
 
     def __init__(self, config, add_pooling_layer: bool = True) -> None:
@@ -340,8 +361,11 @@ class BertModel(Module):
                 raise TypeError(
                     f"BertModel: attention_mask must hold 0/1 values, got dtype {am.dtype}"
                 )
-            # transformers: (1 - mask) * finfo(float32).min, added to the scaled scores
-            mask = ((1.0 - am.astype(np.float32)) * np.finfo(np.float32).min).reshape(B, 1, 1, L)
+            # transformers: (1 - mask) * finfo(float32).min, added to the scaled scores; a
+            # mask of all ones adds nothing and is skipped
+            if not (am == 1).all():
+                mask = (1.0 - am.astype(np.float32)) * np.finfo(np.float32).min
+                mask = mask.reshape(B, 1, 1, L)
         x = self.embeddings(ids, tt)
         x = self.encoder(x, B, L, mask)
         hidden = x.reshape(B, L, -1)

@@ -7,7 +7,9 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 
+from modulekit._ext._gemm import linear_chain
 from modulekit.module import Module, _addindent
+from modulekit.nn.modules.linear import Linear
 
 __all__ = ["ModuleDict", "ModuleList", "Sequential"]
 
@@ -17,6 +19,88 @@ def _abs_index(idx, size: int) -> int:
     if not -size <= idx < size:
         raise IndexError(f"index {idx} is out of range")
     return idx % size if size else idx
+
+
+class _LinearChain:
+    """A step of a Sequential's fused plan: two or more consecutive ``Linear`` layers, each
+    optionally followed by an activation its kernel applies in the epilogue, run as ONE
+    kernel call (:func:`modulekit._ext._gemm.linear_chain`: one OpenMP region for the whole
+    chain, a barrier between layers, intermediate results in buffers reused between calls).
+
+    :meth:`run` uses the kernel chain only while it computes exactly what calling the modules
+    one by one would: no module of the step has hooks, every Linear still holds the packed
+    weights the chain was built from, every activation still stands for the same epilogue,
+    and the input is a 2-D ndarray of the chain's compute dtype (these checks run in C:
+    ``PackedChain._forward_watched``). Otherwise the modules run one by one. After a re-pack
+    (``load_state_dict``, ``to(dtype)``) the chain is rebuilt from the new weights on the
+    next call."""
+
+    __slots__ = ("modules", "linears", "acts", "packs", "epilogues", "chain", "owner", "children")
+
+    def __init__(self, pairs, owner=None, children=()) -> None:
+        # pairs: ((linear, activation or None), ...); owner: the Sequential when the chain
+        # is its whole forward (its hooks and children are then watched too)
+        self.owner, self.children = owner, tuple(children)
+        self.linears = tuple(lin for lin, _ in pairs)
+        self.acts = tuple(act for _, act in pairs)
+        self.modules = tuple(m for pair in pairs for m in pair if m is not None)
+        self._build()
+
+    def _build(self) -> None:
+        """(Re)build the kernel chain from the layers' current packed weights; leaves
+        ``chain`` None when they cannot chain (a layer unpacked, mixed compute dtypes)."""
+        packs = tuple(lin._packed for lin in self.linears)
+        epilogues = tuple(act._epilogue if act is not None else None for act in self.acts)
+        self.packs, self.epilogues, self.chain = packs, epilogues, None
+        if any(p is None for p in packs) or len({p.compute_dtype for p in packs}) != 1:
+            return
+        try:
+            chain = linear_chain(packs, [ep if ep is not None else "none" for ep in epilogues])
+        except ValueError:  # mismatched widths: the per-layer path raises the real error
+            return
+        chain._watch(self.owner, self.children, self.modules, self.linears, self.acts)
+        self.chain = chain
+
+    def _stale(self) -> bool:
+        """True when a layer was re-packed or an activation changed since the last build."""
+        return (any(lin._packed is not p for lin, p in zip(self.linears, self.packs))
+                or any(act is not None and act._epilogue != ep
+                       for act, ep in zip(self.acts, self.epilogues)))
+
+    def run(self, input):
+        chain = self.chain
+        if chain is not None:
+            out = chain._forward_watched(input)
+            if out is not None:
+                return out
+        if self._stale():
+            self._build()
+            if self.chain is not None:
+                out = self.chain._forward_watched(input)
+                if out is not None:
+                    return out
+        for module in self.modules:
+            input = module(input)
+        return input
+
+    def __getstate__(self):
+        # the kernel chain is rebuilt on the first call after unpickling
+        return {k: getattr(self, k) for k in ("modules", "linears", "acts", "owner", "children")}
+
+    def __setstate__(self, state) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+        self.packs = (None,) * len(self.linears)
+        self.epilogues = (None,) * len(self.acts)
+        self.chain = None
+
+
+def _chain_link(step) -> bool:
+    """True when a fused-plan step is a plain Linear, alone or with an epilogue activation."""
+    lead = step[0]
+    return (isinstance(lead, Linear) and type(lead).forward is Linear.forward
+            and type(lead)._forward_fused is Linear._forward_fused
+            and lead._packed is not None and len(step) <= 2)
 
 
 class _IndexedContainer(Module):
@@ -139,14 +223,17 @@ class Sequential(_IndexedContainer):
     __rmul__ = __mul__
 
     #: (children when planned, steps): each step a tuple of consecutive children run as one
-    #: call, ``steps[i][0]._forward_fused(steps[i][1:], x)`` when it has more than one.
+    #: call, ``steps[i][0]._forward_fused(steps[i][1:], x)`` when it has more than one, or a
+    #: ``_LinearChain`` (consecutive Linear(+activation) layers as one kernel call); third,
+    #: the chain when it is the whole plan (``__call__`` then calls it directly), else None.
     _fused_plan = None
 
     def _fuse(self) -> None:
         """Plan fused calls: a child that can absorb the children after it (a Linear and a
-        following activation) runs them as one kernel call. Built by ``initialize()``; used
-        while the children are unchanged, and per step only while none of its modules has
-        hooks (hooks then see every call, unfused)."""
+        following activation) runs them as one kernel call, and a run of two or more such
+        Linear steps runs as one chained kernel call (``_LinearChain``). Built by
+        ``initialize()``; used while the children are unchanged, and per step only while
+        none of its modules has hooks (hooks then see every call, unfused)."""
         children = tuple(self._modules.values())
         steps, i = [], 0
         while i < len(children):
@@ -154,14 +241,51 @@ class Sequential(_IndexedContainer):
             n = lead._fusable(list(children[i + 1:])) if lead is not None else 0
             steps.append(children[i:i + 1 + n])
             i += 1 + n
-        fused = any(len(step) > 1 for step in steps)
-        self.__dict__["_fused_plan"] = (children, tuple(steps)) if fused else None
+        # runs of two or more Linear(+activation) steps become one kernel chain
+        planned, i = [], 0
+        while i < len(steps):
+            j = i
+            while j < len(steps) and _chain_link(steps[j]):
+                j += 1
+            if j - i >= 2:
+                chain = _LinearChain([(s[0], s[1] if len(s) > 1 else None)
+                                      for s in steps[i:j]])
+                if chain.chain is not None:
+                    planned.append(chain)
+                    i = j
+                    continue
+            planned.append(steps[i])
+            i += 1
+        fused = any(type(step) is _LinearChain or len(step) > 1 for step in planned)
+        # the whole Sequential one chain: __call__ goes straight to it
+        whole = None
+        if (len(planned) == 1 and type(planned[0]) is _LinearChain
+                and type(self).forward is Sequential.forward):
+            whole = _LinearChain(tuple(zip(planned[0].linears, planned[0].acts)), self,
+                                 children)
+            planned = [whole]
+        self.__dict__["_fused_plan"] = (children, tuple(planned), whole) if fused else None
+
+    def __call__(self, *args, **kwargs):
+        # Module.__call__, short-cut for a Sequential that is one chain of Linear layers
+        # (an MLP): at batch 1 its whole kernel call takes a few microseconds
+        # (the chain checks this module's hooks and children itself)
+        plan = self._fused_plan
+        if plan is not None and len(args) == 1 and not kwargs:
+            whole = plan[2]
+            if whole is not None and whole.chain is not None:
+                out = whole.chain._forward_watched(args[0])
+                if out is not None:
+                    return out
+        return Module.__call__(self, *args, **kwargs)
 
     def forward(self, input):
         plan = self._fused_plan
         if plan is not None and plan[0] == tuple(self._modules.values()):
             for step in plan[1]:
-                if len(step) == 1:
+                if type(step) is _LinearChain:
+                    input = step.run(input)
+                elif len(step) == 1:
                     input = step[0](input)
                 elif any(m._has_hooks for m in step):
                     for module in step:

@@ -69,6 +69,9 @@ void mk_f32_igemm_8x24_avx2(size_t K, const float *a, const float *b, const ptrd
 void mk_f32_igemm_8x32_avx512(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
                               int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
                               const mk_seg *segs, int nseg, int act);
+void mk_f32_igemm_8x16_avx512(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
+                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                              const mk_seg *segs, int nseg, int act);
 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
                               int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
                               const mk_seg *segs, int nseg, int act);
@@ -107,6 +110,75 @@ void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph
 int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                   const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
                   float *out, const float *res, int act, int isa, int nthreads);
+
+/* ---- Winograd F(m x m, 3 x 3) and the igemm tile choice (f32-winograd-*.c) ----------------
+ * Stride-1, undilated, ungrouped 3x3 float32 convolutions. With alpha = m + 2, a tile of
+ * m x m outputs reads an alpha x alpha input window d; Y = A^T [(G w G^T) . (B^T d B)] A.
+ * The alpha^2 elementwise products, summed over input channels, are alpha^2 GEMMs
+ *     M[t] (Cout x tiles) = U[t] (Cout x Cin) . V[t] (Cin x tiles)
+ * run by the igemm microkernels (koff[k] = k * tile stride: V[t] is a plain row-major B).
+ * U = G w G^T is packed once per tile size as alpha^2 groups of igemm panels; the bias sits in
+ * the panel bias slot of t = (1, 1) only (column 1 of A^T is all ones). */
+
+/* Pick the igemm kernel and tile width for a GEMM of `lanes` output columns: the wide tile,
+ * or a narrower one when it computes fewer padded lanes (see IGEMM_CONFIG). */
+void mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr);
+
+/* A run of consecutive tiles of one tile row, as the transforms see it. */
+typedef struct {
+    int n;            /* image */
+    int y0, x0;       /* input row/column of the first window (padding subtracted: may be < 0) */
+    int nt;           /* tiles (windows step m columns) */
+    ptrdiff_t l0;     /* lane of the first tile in the block */
+    ptrdiff_t ooff;   /* output offset of the first tile's top-left pixel in channel 0 */
+    int rows, cols;   /* output rows (<= m) and columns (<= nt*m) inside the map */
+} mk_wino_seg;
+
+/* Input transform of one channel over a block of nl tiles given as nseg runs: x is the
+ * channel's plane in image 0 (image stride sn, row stride sh, H x W, unit column stride);
+ * outside the plane reads zero. Writes V[t][l] = v[t * vs + l] for t < alpha^2, l < nl.
+ * buf: scratch the driver sizes (buf_size in f32-winograd-driver.c). */
+typedef void (*mk_wino_in_fn)(const float *x, ptrdiff_t sn, ptrdiff_t sh, int H, int W,
+                              const mk_wino_seg *segs, int nseg, int nl, float *v,
+                              ptrdiff_t vs, float *buf);
+/* Output transform of one output channel over the same block: M[t][l] = m[t * ms + l]; each
+ * run's m x nt*m result, cut to rows x cols, goes to out + ooff (row stride os) as
+ * act(Y + res) (res: NULL or the same addressing as out). */
+typedef void (*mk_wino_out_fn)(const float *m, ptrdiff_t ms, const mk_wino_seg *segs,
+                               int nseg, int nl, float *buf, float *out, const float *res,
+                               ptrdiff_t os, int act);
+
+#define MK_WINO_DECL(M, ISA)                                                                  \
+    void mk_f32_wino_in_##M##x##M##_##ISA(const float *x, ptrdiff_t sn, ptrdiff_t sh, int H,  \
+                                          int W, const mk_wino_seg *segs, int nseg, int nl,   \
+                                          float *v, ptrdiff_t vs, float *buf);                \
+    void mk_f32_wino_out_##M##x##M##_##ISA(const float *m, ptrdiff_t ms,                      \
+                                           const mk_wino_seg *segs, int nseg, int nl,         \
+                                           float *buf, float *out, const float *res,          \
+                                           ptrdiff_t os, int act);
+MK_WINO_DECL(2, scalar)
+MK_WINO_DECL(2, avx2)
+MK_WINO_DECL(4, avx2)
+MK_WINO_DECL(2, avx512)
+MK_WINO_DECL(4, avx512)
+#undef MK_WINO_DECL
+
+/* Output tile size to use for this convolution: 0 (implicit GEMM), 2 or 4, from the cost
+ * model of f32-winograd-driver.c. g must be 3x3, stride 1, dilation 1 (else 0). */
+int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthreads);
+/* 1 when tile size m has transforms for this isa. */
+int mk_conv_winograd_supported(int m, int isa);
+/* float32 scratch (floats) of mk_conv2d_winograd_f32 for this call. */
+ptrdiff_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int isa,
+                                   int nthreads);
+/* Winograd convolution of all images (groups 1).
+ *   u      : alpha^2 * npanels panels [bias[8]][Cin x 8] (float32), npanels = ceil(Cout/8)
+ *   scratch: mk_conv_winograd_scratch(...) floats
+ *   out/res: as mk_conv2d_f32. Returns 0. */
+int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int m,
+                           const float *u, float *scratch, float *out, const float *res,
+                           int act, int isa, int nthreads);
+/* ---- end of Winograd block ---------------------------------------------------------------- */
 
 /* float64 convolution: a direct loop.
  *   w: (Cout, Cin_g, KH, KW) C-contiguous, bias: (Cout) or NULL; out/res as above. */

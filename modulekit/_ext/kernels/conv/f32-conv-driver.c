@@ -11,17 +11,38 @@
 
 /* Kernels per ISA, each chosen together with its tile width (the panel height MR = 8 is common
  * to all, so packed weights do not depend on the ISA). The first entry is the wide default;
- * the second (if any) a narrower tile taken when it pads the output grid less. */
+ * the others narrower tiles, each with its cost per computed lane relative to the first (a
+ * narrow tile loads more per FMA): mk_conv_igemm_lanes takes the one of least
+ * padded-lanes x cost. */
 typedef struct {
     mk_igemm_fn fn;
-    int nr; /* output pixels per tile */
+    int nr;      /* output pixels per tile */
+    float cost;  /* time per computed lane, relative to entry 0 */
 } mk_igemm_config;
 
-static const mk_igemm_config IGEMM_CONFIG[MK_ISA_COUNT][2] = {
-    [MK_ISA_GENERIC] = {{mk_f32_igemm_8x16_scalar, 16}, {NULL, 0}},
-    [MK_ISA_AVX2] = {{mk_f32_igemm_8x24_avx2, 24}, {NULL, 0}},
-    [MK_ISA_AVX512] = {{mk_f32_igemm_8x48_avx512, 48}, {mk_f32_igemm_8x32_avx512, 32}},
+#define MK_IGEMM_ALTS 3
+static const mk_igemm_config IGEMM_CONFIG[MK_ISA_COUNT][MK_IGEMM_ALTS] = {
+    [MK_ISA_GENERIC] = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
+    [MK_ISA_AVX2] = {{mk_f32_igemm_8x24_avx2, 24, 1.0f}},
+    [MK_ISA_AVX512] = {{mk_f32_igemm_8x48_avx512, 48, 1.0f},
+                       {mk_f32_igemm_8x32_avx512, 32, 1.11f},
+                       {mk_f32_igemm_8x16_avx512, 16, 1.35f}},
 };
+
+void mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr) {
+    int best = 0;
+    double best_cost = 0.0;
+    for (int i = 0; i < MK_IGEMM_ALTS && IGEMM_CONFIG[isa][i].fn; i++) {
+        const mk_igemm_config *c = &IGEMM_CONFIG[isa][i];
+        const double cost = (double)((lanes + c->nr - 1) / c->nr * c->nr) * c->cost;
+        if (i == 0 || cost < best_cost) {
+            best = i;
+            best_cost = cost;
+        }
+    }
+    *fn = IGEMM_CONFIG[isa][best].fn;
+    *nr = IGEMM_CONFIG[isa][best].nr;
+}
 
 void mk_conv_geometry(mk_conv_geom *g) {
     const int Hp = g->H + g->pt + g->pb, Wp = g->W + g->pl + g->pr;
@@ -156,14 +177,8 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                   const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
                   float *out, const float *res, int act, int isa, int nthreads) {
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW; /* grid lanes to compute */
-    mk_igemm_config cfg = IGEMM_CONFIG[isa][0];
-    {
-        const mk_igemm_config alt = IGEMM_CONFIG[isa][1];
-        /* the narrow tile loads more per FMA: take it only when it saves >= 10% padding */
-        if (alt.fn &&
-            10 * ((L + alt.nr - 1) / alt.nr * alt.nr) < 9 * ((L + cfg.nr - 1) / cfg.nr * cfg.nr))
-            cfg = alt;
-    }
+    mk_igemm_config cfg;
+    mk_conv_igemm_lanes(isa, L, &cfg.fn, &cfg.nr);
     const int cin_g = g->C / groups, cout_g = Cout / groups;
     const int npg = (cout_g + MK_CONV_MR - 1) / MK_CONV_MR; /* panels per group */
     const size_t K = (size_t)cin_g * g->KH * g->KW;

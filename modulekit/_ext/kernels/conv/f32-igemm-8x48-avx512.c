@@ -1,6 +1,8 @@
 /* float32 indirect-GEMM microkernels, AVX-512: 8 output channels x 48 output pixels (3 zmm
- * per row, 24 accumulators) and 8 x 32 (2 zmm per row) for small maps. See conv.h for the
- * operands. */
+ * per row, 24 accumulators), 8 x 32 (2 zmm per row) for small maps and 8 x 16 (1 zmm per row,
+ * 8 accumulators: just enough independent FMA chains) for the narrowest GEMMs (Winograd at
+ * batch 1 on 14x14 and 7x7 maps: 16 and 4 tiles). One template, so the three stay one kernel.
+ * See conv.h for the operands. */
 #include "simd-act.h"
 
 MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, const float *b,
@@ -21,13 +23,13 @@ MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, co
         for (size_t k = 0; k < K; k++) {
             const float *bk = b + koff[k];
             __m512 b0 = _mm512_loadu_ps(bk);
-            __m512 b1 = _mm512_loadu_ps(bk + 16);
+            __m512 b1 = NV > 1 ? _mm512_loadu_ps(bk + 16) : _mm512_setzero_ps();
             __m512 b2 = NV > 2 ? _mm512_loadu_ps(bk + 32) : _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 __m512 ar = _mm512_set1_ps(a[r]);
                 acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
+                if (NV > 1) acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
                 if (NV > 2) acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
             }
             a += 8;
@@ -40,13 +42,13 @@ MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, co
         for (size_t k = 0; k < K; k++) {
             const float *bk = b + koff[k];
             __m512 b0 = _mm512_maskz_loadu_ps(m0, bk);
-            __m512 b1 = _mm512_maskz_loadu_ps(m1, bk + 16);
+            __m512 b1 = NV > 1 ? _mm512_maskz_loadu_ps(m1, bk + 16) : _mm512_setzero_ps();
             __m512 b2 = NV > 2 ? _mm512_maskz_loadu_ps(m2, bk + 32) : _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 __m512 ar = _mm512_set1_ps(a[r]);
                 acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
+                if (NV > 1) acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
                 if (NV > 2) acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
             }
             a += 8;
@@ -86,4 +88,12 @@ MK_T512 void mk_f32_igemm_8x32_avx512(size_t K, const float *a, const float *b,
                                       ptrdiff_t c_rs, const float *res, const mk_seg *segs,
                                       int nseg, int act) {
     igemm_8xNV(2, K, a, b, koff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
+}
+
+/* 8 x 16 (8 accumulators): GEMMs of at most 16 columns, where wider tiles compute padding */
+MK_T512 void mk_f32_igemm_8x16_avx512(size_t K, const float *a, const float *b,
+                                      const ptrdiff_t *koff, int nlanes, int mrows, float *c,
+                                      ptrdiff_t c_rs, const float *res, const mk_seg *segs,
+                                      int nseg, int act) {
+    igemm_8xNV(1, K, a, b, koff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
 }

@@ -31,6 +31,33 @@ static inline D_TARGET __m256d mk_d_scale2(__m256d p, __m256d n) {
 }
 #define D_SCALE2(p, n) mk_d_scale2((p), (n))
 
+#define F_TARGET D_TARGET
+#define F_T __m256
+#define F_SET1(x) _mm256_set1_ps(x)
+#define F_ADD _mm256_add_ps
+#define F_MUL _mm256_mul_ps
+#define F_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define F_FNMA(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
+#define F_MIN _mm256_min_ps
+#define F_ABS(v) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), (v))
+#define F_ROUND(v) _mm256_round_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define F_RECIP(d) _mm256_div_ps(_mm256_set1_ps(1.0f), (d))
+#define F_SELECT_GE0(x, a, b) \
+    _mm256_blendv_ps((b), (a), _mm256_cmp_ps((x), _mm256_setzero_ps(), _CMP_GE_OQ))
+
+/* p * 2^n for integral n in [-252, 254], in two exact power-of-two steps (subnormal results
+ * rounded once, by the second) */
+static inline F_TARGET __m256 mk_f_scale2(__m256 p, __m256 n) {
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256 s1 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    const __m256 s2 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+#define F_SCALE2(p, n) mk_f_scale2((p), (n))
+
 #include "gemm-act-vec.inc.h"
 
 #define MK_TILE_LOOP(FN)                                                                   \
@@ -47,12 +74,25 @@ static inline D_TARGET __m256d mk_d_scale2(__m256d p, __m256d n) {
         }                                                                                  \
     }
 
+/* float32 evaluation, 8 lanes at a time */
+#define MK_TILE_LOOP_F32(FN)                                                               \
+    for (size_t i = 0; i < rows; i++) {                                                    \
+        float *row = c + i * ldc;                                                          \
+        size_t j = 0;                                                                      \
+        for (; j + 8 <= nc; j += 8) _mm256_storeu_ps(row + j, FN(_mm256_loadu_ps(row + j))); \
+        if (j < nc) {                                                                      \
+            const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nc - j)),         \
+                                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
+            _mm256_maskstore_ps(row + j, m, FN(_mm256_maskload_ps(row + j, m)));           \
+        }                                                                                  \
+    }
+
 D_TARGET void mk_act_tile_f32_avx2(size_t rows, size_t nc, void *c_, size_t ldc,
                                    const mk_epilogue *ep) {
     float *c = (float *)c_; /* in/out: rows x nc, row stride ldc */
     switch (ep->act) {
         case MK_ACT_GELU_ERF:
-            MK_TILE_LOOP(mk_d_gelu_erf)
+            MK_TILE_LOOP_F32(mk_f_gelu_erf)
             break;
         case MK_ACT_GELU_TANH:
             MK_TILE_LOOP(mk_d_gelu_tanh)

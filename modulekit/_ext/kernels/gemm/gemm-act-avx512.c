@@ -26,6 +26,27 @@
 #define D_SELECT_LT(a, b, x, y) \
     _mm512_mask_blend_pd(_mm512_cmp_pd_mask((a), (b), _CMP_LT_OQ), (y), (x))
 
+#define F_TARGET D_TARGET
+#define F_T __m512
+#define F_SET1(x) _mm512_set1_ps(x)
+#define F_ADD _mm512_add_ps
+#define F_MUL _mm512_mul_ps
+#define F_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define F_FNMA(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
+#define F_MIN _mm512_min_ps
+#define F_ABS(v) _mm512_abs_ps(v)
+#define F_ROUND(v) _mm512_roundscale_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define F_SCALE2(p, n) _mm512_scalef_ps((p), (n))
+#define F_SELECT_GE0(x, a, b) \
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask((x), _mm512_setzero_ps(), _CMP_GE_OQ), (b), (a))
+
+/* 1/d: 14-bit estimate and one Newton step (28 bits) */
+static inline F_TARGET __m512 mk_f_recip(__m512 d) {
+    const __m512 r = _mm512_rcp14_ps(d);
+    return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(1.0f)), r);
+}
+#define F_RECIP(d) mk_f_recip(d)
+
 #include "gemm-act-vec.inc.h"
 
 #define MK_TILE_LOOP(FN)                                                                  \
@@ -44,12 +65,24 @@
         }                                                                                 \
     }
 
+/* float32 evaluation, 16 lanes at a time */
+#define MK_TILE_LOOP_F32(FN)                                                              \
+    for (size_t i = 0; i < rows; i++) {                                                   \
+        float *row = c + i * ldc;                                                         \
+        size_t j = 0;                                                                     \
+        for (; j + 16 <= nc; j += 16) _mm512_storeu_ps(row + j, FN(_mm512_loadu_ps(row + j))); \
+        if (j < nc) {                                                                     \
+            const __mmask16 m = (__mmask16)((1u << (nc - j)) - 1u);                       \
+            _mm512_mask_storeu_ps(row + j, m, FN(_mm512_maskz_loadu_ps(m, row + j)));     \
+        }                                                                                 \
+    }
+
 D_TARGET void mk_act_tile_f32_avx512(size_t rows, size_t nc, void *c_, size_t ldc,
                                      const mk_epilogue *ep) {
     float *c = (float *)c_; /* in/out: rows x nc, row stride ldc */
     switch (ep->act) {
         case MK_ACT_GELU_ERF:
-            MK_TILE_LOOP(mk_d_gelu_erf)
+            MK_TILE_LOOP_F32(mk_f_gelu_erf)
             break;
         case MK_ACT_GELU_TANH:
             MK_TILE_LOOP(mk_d_gelu_tanh)

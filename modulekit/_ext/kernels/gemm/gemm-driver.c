@@ -38,20 +38,7 @@ static void *mk_tl_buffer(size_t bytes) {
     return mk_tl_buf;
 }
 
-typedef struct {
-    const mk_gemm_config *cfg;
-    size_t m, n, k, ps;
-    const unsigned char *a;
-    ptrdiff_t rsa, csa;
-    const unsigned char *packed;
-    unsigned char *c;
-    size_t ldc;
-    const mk_epilogue *ep;
-    int direct; /* small-M path */
-} mk_gemm_problem;
-
-static int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t p0,
-                         size_t p1) {
+int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t p0, size_t p1) {
     const mk_gemm_config *cfg = pr->cfg;
     const size_t nr = cfg->nr, mr = cfg->mr, es = cfg->esize, ws = cfg->wsize;
     if (m0 >= m1 || p0 >= p1) return 0;
@@ -105,6 +92,24 @@ static int mk_use_direct(const mk_gemm_config *cfg, size_t m, ptrdiff_t csa) {
     return m <= MK_SMALLM_MAX && cfg->smallm[m] != NULL;
 }
 
+void mk_gemm_problem_init(mk_gemm_problem *pr, const mk_gemm_config *cfg, size_t m, size_t n,
+                          size_t k, const void *a, ptrdiff_t rsa, ptrdiff_t csa,
+                          const void *packed, void *c, size_t ldc, const mk_epilogue *ep) {
+    pr->cfg = cfg;
+    pr->m = m;
+    pr->n = n;
+    pr->k = k;
+    pr->ps = mk_gemm_panel_stride(cfg, k);
+    pr->a = (const unsigned char *)a;
+    pr->rsa = rsa;
+    pr->csa = csa;
+    pr->packed = (const unsigned char *)packed;
+    pr->c = (unsigned char *)c;
+    pr->ldc = ldc;
+    pr->ep = ep;
+    pr->direct = mk_use_direct(cfg, m, csa);
+}
+
 int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k,
                          int nthreads) {
     const int direct = mk_use_direct(cfg, m, 1);
@@ -121,8 +126,8 @@ int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k
  * enough row tiles and A is not much smaller than the weights (BLIS: the threads share the
  * weight panels, each packs its own rows); otherwise panels are split, so each thread
  * streams only its share of the weights (batch-1 .. batch-64 style problems). */
-static void mk_gemm_part(const mk_gemm_problem *pr, int t, int nt, size_t *m0, size_t *m1,
-                         size_t *p0, size_t *p1) {
+void mk_gemm_part(const mk_gemm_problem *pr, int t, int nt, size_t *m0, size_t *m1, size_t *p0,
+                  size_t *p1) {
     const size_t mr = pr->cfg->mr, nr = pr->cfg->nr;
     const size_t panels = (pr->n + nr - 1) / nr, mtiles = (pr->m + mr - 1) / mr;
     int tm = 1;
@@ -146,9 +151,8 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
                 ptrdiff_t rsa, ptrdiff_t csa, const void *packed, void *c, size_t ldc,
                 const mk_epilogue *ep, int nthreads) {
     if (m == 0 || n == 0) return 0;
-    mk_gemm_problem pr = {cfg, m, n, k, mk_gemm_panel_stride(cfg, k), (const unsigned char *)a,
-                          rsa, csa, (const unsigned char *)packed, (unsigned char *)c, ldc, ep,
-                          mk_use_direct(cfg, m, csa)};
+    mk_gemm_problem pr;
+    mk_gemm_problem_init(&pr, cfg, m, n, k, a, rsa, csa, packed, c, ldc, ep);
     if (pr.direct && csa != 1 && k > 1) {
         /* the direct kernels read rows with unit stride: copy the (at most 8) rows */
         unsigned char *buf = (unsigned char *)mk_tl_buffer(m * k * cfg->esize);

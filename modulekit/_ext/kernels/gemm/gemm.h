@@ -130,6 +130,54 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
                  ptrdiff_t rsa, ptrdiff_t csa, const void *packed, void *c, size_t ldc,
                  const mk_epilogue *ep, int nthreads);
 
+/* Driver internals, shared with the layer-chain driver (gemm-chain.c). A problem is one
+ * C = act(A * W + bias); mk_gemm_part gives thread t of nt its rows [m0, m1) and panels
+ * [p0, p1) and mk_gemm_range computes them (0, or -1 when the per-thread packing buffer could
+ * not be allocated). The direct small-M path needs csa == 1 (mk_gemm_run copies A otherwise;
+ * callers of these functions must pass such an A). */
+typedef struct {
+    const mk_gemm_config *cfg;
+    size_t m, n, k, ps;
+    const unsigned char *a;
+    ptrdiff_t rsa, csa;
+    const unsigned char *packed;
+    unsigned char *c;
+    size_t ldc;
+    const mk_epilogue *ep;
+    int direct; /* small-M path */
+} mk_gemm_problem;
+
+void mk_gemm_problem_init(mk_gemm_problem *pr, const mk_gemm_config *cfg, size_t m, size_t n,
+                          size_t k, const void *a, ptrdiff_t rsa, ptrdiff_t csa,
+                          const void *packed, void *c, size_t ldc, const mk_epilogue *ep);
+void mk_gemm_part(const mk_gemm_problem *pr, int t, int nt, size_t *m0, size_t *m1, size_t *p0,
+                  size_t *p1);
+int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t p0, size_t p1);
+
+/* A chain of packed layers run as one call (gemm-chain.c): layer i computes
+ * act_i(X_i * W_i + bias_i) with X_0 the input and X_{i+1} the output of layer i. */
+typedef struct {
+    const mk_gemm_config *cfg;  /* the configuration layer i's weights are packed for */
+    size_t n, k;                /* out and in features; k equals the previous layer's n */
+    const void *packed;         /* mk_gemm_pack layout */
+    mk_epilogue ep;
+} mk_gemm_chain_layer;
+
+/* Threads mk_gemm_chain_run would use: the most any of its layers would use alone. */
+int mk_gemm_chain_plan_threads(size_t nl, const mk_gemm_chain_layer *layers, size_t m,
+                               int nthreads);
+
+/* Run nl >= 1 layers (one compute dtype) on m rows: a is m x layers[0].k with row stride lda
+ * elements and unit column stride; c is m x layers[nl - 1].n, C-contiguous. The
+ * intermediate results go to buf0, buf1, buf0, ... (m * max intermediate n elements each,
+ * C-contiguous; buf1 unused when nl <= 2). With more than one thread, ONE OpenMP parallel
+ * region runs every layer, each thread computing its share of a layer's output tiles, with a
+ * barrier between layers. Every output element is computed exactly as mk_gemm_run computes
+ * it, so results are bit-identical to running the layers one by one, for any thread count.
+ * Returns 0, or -1 when a packing buffer could not be allocated. */
+int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, const void *a,
+                      ptrdiff_t lda, void *c, void *buf0, void *buf1, int nthreads);
+
 /* Threads mk_gemm_run would use for this problem (for tests and benchmarks). */
 int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, int nthreads);
 

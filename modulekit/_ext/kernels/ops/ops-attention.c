@@ -1,7 +1,10 @@
 /* Fused multi-head attention, float32: per (batch, head) task, on one thread,
- *     Kt = K_h^T (packed, zero-padded), S = Q_h Kt, S = softmax(S * scale + mask), O_h = S V_h
+ *     Kt = scale K_h^T (packed, zero-padded), S = Q_h Kt, S = softmax(S + mask), O_h = S V_h
  * so each thread holds one head's scores (Lq x Lk) at a time, in a private buffer that stays
- * in L2 (or in the caller's attention-weights array when it wants them). The QK and PV blocks
+ * in L2 (or in the caller's attention-weights array when it wants them). V_h is copied into a
+ * contiguous buffer first: the rows of a head inside a wide (Q|K|V) projection are
+ * 4-5 KiB apart, which maps them onto a few L1 sets, and the PV block re-reads them per
+ * row block. The QK and PV blocks
  * come from the per-ISA table below; the softmax row kernel from ops-driver.c's table. */
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +35,17 @@
 #undef ATT_NAME
 #undef ATT_T
 
+/* Kt[c][j] = scale * K[j][c] (portable) */
+static void att_pack_kt_generic(size_t lk, size_t d, const float *k, ptrdiff_t ksr, float scale,
+                                float *kt, size_t ldk)
+{
+    for (size_t j = 0; j < lk; j++) {
+        const float *kj = k + (ptrdiff_t)j * ksr;
+        for (size_t c = 0; c < d; c++) kt[c * ldk + j] = kj[c] * scale;
+    }
+}
+
+typedef void (*att_kt_fn)(size_t, size_t, const float *, ptrdiff_t, float, float *, size_t);
 typedef void (*att_qk_fn)(size_t, size_t, size_t, const float *, ptrdiff_t, const float *, size_t,
                           float *, size_t);
 typedef void (*att_pv_fn)(size_t, size_t, size_t, const float *, size_t, const float *, ptrdiff_t,
@@ -40,11 +54,13 @@ typedef void (*att_pv_fn)(size_t, size_t, size_t, const float *, size_t, const f
 static const struct {
     att_qk_fn qk;
     att_pv_fn pv;
+    att_kt_fn pack_kt;
     size_t kt_align; /* Kt row length is a multiple of this (the QK kernel's column block) */
 } att_configs[MK_ISA_COUNT] = {
-    [MK_ISA_GENERIC] = {att_qk_generic, att_pv_generic, 16},
-    [MK_ISA_AVX2] = {att_qk_avx2, att_pv_avx2, 16},
-    [MK_ISA_AVX512] = {mk_attention_qk_f32_avx512, mk_attention_pv_f32_avx512, 32},
+    [MK_ISA_GENERIC] = {att_qk_generic, att_pv_generic, att_pack_kt_generic, 16},
+    [MK_ISA_AVX2] = {att_qk_avx2, att_pv_avx2, att_pack_kt_generic, 16},
+    [MK_ISA_AVX512] = {mk_attention_qk_f32_avx512, mk_attention_pv_f32_avx512,
+                        mk_attention_pack_kt_f32_avx512, 32}, /* 8x32 blocks, gathers */
 };
 
 static void *alloc64(size_t bytes)
@@ -65,6 +81,7 @@ int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t
     if (isa < 0 || isa >= MK_ISA_COUNT) isa = MK_ISA_GENERIC;
     const att_qk_fn qk = att_configs[isa].qk;
     const att_pv_fn pv = att_configs[isa].pv;
+    const att_kt_fn pack_kt = att_configs[isa].pack_kt;
     const mk_softmax_row_f32 softmax = mk_ops_softmax_row(isa);
     const size_t al = att_configs[isa].kt_align;
     const size_t ldk = (lk + al - 1) / al * al;
@@ -75,8 +92,9 @@ int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t
     #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         float *kt = (float *)alloc64(d * ldk * sizeof(float));
+        float *vbuf = (float *)alloc64(lk * dv * sizeof(float));
         float *sbuf = weights ? NULL : (float *)alloc64(lq * lk * sizeof(float));
-        const int ok = kt != NULL && (weights != NULL || sbuf != NULL);
+        const int ok = kt != NULL && vbuf != NULL && (weights != NULL || sbuf != NULL);
         if (ok) memset(kt, 0, d * ldk * sizeof(float)); /* the padding columns stay zero */
         ptrdiff_t t;
         #pragma omp for schedule(static)
@@ -92,17 +110,17 @@ int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t
             const float *vh = v + (ptrdiff_t)b * vsb + (ptrdiff_t)(h * dv);
             float *oh = out + (ptrdiff_t)b * osb + (ptrdiff_t)(h * dv);
             float *s = weights ? weights + (size_t)t * lq * lk : sbuf;
-            for (size_t j = 0; j < lk; j++) {
-                const float *kj = kh + (ptrdiff_t)j * ksr;
-                for (size_t c = 0; c < d; c++) kt[c * ldk + j] = kj[c];
-            }
+            pack_kt(lk, d, kh, ksr, scale, kt, ldk); /* Kt = scale K_h^T: S comes out scaled */
+            for (size_t j = 0; j < lk; j++) /* V_h rows, contiguous */
+                memcpy(vbuf + j * dv, vh + (ptrdiff_t)j * vsr, dv * sizeof(float));
             qk(lq, lk, d, qh, qsr, kt, ldk, s, lk);
             const float *mrow = mask ? mask + (ptrdiff_t)b * msb + (ptrdiff_t)h * msh : NULL;
             for (size_t i = 0; i < lq; i++)
-                softmax(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, scale);
-            pv(lq, lk, dv, s, lk, vh, vsr, oh, osr);
+                softmax(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, 1.0f);
+            pv(lq, lk, dv, s, lk, vbuf, (ptrdiff_t)dv, oh, osr);
         }
         free(kt);
+        free(vbuf);
         free(sbuf);
     }
     return failed ? -1 : 0;

@@ -91,6 +91,8 @@ void mk_attention_qk_f32_avx512(size_t lq, size_t lk, size_t d, const float *q, 
                                 const float *kt, size_t ldk, float *s, size_t lds);
 void mk_attention_pv_f32_avx512(size_t lq, size_t lk, size_t dv, const float *p, size_t ldp,
                                 const float *v, ptrdiff_t vsr, float *o, ptrdiff_t osr);
+void mk_attention_pack_kt_f32_avx512(size_t lk, size_t d, const float *k, ptrdiff_t ksr,
+                                     float scale, float *kt, size_t ldk);
 int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_t dv,
                      const float *q, ptrdiff_t qsb, ptrdiff_t qsr, const float *k, ptrdiff_t ksb,
                      ptrdiff_t ksr, const float *v, ptrdiff_t vsb, ptrdiff_t vsr,
