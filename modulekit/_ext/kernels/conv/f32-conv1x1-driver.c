@@ -7,8 +7,9 @@
  * pixel keeps four FMA chains in flight): a 7x7 map costs 48 + 1 pixel-columns instead of
  * 2 x 32, a 14x14 map 4 x 48 + 4 instead of 7 x 32. The output channels run in groups of 8
  * panels (64 channels), each group's tiles and remainder together, so every weight panel is
- * read from L3/memory once per call; threads split the output channels in runs of panel pairs
- * (16 channels). */
+ * read from L3/memory once per call, and each panel is prefetched two panels ahead (a model's
+ * weights do not fit the caches: without it cold panels stream at DRAM latency, 1.3x slower on
+ * the 7x7 layers); threads split the output channels in runs of panel pairs (16 channels). */
 #include "conv.h"
 #include "isa.h"
 #include "mk_omp.h"
@@ -19,6 +20,12 @@ void mk_f32_conv1x1_16cx8_avx512(size_t K, const float *p0, int npan, size_t pan
 void mk_f32_conv1x1_64cx4_avx512(size_t K, const float *p0, int npan, size_t panel,
                                  const float *b, const ptrdiff_t *koff, int npx, int mrows,
                                  float *c, ptrdiff_t c_rs, const float *res, int act);
+
+/* Ask for a weight panel (to L2) ahead of its use: weights that are not in the caches (a
+ * model's first call, or after another library ran) otherwise stream at DRAM latency. */
+static inline void prefetch_panel(const float *a, size_t n) {
+    for (size_t i = 0; i < n; i += 16) __builtin_prefetch(a + i, 0, 2);
+}
 
 /* Panel pairs [pp0, pp1) (output channels 16*pp0 ...) of c[m, q] = act(bias[m] +
  * sum_k a[m, k] * b[koff[k] + q] (+ res[m, q])), q in [0, L); channel m's row at c + m*c_rs. */
@@ -46,6 +53,10 @@ void mk_conv1x1_band_f32(size_t K, const float *wp, int M, const float *b, const
                 const int rows =
                     M - p * MK_CONV_MR < MK_CONV_MR ? M - p * MK_CONV_MR : MK_CONV_MR;
                 const float *a = wp + (size_t)p * panel;
+                if (q0 == 0) { /* the panel two ahead (and, to start, the next one) */
+                    if (p == 2 * pp0 && p + 1 < pe) prefetch_panel(a + panel, panel);
+                    if (p + 2 < pe) prefetch_panel(a + 2 * panel, panel);
+                }
                 const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * c_rs;
                 if (nl > 32)
                     mk_f32_igemm_8x48_avx512(K, a, b + q0, koff, nl, rows, c + co, c_rs,
