@@ -264,3 +264,20 @@ def test_conv1x1_threads_agree(rng):
     finally:
         modulekit.set_num_threads(before)
     np.testing.assert_array_equal(one, two)
+
+
+@pytest.mark.parametrize("hw,stride", [((7, 7), 1), ((14, 14), 2), ((30, 9), 1)])
+def test_inverted_residual_threads_agree(rng, hw, stride):
+    import modulekit
+
+    _, _, _, (pe, pd, pp) = _block(rng, 16, 6, 16, stride)
+    x = rng.standard_normal((1, 16, *hw)).astype(np.float32)
+    before = modulekit.get_num_threads()
+    try:
+        modulekit.set_num_threads(1)
+        one = _conv.inverted_residual(x, pe, pd, pp, stride == 1)
+        modulekit.set_num_threads(2)  # one image: the threads split its rows
+        two = _conv.inverted_residual(x, pe, pd, pp, stride == 1)
+    finally:
+        modulekit.set_num_threads(before)
+    np.testing.assert_array_equal(one, two)

@@ -881,7 +881,8 @@ def inverted_residual(x, expand, dw, project, residual=False, band_rows=0):
     residual : bool
         Add ``x`` to the output (needs stride 1 and ``C_out == C_in``).
     band_rows : int
-        Output rows per band; 0 picks them from ``INVRES_BAND_BYTES``.
+        Output rows per band; 0 picks them from ``INVRES_BAND_BYTES`` (and, with fewer images
+        than threads, small enough that every thread gets a range of rows).
 
     Returns
     -------
@@ -937,6 +938,10 @@ def inverted_residual(x, expand, dw, project, residual=False, band_rows=0):
             R = max(1, min(g.OH, INVRES_BAND_BYTES // max(per_row, 1)))
     R = min(R, g.OH)
     cdef int nthreads = effective_threads()
+    if band_rows <= 0 and g.N < nthreads:
+        # threads split an image's rows: at least one range of R rows per thread (the rows
+        # two ranges share are expanded by both)
+        R = min(R, max(1, -(-g.OH * g.N // nthreads)))
     out = np.empty((g.N, p.out_channels, g.OH, g.OW), np.float32)
     scratch = np.empty(mk_invres_scratch(&g, chid, e is not None, R) * max(nthreads, 1),
                        np.float32)
