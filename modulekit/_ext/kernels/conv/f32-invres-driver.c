@@ -62,8 +62,7 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
 
     /* items: (image, range of output rows); with fewer images than threads the rows are split */
     int nsplit = N >= nthreads ? 1 : (nthreads + N - 1) / N;
-    const int min_rows = R < OH ? R : OH;
-    if (nsplit > OH / (min_rows > 0 ? min_rows : 1)) nsplit = OH / (min_rows > 0 ? min_rows : 1);
+    if (nsplit > OH) nsplit = OH; /* ranges of at least one row, each run in bands of R */
     if (nsplit < 1) nsplit = 1;
     const int items = N * nsplit;
     if (items < nthreads) nthreads = items;
