@@ -42,6 +42,11 @@ DW_CASES = [
     (1, 2, 10, 33, 2, (0, 1, 2, 0)),
     (1, 3, 2, 2, 2, (1, 1, 1, 1)),
     (1, 2, 5, 65, 1, (1, 1, 1, 1)),
+    (1, 3, 5, 16, 1, (1, 1, 1, 1)),  # rows of <= 16 columns: loaded once, shifted in lanes
+    (1, 2, 6, 12, 1, (0, 1, 2, 1)),
+    (2, 2, 14, 14, 1, (1, 1, 1, 1)),
+    (1, 2, 7, 37, 1, (1, 1, 0, 2)),  # left padding 1, right 2 / 0: the wide-row loads
+    (1, 2, 9, 12, 1, (2, 1, 1, 0)),
 ]
 
 
@@ -72,7 +77,9 @@ def test_depthwise3x3_views_and_float64(isa, rng):
         packed = _conv.pack_conv2d(wt, None, stride=s, padding=1, groups=4)
         for v in (big[:, 2:6, 1:18, 3:40], big[:, 1:9:2, ::2, :], big[:, :4, :, ::2]):
             np.testing.assert_allclose(
-                packed.forward(v), reference(v, wt, None, s, (1, 1, 1, 1)), rtol=1e-5,
+                packed.forward(v),
+                reference(v, wt, None, s, (1, 1, 1, 1)),
+                rtol=1e-5,
                 atol=1e-5,
             )
         p64 = _conv.pack_conv2d(wt.astype(np.float64), None, stride=s, padding=1, groups=4)
@@ -80,3 +87,197 @@ def test_depthwise3x3_views_and_float64(isa, rng):
         y = p64.forward(v)
         assert y.dtype == np.float64
         np.testing.assert_allclose(y, reference(v, wt, None, s, (1, 1, 1, 1)), rtol=1e-12)
+
+
+def _block(rng, cin, t, cout, stride, dtype=np.float32):
+    chid = cin * t
+    e = None
+    if t != 1:
+        we = (rng.standard_normal((chid, cin, 1, 1)) / np.sqrt(cin)).astype(dtype)
+        e = (we, rng.standard_normal(chid).astype(dtype))
+    wd = (rng.standard_normal((chid, 1, 3, 3)) / 3).astype(dtype)
+    bd = rng.standard_normal(chid).astype(dtype)
+    wp = (rng.standard_normal((cout, chid, 1, 1)) / np.sqrt(chid)).astype(dtype)
+    bp = rng.standard_normal(cout).astype(dtype)
+    packed = (
+        None if e is None else _conv.pack_conv2d(*e),
+        _conv.pack_conv2d(wd, bd, stride=stride, padding=1, groups=chid),
+        _conv.pack_conv2d(wp, bp),
+    )
+    return e, (wd, bd), (wp, bp), packed
+
+
+def _torch_block(x, e, d, p, stride, residual):
+    xt = torch.from_numpy(np.asarray(x, np.float64))
+    y = xt
+    if e is not None:
+        y = F.relu6(F.conv2d(y, torch.from_numpy(e[0]).double(), torch.from_numpy(e[1]).double()))
+    y = F.relu6(
+        F.conv2d(
+            y,
+            torch.from_numpy(d[0]).double(),
+            torch.from_numpy(d[1]).double(),
+            stride,
+            1,
+            1,
+            d[0].shape[0],
+        )
+    )
+    y = F.conv2d(y, torch.from_numpy(p[0]).double(), torch.from_numpy(p[1]).double())
+    return (y + xt if residual else y).numpy()
+
+
+# (batch, C_in, expand ratio, C_out, H, W, stride, band rows (0: automatic))
+INVRES_CASES = [
+    (1, 8, 1, 8, 11, 13, 1, 0),  # no expansion, residual
+    (1, 8, 1, 16, 12, 12, 1, 3),
+    (2, 6, 6, 6, 9, 17, 1, 2),  # residual, batch 2, bands of 2
+    (1, 5, 6, 7, 13, 11, 2, 0),
+    (1, 5, 6, 7, 14, 50, 2, 3),
+    (1, 8, 3, 8, 7, 7, 1, 1),
+    (1, 8, 3, 8, 7, 7, 1, 4),
+    (1, 4, 6, 12, 1, 1, 1, 0),
+    (3, 4, 6, 4, 5, 33, 1, 5),
+    (1, 3, 6, 9, 2, 3, 2, 1),
+]
+
+
+@pytest.mark.parametrize("case", INVRES_CASES)
+def test_inverted_residual(isa, rng, case):
+    n, cin, t, cout, h, w, s, band = case
+    residual = s == 1 and cin == cout
+    e, d, p, (pe, pd, pp) = _block(rng, cin, t, cout, s)
+    x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
+    y = _conv.inverted_residual(x, pe, pd, pp, residual, band_rows=band)
+    # the unfused layers, bit for bit
+    u = x if pe is None else pe.forward(x, "relu6")
+    u = pp.forward(pd.forward(u, "relu6"), None, x if residual else None)
+    np.testing.assert_array_equal(y, u)
+    np.testing.assert_allclose(y, _torch_block(x, e, d, p, s, residual), rtol=1e-4, atol=1e-4)
+    # a strided view of the input, and every band height
+    xv = np.repeat(x, 2, axis=3)[:, :, :, ::2]
+    for b in (1, 2, 5):
+        np.testing.assert_array_equal(
+            _conv.inverted_residual(xv, pe, pd, pp, residual, band_rows=b), u
+        )
+
+
+def test_inverted_residual_float64_and_errors(rng):
+    e, d, p, (pe, pd, pp) = _block(rng, 4, 6, 4, 1, np.float64)
+    x = rng.standard_normal((2, 4, 9, 10))
+    y = _conv.inverted_residual(x, pe, pd, pp, True)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, _torch_block(x, e, d, p, 1, True), rtol=1e-10, atol=1e-10)
+    _, _, _, (pe, pd, pp) = _block(rng, 4, 6, 8, 2)
+    with pytest.raises(ValueError, match="residual needs stride 1"):
+        _conv.inverted_residual(x.astype(np.float32), pe, pd, pp, True)
+    with pytest.raises(ValueError, match="do not chain"):
+        _conv.inverted_residual(x.astype(np.float32), pe, pd, pe, False)
+    with pytest.raises(ValueError, match="expected input with 4 channels"):
+        _conv.inverted_residual(np.zeros((1, 5, 8, 8), np.float32), pe, pd, pp, False)
+
+
+def test_mobilenetv2_fused_blocks_match_unfused(rng):
+    from modulekit.models import mobilenetv2 as mm
+
+    model = mm.MobileNetV2(num_classes=10)
+
+    def random_state():
+        state = {}
+        for k, v in model.state_dict().items():
+            a = np.asarray(v)
+            if k.endswith("running_var"):
+                state[k] = rng.uniform(0.5, 1.5, a.shape).astype(a.dtype)
+            elif a.dtype.kind == "f":
+                state[k] = (rng.standard_normal(a.shape) * 0.1).astype(a.dtype)
+        return state
+
+    model.load_state_dict(random_state(), strict=False)
+    model.eval().initialize()
+    x = rng.standard_normal((2, 3, 64, 48)).astype(np.float32)
+    saved = mm.FUSE_MIN_BYTES
+    try:
+        for reload in (False, True):
+            if reload:  # new weights after a fused forward: the folded kernels follow them
+                model.load_state_dict(random_state(), strict=False)
+            mm.FUSE_MIN_BYTES = 0
+            fused = model(x)
+            mm.FUSE_MIN_BYTES = 1 << 62
+            unfused = model(x)
+            np.testing.assert_array_equal(fused, unfused)
+        # a hook on one of its layers sees its call: the block runs unfused
+        calls = []
+        model.features[3].conv[1].register_forward_hook(lambda *a: calls.append(1))
+        mm.FUSE_MIN_BYTES = 0
+        np.testing.assert_array_equal(model(x), unfused)
+        assert calls == [1]
+    finally:
+        mm.FUSE_MIN_BYTES = saved
+
+
+# 1x1 convolutions on maps whose pixel count is not a multiple of 16 (f32-conv1x1-driver.c on
+# AVX-512): every remainder of the 48/32-pixel tiles and of the 8-pixel channel-lane groups,
+# output channels that are not a multiple of 8 or 16 (an odd panel count).
+@pytest.mark.parametrize("hw", [(1, 1), (1, 7), (7, 7), (3, 11), (5, 13), (9, 9), (14, 14)])
+@pytest.mark.parametrize("cin,cout", [(1, 5), (3, 8), (16, 13), (24, 40), (37, 16)])
+def test_conv1x1_remainders(isa, rng, hw, cin, cout):
+    h, w = hw
+    x = rng.standard_normal((2, cin, h, w)).astype(np.float32)
+    wt = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    packed = _conv.pack_conv2d(wt, b)
+    r = rng.standard_normal((2, cout, h, w)).astype(np.float32)
+    pads = (0, 0, 0, 0)
+    for act in (None, "relu6"):
+        np.testing.assert_allclose(
+            packed.forward(x, act),
+            reference(x, wt, b, 1, pads, act, groups=1),
+            rtol=1e-5,
+            atol=1e-5,
+        )
+    np.testing.assert_allclose(
+        packed.forward(x, "relu", residual=r),
+        F.relu(torch.from_numpy(reference(x, wt, b, 1, pads, None, r, groups=1))).numpy(),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    # a channel slice (channel stride != H*W)
+    big = rng.standard_normal((2, cin + 3, h, w)).astype(np.float32)
+    v = big[:, 2 : 2 + cin]
+    np.testing.assert_allclose(
+        packed.forward(v), reference(v, wt, b, 1, pads, groups=1), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_conv1x1_threads_agree(rng):
+    import modulekit
+
+    x = rng.standard_normal((3, 40, 7, 7)).astype(np.float32)
+    wt = rng.standard_normal((72, 40, 1, 1)).astype(np.float32)
+    packed = _conv.pack_conv2d(wt, rng.standard_normal(72).astype(np.float32))
+    before = modulekit.get_num_threads()
+    try:
+        modulekit.set_num_threads(1)
+        one = packed.forward(x, "relu6")
+        modulekit.set_num_threads(2)
+        two = packed.forward(x, "relu6")
+    finally:
+        modulekit.set_num_threads(before)
+    np.testing.assert_array_equal(one, two)
+
+
+@pytest.mark.parametrize("hw,stride", [((7, 7), 1), ((14, 14), 2), ((30, 9), 1)])
+def test_inverted_residual_threads_agree(rng, hw, stride):
+    import modulekit
+
+    _, _, _, (pe, pd, pp) = _block(rng, 16, 6, 16, stride)
+    x = rng.standard_normal((1, 16, *hw)).astype(np.float32)
+    before = modulekit.get_num_threads()
+    try:
+        modulekit.set_num_threads(1)
+        one = _conv.inverted_residual(x, pe, pd, pp, stride == 1)
+        modulekit.set_num_threads(2)  # one image: the threads split its rows
+        two = _conv.inverted_residual(x, pe, pd, pp, stride == 1)
+    finally:
+        modulekit.set_num_threads(before)
+    np.testing.assert_array_equal(one, two)

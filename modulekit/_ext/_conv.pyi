@@ -90,3 +90,15 @@ def adaptive_avg_pool2d(
 def batch_norm_inference(
     x: ArrayLike, scale: ArrayLike, shift: ArrayLike, activation: _Act = None
 ) -> np.ndarray: ...
+
+# --- MobileNetV2 inverted-residual block (kernels/conv/f32-invres-driver.c) ---
+INVRES_BAND_BYTES: int
+
+def inverted_residual(
+    x: ArrayLike,
+    expand: PackedConv2d | None,
+    dw: PackedConv2d,
+    project: PackedConv2d,
+    residual: bool = False,
+    band_rows: int = 0,
+) -> np.ndarray: ...

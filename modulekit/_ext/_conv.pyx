@@ -23,7 +23,7 @@ Every shape, stride and dtype check happens here, before any ``nogil`` code.
 cimport numpy as cnp
 from libc.stdint cimport uint16_t
 
-from modulekit._ext._isa cimport active_isa
+from modulekit._ext._isa cimport MK_ISA_AVX512, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 
 import threading
@@ -45,6 +45,8 @@ __all__ = [
     "adaptive_avg_pool2d",
     "batch_norm_inference",
     "ACTIVATIONS",
+    "inverted_residual",
+    "INVRES_BAND_BYTES",
 ]
 
 ACTIVATIONS = {
@@ -457,6 +459,13 @@ cdef class PackedConv2d:
                   g.pl == 0 and g.pb == 0 and g.pr == 0 and g.sw == 1 and g.sh == g.W)
         cdef float *php = NULL
         cdef float *widep = NULL
+        if direct and _conv1x1_lanes(g, groups, cout, self._wtype, isa):
+            koff = np.empty(g.C, np.intp)
+            with nogil:
+                mk_conv1x1_f32(g.N, g.C, <Py_ssize_t>g.H * g.W, <const float *>xp, g.sn, g.sc,
+                               cout, <const float *>wp, <Py_ssize_t *>cnp.PyArray_DATA(koff),
+                               <float *>op, <const float *>rp, act, nthreads)
+            return
         if not direct:
             phase = _scratch(mk_conv_phase_size(g, g.C))
             php = <float *>cnp.PyArray_DATA(phase)
@@ -468,6 +477,16 @@ cdef class PackedConv2d:
             mk_conv2d_f32(g, <const float *>xp, groups, cout, wp, self._wtype, widep, php,
                           <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                           <const float *>rp, act, isa, nthreads)
+
+
+cdef bint _conv1x1_lanes(mk_conv_geom *g, int groups, int cout, int wtype, int isa):
+    """Whether a direct 1x1 convolution runs f32-conv1x1-driver.c instead of the generic
+    driver: on AVX-512 with float32 weights, for maps whose pixel count leaves a remainder of
+    16 (7x7, 14x14: no lane waste there) and small enough (4096 pixels) that splitting the
+    output channels over the threads keeps them busy."""
+    cdef Py_ssize_t hw = <Py_ssize_t>g.H * g.W
+    return (isa >= MK_ISA_AVX512 and wtype == MK_W_F32 and groups == 1 and hw % 16 != 0
+            and hw <= 4096)
 
 
 def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, storage=None):
@@ -820,3 +839,139 @@ cdef void _fill_pool_geom(mk_conv_geom *g, cnp.ndarray x, k, s, p, d, ceil_mode,
         raise ValueError(
             f"{what}: input spatial size ({g.H}, {g.W}) is too small for kernel {k} with "
             f"padding {p} and dilation {d} (output would be ({g.OH}, {g.OW}))")
+
+
+# ---------------------------------------------------------------------------------------------
+# MobileNetV2 inverted-residual block (kernels/conv/f32-invres-driver.c)
+
+#: Output rows per band of the fused block: the band's expanded rows and depthwise output
+#: (about ``chid * R * (stride * W + OW)`` floats) are kept within this many bytes, so they stay
+#: in L2 between the three steps; a whole image's rows when they fit in twice that (small maps:
+#: one band, no short last band and the longest pixel runs). Measured on MobileNetV2's blocks
+#: (1 MiB L2): 4 rows at 112x112, 8 at 56x56, whole images from 28x28 down.
+INVRES_BAND_BYTES = 512 * 1024
+
+
+def _invres_fusable(expand, dw, project):
+    cdef PackedConv2d e = expand
+    cdef PackedConv2d d = dw
+    cdef PackedConv2d p = project
+    if not (d.depthwise and d.kernel_size == (3, 3) and d.dilation == (1, 1)
+            and d.stride in ((1, 1), (2, 2)) and d._wtype == MK_W_F32 and d.storage == "float32"):
+        return False
+    for c in ((p,) if e is None else (e, p)):
+        if (c.storage != "float32" or c.groups != 1 or c.kernel_size != (1, 1)
+                or c.stride != (1, 1) or c.padding != (0, 0, 0, 0) or c.dilation != (1, 1)):
+            return False
+    return True
+
+
+def inverted_residual(x, expand, dw, project, residual=False, band_rows=0):
+    """MobileNetV2's inverted-residual block in one call, fused in row bands.
+
+    Computes ``project(relu6(dw(relu6(expand(x))))) (+ x)``: the three convolutions of the
+    block with their folded BatchNorms, as the unfused layers would, equal to them bit for
+    bit. On AVX-512 the block runs in bands of output rows (``kernels/conv/f32-invres-driver.c``),
+    so the expanded tensor never leaves the cache; on other instruction sets, for other
+    geometries or weight storage the three layers run one after the other.
+
+    Parameters
+    ----------
+    x : array_like, shape (N, C_in, H, W)
+        Block input, cast to float32.
+    expand : PackedConv2d or None
+        1x1, stride 1, no padding, ``C_in -> C_hid`` (bias folded in); None when the block has
+        no expansion (``C_hid == C_in``).
+    dw : PackedConv2d
+        Depthwise ``C_hid`` 3x3 (stride 1 or 2, dilation 1, any padding).
+    project : PackedConv2d
+        1x1 ``C_hid -> C_out``, no activation.
+    residual : bool
+        Add ``x`` to the output (needs stride 1 and ``C_out == C_in``).
+    band_rows : int
+        Output rows per band; 0 picks them from ``INVRES_BAND_BYTES`` (and, with fewer images
+        than threads, small enough that every thread gets a range of rows).
+
+    Returns
+    -------
+    ndarray, shape (N, C_out, OH, OW), float32
+    """
+    cdef PackedConv2d e = expand
+    cdef PackedConv2d d = dw
+    cdef PackedConv2d p = project
+    cin = e.in_channels if e is not None else d.in_channels
+    chid = d.in_channels
+    if (e is not None and e.out_channels != chid) or p.in_channels != chid:
+        raise ValueError(
+            f"inverted_residual: channels do not chain: expand "
+            f"{None if e is None else (e.in_channels, e.out_channels)}, depthwise "
+            f"{d.in_channels}, project {(p.in_channels, p.out_channels)}"
+        )
+    if residual and (d.stride != (1, 1) or p.out_channels != cin):
+        raise ValueError(
+            "inverted_residual: the residual needs stride 1 and as many output channels as "
+            f"input channels (stride {d.stride}, {cin} -> {p.out_channels})"
+        )
+    if active_isa() < MK_ISA_AVX512 or not _invres_fusable(e, d, p):
+        y = x if e is None else e.forward(x, "relu6")
+        y = d.forward(y, "relu6")
+        return p.forward(y, None, x if residual else None)
+    xa = _as_input(x, "inverted_residual", np.float32)
+    _check_4d(xa, "inverted_residual")
+    if xa.shape[1] != cin:
+        raise ValueError(
+            f"inverted_residual: expected input with {cin} channels, got {xa.shape[1]}"
+        )
+    xa = np.ascontiguousarray(xa)
+    cdef mk_conv_geom g
+    _fill_input_geom(&g, xa)
+    g.KH = g.KW = 3
+    g.sy, g.sx = d.stride
+    g.pt, g.pl, g.pb, g.pr = d.padding
+    g.dy = g.dx = 1
+    if g.H + g.pt + g.pb < 3 or g.W + g.pl + g.pr < 3:
+        raise ValueError(
+            f"inverted_residual: input spatial size ({g.H}, {g.W}) with padding {d.padding} "
+            f"is smaller than the 3x3 kernel"
+        )
+    oshape = d.output_shape(xa.shape)
+    g.OH, g.OW = oshape[2], oshape[3]
+    mk_conv_geometry(&g)
+    cdef int R = int(band_rows)
+    if R <= 0:
+        per_row = 4 * chid * ((g.sy * g.W if e is not None else 0) + g.OW)
+        if per_row * g.OH <= 2 * INVRES_BAND_BYTES:
+            R = g.OH
+        else:
+            R = max(1, min(g.OH, INVRES_BAND_BYTES // max(per_row, 1)))
+    R = min(R, g.OH)
+    cdef int nthreads = effective_threads()
+    if band_rows <= 0 and g.N < nthreads:
+        # threads split an image's rows: at least one range of R rows per thread (the rows
+        # two ranges share are expanded by both)
+        R = min(R, max(1, -(-g.OH * g.N // nthreads)))
+    out = np.empty((g.N, p.out_channels, g.OH, g.OW), np.float32)
+    scratch = np.empty(mk_invres_scratch(&g, chid, e is not None, R) * max(nthreads, 1),
+                       np.float32)
+    koff = np.empty(cin + chid, np.intp)
+    cdef cnp.ndarray xin = xa
+    cdef cnp.ndarray dwt = d._packed
+    cdef cnp.ndarray dwb = d._bias if d._bias is not None else np.zeros(chid, np.float32)
+    cdef cnp.ndarray wpe = e._packed if e is not None else None
+    cdef cnp.ndarray wpp = p._packed
+    cdef cnp.ndarray o = out
+    cdef cnp.ndarray s = scratch
+    cdef cnp.ndarray ko = koff
+    cdef const float *xp = <const float *>cnp.PyArray_DATA(xin)
+    cdef const float *wep = NULL
+    if e is not None:
+        wep = <const float *>cnp.PyArray_DATA(wpe)
+    cdef const float *rp = xp if residual else NULL
+    cdef int cout = p.out_channels, ichid = chid
+    with nogil:
+        mk_invres_f32(&g, xp, ichid, wep, <const float *>cnp.PyArray_DATA(dwt),
+                      <const float *>cnp.PyArray_DATA(dwb), cout,
+                      <const float *>cnp.PyArray_DATA(wpp), <Py_ssize_t *>cnp.PyArray_DATA(ko),
+                      <float *>cnp.PyArray_DATA(o), rp, <float *>cnp.PyArray_DATA(s), R,
+                      nthreads)
+    return out

@@ -7,6 +7,9 @@
 - conv1x1 256->64 at 56x56;
 - conv3x3 256->256 at 14x14 and 512->512 at 7x7 (ResNet-18's deep layers: Winograd F(4x4)
   and F(2x2) at batch 1, weights streaming from memory).
+- one MobileNetV2 inverted-residual block at 112x112: 1x1 16->96 + ReLU6, depthwise 3x3
+  stride 2 + ReLU6, 1x1 96->24 (``_conv.inverted_residual``, fused in row bands), the second
+  block of the network and its heaviest; GFLOP/s counts the three convolutions.
 
 Bias and a ReLU are fused for modulekit and included for the peers. GFLOP/s counts
 2 * C_out * OH * OW * C_in/groups * KH * KW. Each library's turn starts after a 50 ms pause
@@ -95,6 +98,92 @@ def _onnx_conv(w, b, stride, pad, groups):
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
+def _onnx_invres(we, be, wd, bd, wp, bp, stride):
+    """An onnxruntime session running expand/ReLU6, depthwise/ReLU6, project; or None."""
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    chid = wd.shape[0]
+    nodes = [
+        helper.make_node("Conv", ["x", "we", "be"], ["e"]),
+        helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+        helper.make_node(
+            "Conv", ["e6", "wd", "bd"], ["d"], strides=[stride] * 2, pads=[1] * 4, group=chid
+        ),
+        helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+        helper.make_node("Conv", ["d6", "wp", "bp"], ["y"]),
+    ]
+    consts = dict(we=we, be=be, wd=wd, bd=bd, wp=wp, bp=bp)
+    init = [numpy_helper.from_array(v, k) for k, v in consts.items()]
+    init += [numpy_helper.from_array(np.float32(v), k) for k, v in (("lo", 0.0), ("hi", 6.0))]
+    graph = helper.make_graph(
+        nodes,
+        "invres",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=init,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = min(model.ir_version, 9)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads()
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def _invres_rows(rng, torch, quick):
+    """The MobileNetV2 block row: 16 -> 96 -> 24 channels, 112x112, stride 2."""
+    from modulekit._ext import _conv
+
+    cin, chid, cout, h, s = 16, 96, 24, 112, 2
+    x = rng.standard_normal((1, cin, h, h)).astype(np.float32)
+
+    def w(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+    we, wd, wp = w(chid, cin, 1, 1), w(chid, 1, 3, 3), w(cout, chid, 1, 1)
+    be, bd, bp = (rng.standard_normal(c).astype(np.float32) for c in (chid, chid, cout))
+    pe, pd, pp = (
+        _conv.pack_conv2d(we, be),
+        _conv.pack_conv2d(wd, bd, stride=s, padding=1, groups=chid),
+        _conv.pack_conv2d(wp, bp),
+    )
+    oh = (h - 1) // s + 1
+    flops = 2.0 * (chid * h * h * cin + chid * oh * oh * 9 + cout * oh * oh * chid)
+    funcs = {"modulekit": lambda: _conv.inverted_residual(x, pe, pd, pp, False)}
+    if torch is not None:
+        F = torch.nn.functional
+        t = {
+            k: torch.from_numpy(v)
+            for k, v in dict(we=we, be=be, wd=wd, bd=bd, wp=wp, bp=bp).items()
+        }
+        xt = torch.from_numpy(x)
+
+        def tblock():
+            y = F.relu6(F.conv2d(xt, t["we"], t["be"]))
+            y = F.relu6(F.conv2d(y, t["wd"], t["bd"], s, 1, 1, chid))
+            return F.conv2d(y, t["wp"], t["bp"])
+
+        funcs["torch"] = tblock
+        np.testing.assert_allclose(funcs["modulekit"](), tblock().numpy(), rtol=1e-3, atol=1e-3)
+    sess = _onnx_invres(we, be, wd, bd, wp, bp, s)
+    if sess is not None:
+        funcs["onnxruntime"] = lambda: sess.run(None, {"x": x})[0]
+    res = settled_interleaved(funcs, rounds=3 if quick else 9, number=3 if quick else 15)
+    return [
+        dict(
+            suite=SUITE,
+            case=f"invres {cin}->{chid}->{cout} {h}x{h} s{s}",
+            impl=impl,
+            gflops=flops / stats["seconds"] / 1e9,
+            **stats,
+        )
+        for impl, stats in res.items()
+    ]
+
+
 def run(quick=False):
     """Time every case for modulekit and each installed peer; returns the bench rows."""
     from modulekit._ext import _conv
@@ -140,6 +229,7 @@ def run(quick=False):
                     **stats,
                 )
             )
+    rows += _invres_rows(rng, torch, quick)
     return rows
 
 

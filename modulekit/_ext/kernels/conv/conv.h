@@ -195,6 +195,26 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
                      float *scratch, float *out, const float *res, int act, int isa,
                      int nthreads);
 
+/* --- MobileNetV2 inverted-residual block (f32-invres-driver.c), AVX-512 only ------------- */
+/* Scratch floats per thread for bands of R output rows (chid expanded channels). */
+ptrdiff_t mk_invres_scratch(const mk_conv_geom *g, int chid, int has_expand, int R);
+/* relu6(expand 1x1) -> relu6(depthwise 3x3, g's stride/padding) -> project 1x1 (+ res), in
+ * bands of R output rows; see the file for the operands. */
+void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float *wexp,
+                   const float *wdw, const float *bdw, int cout, const float *wproj,
+                   ptrdiff_t *koff, float *out, const float *res, float *scratch, int R,
+                   int nthreads);
+/* 1x1 stride-1 convolution without lane waste (f32-conv1x1-driver.c), AVX-512 only: panel
+ * pairs [pp0, pp1) of c[m, q] = act(bias[m] + sum_k a[m, k] b[koff[k] + q] (+ res)) over L
+ * contiguous pixels, and the whole convolution of N images (x: channel stride sc). */
+void mk_conv1x1_band_f32(size_t K, const float *wp, int M, const float *b, const ptrdiff_t *koff,
+                         ptrdiff_t L, float *c, ptrdiff_t c_rs, const float *res, int act,
+                         int pp0, int pp1);
+void mk_conv1x1_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t sn, ptrdiff_t sc,
+                    int M, const float *wp, ptrdiff_t *koff, float *out, const float *res,
+                    int act, int nthreads);
+/* --- end inverted-residual block ----------------------------------------------------------- */
+
 /* Pooling, NCHW, output C-contiguous (N, C, OH, OW). */
 void mk_max_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int nthreads);
 void mk_max_pool2d_f64(const mk_conv_geom *g, const double *x, double *out, int nthreads);
