@@ -57,6 +57,9 @@ cdef extern from "gemm/gemm.h" nogil:
     int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k,
                              int nthreads)
     void mk_gemm_warm_threads(int nthreads)
+    int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
+                       ptrdiff_t rsa, ptrdiff_t csa, const void *b, ptrdiff_t rsb,
+                       ptrdiff_t csb, void *c, size_t ldc, int nthreads)
     ctypedef struct mk_gemm_chain_layer:
         const mk_gemm_config *cfg
         size_t n, k

@@ -466,36 +466,43 @@ def matmul(a, b):
     cdef Py_ssize_t sbb = B3.strides[0] // es if bb > 1 else 0
     cdef Py_ssize_t rsb = B3.strides[1] // es, csb = B3.strides[2] // es
     cdef size_t size = mk_gemm_packed_size(cfg, <size_t>N, <size_t>K)
-    cdef int nt = 1, t, r, rcsum = 0
-    cdef void *buf
+    cdef int nt = 1, r, rcsum = 0
     nthreads = effective_threads()
-    # Many small products: one thread per product (each packs its own b), instead of
-    # threads inside products too small to split. Either way every product is computed the
-    # same way, so results do not depend on the thread count.
+    # Many small products: one thread per product, instead of threads inside products too
+    # small to split. Either way every product is computed the same way, so results do not
+    # depend on the thread count.
     if batch > 1 and nthreads > 1 and mk_gemm_plan_threads(cfg, M, N, K, nthreads) == 1:
         nt = nthreads if nthreads < batch else <int>batch
-    packed = aligned_alloc(64, size * (<size_t>nt if bb > 1 else 1))
+    if bb > 1 or batch == 1:
+        # each product packs its own b, block by block inside the blocked loop
+        with nogil:
+            if nt > 1:
+                for i in prange(batch, num_threads=nt, schedule="static"):
+                    rcsum += mk_gemm_matmul(cfg, <size_t>M, <size_t>N, <size_t>K,
+                                            pa + i * sab * es, rsa, csa, pb + i * sbb * es,
+                                            rsb, csb, po + i * M * N * es, <size_t>N, 1)
+            else:
+                for i in range(batch):
+                    rcsum += mk_gemm_matmul(cfg, <size_t>M, <size_t>N, <size_t>K,
+                                            pa + i * sab * es, rsa, csa, pb + i * sbb * es,
+                                            rsb, csb, po + i * M * N * es, <size_t>N, nthreads)
+        if rcsum != 0:
+            raise MemoryError("cannot allocate the GEMM packing buffer")
+        return out
+    # one b shared by every product: pack it once
+    packed = aligned_alloc(64, size)
     if packed == NULL:
         raise MemoryError(f"cannot allocate {size} bytes to pack b")
     try:
         with nogil:
-            if bb == 1:
-                mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb, rsb, csb, NULL, packed, nthreads)
+            mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb, rsb, csb, NULL, packed, nthreads)
             if nt > 1:
                 for i in prange(batch, num_threads=nt, schedule="static"):
-                    t = omp_get_thread_num()
-                    buf = <char *>packed + (<size_t>t * size if bb > 1 else 0)
-                    if bb > 1:
-                        mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb + i * sbb * es, rsb, csb,
-                                     NULL, buf, 1)
                     r = mk_gemm_run(cfg, <size_t>M, <size_t>N, <size_t>K, pa + i * sab * es,
-                                    rsa, csa, buf, po + i * M * N * es, <size_t>N, &ep, 1)
+                                    rsa, csa, packed, po + i * M * N * es, <size_t>N, &ep, 1)
                     rcsum += r
             else:
                 for i in range(batch):
-                    if bb > 1:
-                        mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb + i * sbb * es, rsb, csb,
-                                     NULL, packed, nthreads)
                     rcsum += mk_gemm_run(cfg, <size_t>M, <size_t>N, <size_t>K,
                                          pa + i * sab * es, rsa, csa, packed,
                                          po + i * M * N * es, <size_t>N, &ep, nthreads)

@@ -147,6 +147,45 @@ void mk_gemm_part(const mk_gemm_problem *pr, int t, int nt, size_t *m0, size_t *
     *p1 = panels * (size_t)(tj + 1) / (size_t)tn;
 }
 
+/* Inside a parallel region of team threads: the output tiles of pr (not the direct path)
+ * from a shared counter (an orphaned omp for, no barrier at its end). Tiles are row blocks
+ * (whole N) when there are enough row tiles and A is not much smaller than the weights,
+ * else panel blocks (all rows); their count is a multiple of the team and at least 4 per
+ * thread, so a thread that loses its core to another process leaves its tiles to the
+ * others instead of making them all wait. */
+static int mk_gemm_tiles(const mk_gemm_problem *pr, int team) {
+    const size_t mr = pr->cfg->mr, nr = pr->cfg->nr;
+    const size_t panels = (pr->n + nr - 1) / nr, mtiles = (pr->m + mr - 1) / mr;
+    const size_t want = (size_t)(4 * team);
+    size_t units, rows_per = 0, panels_per = panels;
+    if (mtiles >= want && (2 * pr->m >= pr->n || panels < 2 * (size_t)team)) {
+        size_t u = (pr->m + pr->cfg->mc - 1) / pr->cfg->mc;
+        if (u < want) u = want;
+        u = (u + (size_t)team - 1) / (size_t)team * (size_t)team;
+        if (u > mtiles) u = mtiles;
+        rows_per = (mtiles + u - 1) / u * mr;
+        units = (pr->m + rows_per - 1) / rows_per;
+    } else {
+        size_t u = want < panels ? want : panels;
+        panels_per = (panels + u - 1) / u;
+        units = (panels + panels_per - 1) / panels_per;
+    }
+    int status = 0;
+#pragma omp for schedule(dynamic, 1) nowait
+    for (size_t u = 0; u < units; u++) {
+        size_t m0 = 0, m1 = pr->m, p0 = 0, p1 = panels;
+        if (rows_per) {
+            m0 = u * rows_per;
+            m1 = mk_min(pr->m, m0 + rows_per);
+        } else {
+            p0 = u * panels_per;
+            p1 = mk_min(panels, p0 + panels_per);
+        }
+        if (mk_gemm_range(pr, m0, m1, p0, p1) != 0) status = -1;
+    }
+    return status;
+}
+
 int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
                 ptrdiff_t rsa, ptrdiff_t csa, const void *packed, void *c, size_t ldc,
                 const mk_epilogue *ep, int nthreads) {
@@ -182,6 +221,89 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
             status = -1;
         }
     }
+    return status;
+}
+
+/* ---------------------------------------------------------------- matmul (B not packed) */
+
+/* Panels per packing chunk of mk_gemm_matmul. */
+#define MK_MM_PACK_CHUNK 4
+
+/* The calling thread's packed-B buffer, kept between calls up to this size: a fresh
+ * allocation of megabytes is a fresh mapping, and touching its pages costs about as much as
+ * packing into them. */
+#define MK_MM_KEEP_BYTES ((size_t)64 << 20)
+static _Thread_local void *mk_tl_bbuf = NULL;
+static _Thread_local size_t mk_tl_bcap = 0;
+
+static void *mk_mm_buffer(size_t bytes) {
+    if (bytes > MK_MM_KEEP_BYTES) return aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (bytes > mk_tl_bcap) {
+        free(mk_tl_bbuf);
+        const size_t cap = (bytes + 4095) / 4096 * 4096;
+        mk_tl_bbuf = aligned_alloc(64, cap);
+        mk_tl_bcap = mk_tl_bbuf != NULL ? cap : 0;
+    }
+    return mk_tl_bbuf;
+}
+
+static void mk_mm_release(void *buf) {
+    if (buf != mk_tl_bbuf) free(buf);
+}
+
+int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
+                   ptrdiff_t rsa, ptrdiff_t csa, const void *b, ptrdiff_t rsb, ptrdiff_t csb,
+                   void *c, size_t ldc, int nthreads) {
+    if (m == 0 || n == 0) return 0;
+    const size_t nr = cfg->nr, ws = cfg->wsize, ps = mk_gemm_panel_stride(cfg, k);
+    const size_t panels = (n + nr - 1) / nr;
+    unsigned char *packed = (unsigned char *)mk_mm_buffer(mk_gemm_packed_size(cfg, n, k));
+    if (packed == NULL) return -1;
+    const mk_epilogue ep = {MK_ACT_NONE, 0.0f, 0.0f, 0.0, 0.0};
+    int status = 0;
+    const int direct = mk_use_direct(cfg, m, csa);
+    const int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
+    if (direct || nt <= 1) {
+        /* one thread, or the direct path (its own threading over panels) */
+        mk_gemm_pack(cfg, n, k, b, rsb, csb, NULL, packed, nthreads);
+        status = mk_gemm_run(cfg, m, n, k, a, rsa, csa, packed, c, ldc, &ep, nthreads);
+        mk_mm_release(packed);
+        return status;
+    }
+    mk_gemm_problem pr;
+    mk_gemm_problem_init(&pr, cfg, m, n, k, a, rsa, csa, packed, c, ldc, &ep);
+    const size_t chunks = (panels + MK_MM_PACK_CHUNK - 1) / MK_MM_PACK_CHUNK;
+    size_t packed_chunks = 0;
+#pragma omp parallel num_threads(nt)
+    {
+        /* Pack B: chunks of panels from a shared counter, no barrier after; a thread goes on
+         * as soon as every chunk is packed, even when another thread has not been scheduled
+         * yet (a barrier would wait for it). */
+#pragma omp for schedule(dynamic, 1) nowait
+        for (size_t ch = 0; ch < chunks; ch++) {
+            const size_t p0 = ch * MK_MM_PACK_CHUNK, n0 = p0 * nr;
+            const size_t ncols = mk_min(MK_MM_PACK_CHUNK * nr, n - n0);
+            mk_gemm_pack(cfg, ncols, k,
+                         (const unsigned char *)b + (ptrdiff_t)n0 * csb * (ptrdiff_t)ws, rsb,
+                         csb, NULL, packed + p0 * ps, 1);
+#pragma omp atomic update
+            packed_chunks++;
+        }
+        for (;;) {
+            size_t done;
+#pragma omp atomic read
+            done = packed_chunks;
+            if (done == chunks) break;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+        if (mk_gemm_tiles(&pr, omp_get_num_threads()) != 0) {
+#pragma omp atomic write
+            status = -1;
+        }
+    }
+    mk_mm_release(packed);
     return status;
 }
 

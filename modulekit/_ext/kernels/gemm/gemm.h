@@ -178,6 +178,18 @@ int mk_gemm_chain_plan_threads(size_t nl, const mk_gemm_chain_layer *layers, siz
 int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, const void *a,
                       ptrdiff_t lda, void *c, void *buf0, void *buf1, int nthreads);
 
+/* C[M x N] = A * B with B NOT pre-packed (element (k, n) at b + k * rsb + n * csb, elements,
+ * any sign, compute-dtype storage): matmul. With more than one thread, ONE parallel region
+ * packs B (chunks of panels taken from a shared counter; a thread goes on as soon as every
+ * chunk is packed, with no barrier that would wait for a thread not yet scheduled) and then
+ * computes tiles taken from a shared counter. The packed B (the mk_gemm_pack layout, zero
+ * bias) goes to a buffer the calling thread keeps between calls (up to 64 MiB; a larger one
+ * is freed after the call). Returns 0, or -1 when a buffer could not be allocated (C is
+ * then undefined). */
+int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
+                   ptrdiff_t rsa, ptrdiff_t csa, const void *b, ptrdiff_t rsb, ptrdiff_t csb,
+                   void *c, size_t ldc, int nthreads);
+
 /* Threads mk_gemm_run would use for this problem (for tests and benchmarks). */
 int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, int nthreads);
 
