@@ -1,7 +1,8 @@
 /* GEMM driver: cache blocking (BLIS loop order), activation packing, the small-M path and
  * OpenMP over output tiles. Block sizes and kernels come from the configuration only.
  *
- * Per thread, on its rows [m0, m1) and panels [p0, p1):
+ * Per thread, on its rows [m0, m1) and panels [p0, p1) (a fixed share, or tiles taken from a
+ * shared counter when there are many rows):
  *   for jc over panels in NC-column blocks          (KC x NC weight block: L2/L3)
  *     for pc over K in KC blocks                     (first block starts from the bias,
  *       for ic over rows in MC blocks                  the last applies the epilogue)
@@ -153,12 +154,19 @@ void mk_gemm_part(const mk_gemm_problem *pr, int t, int nt, size_t *m0, size_t *
  * else panel blocks (all rows); their count is a multiple of the team and at least 4 per
  * thread, so a thread that loses its core to another process leaves its tiles to the
  * others instead of making them all wait. */
+static int mk_gemm_row_tiles(const mk_gemm_problem *pr, int team) {
+    const size_t mr = pr->cfg->mr, nr = pr->cfg->nr;
+    const size_t panels = (pr->n + nr - 1) / nr, mtiles = (pr->m + mr - 1) / mr;
+    return !pr->direct && mtiles >= (size_t)(4 * team) &&
+           (2 * pr->m >= pr->n || panels < 2 * (size_t)team);
+}
+
 static int mk_gemm_tiles(const mk_gemm_problem *pr, int team) {
     const size_t mr = pr->cfg->mr, nr = pr->cfg->nr;
     const size_t panels = (pr->n + nr - 1) / nr, mtiles = (pr->m + mr - 1) / mr;
     const size_t want = (size_t)(4 * team);
     size_t units, rows_per = 0, panels_per = panels;
-    if (mtiles >= want && (2 * pr->m >= pr->n || panels < 2 * (size_t)team)) {
+    if (mk_gemm_row_tiles(pr, team)) {
         size_t u = (pr->m + pr->cfg->mc - 1) / pr->cfg->mc;
         if (u < want) u = want;
         u = (u + (size_t)team - 1) / (size_t)team * (size_t)team;
@@ -214,9 +222,20 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
     int status = 0;
 #pragma omp parallel num_threads(nt)
     {
-        size_t m0, m1, p0, p1;
-        mk_gemm_part(&pr, omp_get_thread_num(), omp_get_num_threads(), &m0, &m1, &p0, &p1);
-        if (mk_gemm_range(&pr, m0, m1, p0, p1) != 0) {
+        const int team = omp_get_num_threads();
+        int rc;
+        if (mk_gemm_row_tiles(&pr, team)) {
+            /* many rows: row tiles from a shared counter (every thread reads all the weights
+             * anyway; a thread slowed by another process hands its tiles over) */
+            rc = mk_gemm_tiles(&pr, team);
+        } else {
+            /* a fixed share of the weights per thread, the same from call to call, so each
+             * core keeps streaming its share from its own cache */
+            size_t m0, m1, p0, p1;
+            mk_gemm_part(&pr, omp_get_thread_num(), team, &m0, &m1, &p0, &p1);
+            rc = mk_gemm_range(&pr, m0, m1, p0, p1);
+        }
+        if (rc != 0) {
 #pragma omp atomic write
             status = -1;
         }
@@ -232,7 +251,7 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
 /* The calling thread's packed-B buffer, kept between calls up to this size: a fresh
  * allocation of megabytes is a fresh mapping, and touching its pages costs about as much as
  * packing into them. */
-#define MK_MM_KEEP_BYTES ((size_t)64 << 20)
+#define MK_MM_KEEP_BYTES ((size_t)32 << 20)
 static _Thread_local void *mk_tl_bbuf = NULL;
 static _Thread_local size_t mk_tl_bcap = 0;
 

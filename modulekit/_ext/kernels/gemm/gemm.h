@@ -183,7 +183,7 @@ int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, co
  * packs B (chunks of panels taken from a shared counter; a thread goes on as soon as every
  * chunk is packed, with no barrier that would wait for a thread not yet scheduled) and then
  * computes tiles taken from a shared counter. The packed B (the mk_gemm_pack layout, zero
- * bias) goes to a buffer the calling thread keeps between calls (up to 64 MiB; a larger one
+ * bias) goes to a buffer the calling thread keeps between calls (up to 32 MiB; a larger one
  * is freed after the call). Returns 0, or -1 when a buffer could not be allocated (C is
  * then undefined). */
 int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
