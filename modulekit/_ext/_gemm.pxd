@@ -65,6 +65,10 @@ cdef extern from "gemm/gemm.h" nogil:
         size_t n, k
         const void *packed
         mk_epilogue ep
+    long long mk_gemm_now_ns()
+    int mk_gemm_backing_off(long long *now)
+    void mk_gemm_contention_account(long long start, long long end, long long waited)
+    void mk_gemm_backoff_reset()
     int mk_gemm_chain_plan_threads(size_t nl, const mk_gemm_chain_layer *layers, size_t m,
                                    int nthreads)
     int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, const void *a,

@@ -824,6 +824,23 @@ def _chain_planned_threads(PackedChain chain, Py_ssize_t m):
                                       effective_threads())
 
 
+def _backing_off():
+    """True while threaded GEMMs run serially after contention (see gemm.h; for tests)."""
+    cdef long long now
+    return bool(mk_gemm_backing_off(&now))
+
+
+def _reset_backoff():
+    """Forget the contention back-off state (for tests and benchmarks)."""
+    mk_gemm_backoff_reset()
+
+
+def _record_parallel_call(long long worked_ns, long long waited_ns):
+    """Record a parallel call that worked and waited this long, ending now (for tests)."""
+    cdef long long end = mk_gemm_now_ns()
+    mk_gemm_contention_account(end - worked_ns - waited_ns, end, waited_ns)
+
+
 def warm_threads():
     """Start the OpenMP thread team now, so the first parallel GEMM does not pay for it."""
     cdef int n = effective_threads()

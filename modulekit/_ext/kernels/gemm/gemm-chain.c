@@ -7,7 +7,8 @@
  * count, same partition): threads past a layer's count wait at the barrier. The partition
  * never changes how an output element is computed, so the chain is bit-identical to the
  * per-layer path. Threads keep their share of the weights from call to call, so with two
- * threads each core streams its half from its own L2. */
+ * threads each core streams its half from its own L2. The calling thread times its waits at
+ * the barriers for the contention back-off (gemm.h). */
 #include "gemm.h"
 #include "mk_omp.h"
 
@@ -36,8 +37,10 @@ int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, co
                       ptrdiff_t lda, void *c, void *buf0, void *buf1, int nthreads) {
     if (m == 0 || nl == 0) return 0;
     void *const bufs[2] = {buf0, buf1};
-    const int nt = mk_gemm_chain_plan_threads(nl, layers, m, nthreads);
+    int nt = mk_gemm_chain_plan_threads(nl, layers, m, nthreads);
     int status = 0;
+    long long start = 0, master_done = 0, waited = 0;
+    if (nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
     if (nt <= 1) {
         for (size_t i = 0; i < nl; i++) {
             mk_gemm_problem pr;
@@ -66,9 +69,14 @@ int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, co
                 }
             }
             if (i + 1 < nl) {
+                const long long b0 = t == 0 ? mk_gemm_now_ns() : 0;
 #pragma omp barrier
+                if (t == 0) waited += mk_gemm_now_ns() - b0;
             }
         }
+        if (t == 0) master_done = mk_gemm_now_ns();
     }
+    const long long end = mk_gemm_now_ns();
+    mk_gemm_contention_account(start, end, waited + (end - master_done));
     return status;
 }

@@ -12,6 +12,7 @@
  * computed, so the result does not depend on the thread count. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gemm.h"
 #include "mk_omp.h"
@@ -24,6 +25,52 @@
 #define MK_GEMM_PARALLEL_MIN_WEIGHT_BYTES (256u << 10)
 
 static size_t mk_min(size_t a, size_t b) { return a < b ? a : b; }
+
+/* ---------------------------------------------------------------- contention back-off
+ * (see gemm.h). The state is shared by all calling threads, with relaxed atomics: it is a
+ * heuristic, and results do not depend on the thread count. */
+#define MK_WAIT_MIN_NS 20000LL
+#define MK_BACKOFF_MIN_NS 20000000LL
+#define MK_BACKOFF_MAX_NS 1000000000LL
+static long long mk_serial_until = 0; /* CLOCK_MONOTONIC ns */
+static long long mk_backoff = 0;
+static int mk_strikes = 0;
+
+long long mk_gemm_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int mk_gemm_backing_off(long long *now) {
+    *now = mk_gemm_now_ns();
+    return *now < __atomic_load_n(&mk_serial_until, __ATOMIC_RELAXED);
+}
+
+void mk_gemm_contention_account(long long start, long long end, long long waited) {
+    const long long worked = end - start - waited;
+    if (waited > MK_WAIT_MIN_NS && waited > worked) {
+        long long backoff = __atomic_load_n(&mk_backoff, __ATOMIC_RELAXED);
+        const int strikes = __atomic_add_fetch(&mk_strikes, 1, __ATOMIC_RELAXED);
+        if (strikes >= (backoff > 0 ? 1 : 2)) {
+            backoff = backoff > 0 ? 2 * backoff : MK_BACKOFF_MIN_NS;
+            if (backoff > MK_BACKOFF_MAX_NS) backoff = MK_BACKOFF_MAX_NS;
+            __atomic_store_n(&mk_backoff, backoff, __ATOMIC_RELAXED);
+            __atomic_store_n(&mk_serial_until, end + backoff, __ATOMIC_RELAXED);
+            __atomic_store_n(&mk_strikes, 0, __ATOMIC_RELAXED);
+        }
+    } else if (__atomic_load_n(&mk_strikes, __ATOMIC_RELAXED) != 0 ||
+               __atomic_load_n(&mk_backoff, __ATOMIC_RELAXED) != 0) {
+        __atomic_store_n(&mk_strikes, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&mk_backoff, 0, __ATOMIC_RELAXED);
+    }
+}
+
+void mk_gemm_backoff_reset(void) {
+    __atomic_store_n(&mk_serial_until, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&mk_backoff, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&mk_strikes, 0, __ATOMIC_RELAXED);
+}
 
 /* Per-thread packing buffer, kept between calls (OpenMP worker threads persist). */
 static _Thread_local void *mk_tl_buf = NULL;
@@ -213,7 +260,9 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
         pr.rsa = (ptrdiff_t)k;
         pr.csa = 1;
     }
-    const int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
+    int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
+    long long start = 0, master_done = 0;
+    if (nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
     if (nt <= 1) {
         size_t m0, m1, p0, p1;
         mk_gemm_part(&pr, 0, 1, &m0, &m1, &p0, &p1);
@@ -239,7 +288,10 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
 #pragma omp atomic write
             status = -1;
         }
+        if (omp_get_thread_num() == 0) master_done = mk_gemm_now_ns();
     }
+    const long long end = mk_gemm_now_ns();
+    mk_gemm_contention_account(start, end, end - master_done);
     return status;
 }
 
