@@ -347,3 +347,13 @@ def test_contention_backoff(threads):
         np.testing.assert_array_equal(_per_layer(packs, ["relu", "none"], x), y)
     finally:
         _gemm._reset_backoff()
+
+
+def test_sequential_instance_forward_respected():
+    model = _mlp(6, 8, 3).initialize()
+    x = np.ones((2, 6), np.float32)
+    want = model(x)
+    model.forward = lambda input: np.zeros((len(input), 3), np.float32)
+    np.testing.assert_array_equal(model(x), np.zeros((2, 3)))
+    del model.forward
+    np.testing.assert_array_equal(model(x), want)

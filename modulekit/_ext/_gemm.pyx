@@ -691,7 +691,8 @@ cdef class PackedChain:
 
         These are the checks of ``nn.Sequential``'s chained step, made here because at
         batch 1 the whole chain takes a few microseconds: ``x`` is a 2-D ndarray of the
-        compute dtype; the owner (if any) has no hooks and still the same children; no
+        compute dtype; the owner (if any) has no hooks, no ``forward`` set on the instance,
+        and still the same children; no
         watched module has hooks (``_has_hooks``); ``linears[i]._packed`` is ``layers[i]``;
         ``acts[i]._epilogue`` equals the activation the chain was built with. None when
         nothing is watched."""
@@ -704,7 +705,11 @@ cdef class PackedChain:
                 or cnp.PyArray_NDIM(<cnp.ndarray>x) != 2):
             return None
         if self._owner is not None:
-            if _instance_attr(self._owner, "_has_hooks"):
+            owner_dict = PyObject_GenericGetDict(self._owner, NULL)
+            # hooks, or a forward assigned on the instance, go through Module.__call__
+            if (_instance_attr(self._owner, "_has_hooks")
+                    or (type(owner_dict) is dict
+                        and PyDict_GetItem(owner_dict, "forward") != NULL)):
                 return None
             current = _instance_attr(self._owner, "_modules")
             children = self._children
