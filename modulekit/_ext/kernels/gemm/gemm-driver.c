@@ -10,6 +10,7 @@
  *         for jr over panels: for ir over MR rows: microkernel    (KC x NR micro-panel: L1)
  * The split of rows and panels over threads never changes how one output element is
  * computed, so the result does not depend on the thread count. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -333,7 +334,9 @@ int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, cons
     const mk_epilogue ep = {MK_ACT_NONE, 0.0f, 0.0f, 0.0, 0.0};
     int status = 0;
     const int direct = mk_use_direct(cfg, m, csa);
-    const int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
+    int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
+    long long start = 0, master_done = 0, waited = 0;
+    if (!direct && nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
     if (direct || nt <= 1) {
         /* one thread, or the direct path (its own threading over panels) */
         mk_gemm_pack(cfg, n, k, b, rsb, csb, NULL, packed, nthreads);
@@ -360,20 +363,30 @@ int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, cons
 #pragma omp atomic update
             packed_chunks++;
         }
-        for (;;) {
+        const int t = omp_get_thread_num();
+        const long long w0 = t == 0 ? mk_gemm_now_ns() : 0;
+        for (unsigned spins = 0;; spins++) {
             size_t done;
 #pragma omp atomic read
             done = packed_chunks;
             if (done == chunks) break;
+            if (spins < 4096) {
 #if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
+                __builtin_ia32_pause();
 #endif
+            } else {
+                sched_yield(); /* the packing thread may be waiting for this core */
+            }
         }
+        if (t == 0) waited = mk_gemm_now_ns() - w0;
         if (mk_gemm_tiles(&pr, omp_get_num_threads()) != 0) {
 #pragma omp atomic write
             status = -1;
         }
+        if (t == 0) master_done = mk_gemm_now_ns();
     }
+    const long long end = mk_gemm_now_ns();
+    mk_gemm_contention_account(start, end, waited + (end - master_done));
     mk_mm_release(packed);
     return status;
 }

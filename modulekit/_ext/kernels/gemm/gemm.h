@@ -181,8 +181,9 @@ int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, co
 /* C[M x N] = A * B with B NOT pre-packed (element (k, n) at b + k * rsb + n * csb, elements,
  * any sign, compute-dtype storage): matmul. With more than one thread, ONE parallel region
  * packs B (chunks of panels taken from a shared counter; a thread goes on as soon as every
- * chunk is packed, with no barrier that would wait for a thread not yet scheduled) and then
- * computes tiles taken from a shared counter. The packed B (the mk_gemm_pack layout, zero
+ * chunk is packed, with no barrier that would wait for a thread not yet scheduled; it
+ * yields its core after a short spin) and then computes tiles taken from a shared counter.
+ * Subject to the contention back-off below. The packed B (the mk_gemm_pack layout, zero
  * bias) goes to a buffer the calling thread keeps between calls (up to 32 MiB; a larger one
  * is freed after the call). Returns 0, or -1 when a buffer could not be allocated (C is
  * then undefined). */
@@ -190,7 +191,7 @@ int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, cons
                    ptrdiff_t rsa, ptrdiff_t csa, const void *b, ptrdiff_t rsb, ptrdiff_t csb,
                    void *c, size_t ldc, int nthreads);
 
-/* Contention back-off, for mk_gemm_run and mk_gemm_chain_run. When the other cores are busy
+/* Contention back-off, for mk_gemm_run, mk_gemm_chain_run and mk_gemm_matmul. When the other cores are busy
  * with other processes, a team thread that is not scheduled makes the call wait for it at
  * the join or a barrier (up to a scheduler time slice: ~100x a batch-1 MLP). The calling
  * thread times how long it waited for the team; a call that waited longer than it worked
