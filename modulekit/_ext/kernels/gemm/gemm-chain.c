@@ -3,10 +3,10 @@
  * costs per layer (a Python call, an OpenMP region, an output allocation); here the whole
  * chain opens at most one parallel region, and the threads meet at a barrier between layers.
  *
- * Each layer is split over threads exactly as mk_gemm_run would split it alone (same thread
- * count, same partition): threads past a layer's count wait at the barrier. The partition
- * never changes how an output element is computed, so the chain is bit-identical to the
- * per-layer path. Threads keep their share of the weights from call to call, so with two
+ * Each layer uses the thread count mk_gemm_run would give it alone, split by mk_gemm_part (a
+ * fixed share per thread: panels for few rows, rows for many): threads past a layer's count
+ * wait at the barrier. The partition never changes how an output element is computed, so
+ * the chain is bit-identical to the per-layer path. Threads keep their share of the weights from call to call, so with two
  * threads each core streams its half from its own L2. The calling thread times its waits at
  * the barriers for the contention back-off (gemm.h). */
 #include "gemm.h"
