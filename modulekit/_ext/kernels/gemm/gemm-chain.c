@@ -2,6 +2,8 @@
  * activations) as one call. Batch-1 MLPs are bound by streaming the weights and by fixed
  * costs per layer (a Python call, an OpenMP region, an output allocation); here the whole
  * chain opens at most one parallel region, and the threads meet at a barrier between layers.
+ * Above MK_SMALLM_MAX rows the layers run one mk_gemm_run each (their compute dwarfs those
+ * costs, and mk_gemm_run balances row tiles dynamically), still from the reused buffers.
  *
  * Each layer uses the thread count mk_gemm_run would give it alone, split by mk_gemm_part (a
  * fixed share per thread: panels for few rows, rows for many): threads past a layer's count
@@ -39,6 +41,19 @@ int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, co
     void *const bufs[2] = {buf0, buf1};
     int nt = mk_gemm_chain_plan_threads(nl, layers, m, nthreads);
     int status = 0;
+    if (nt > 1 && m > MK_SMALLM_MAX) {
+        /* Many rows: the layers' compute dwarfs a region's fixed cost, and mk_gemm_run's own
+         * regions hand row tiles over dynamically (a fixed split with barriers would make
+         * every layer wait for a thread slowed by another process). */
+        for (size_t i = 0; i < nl; i++) {
+            mk_gemm_problem pr;
+            mk_chain_problem(&pr, nl, layers, i, m, a, lda, c, bufs);
+            if (mk_gemm_run(pr.cfg, m, pr.n, pr.k, pr.a, pr.rsa, 1, pr.packed, pr.c, pr.ldc,
+                            pr.ep, nthreads) != 0)
+                status = -1;
+        }
+        return status;
+    }
     long long start = 0, master_done = 0, waited = 0;
     if (nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
     if (nt <= 1) {

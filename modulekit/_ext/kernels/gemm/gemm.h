@@ -170,9 +170,10 @@ int mk_gemm_chain_plan_threads(size_t nl, const mk_gemm_chain_layer *layers, siz
 /* Run nl >= 1 layers (one compute dtype) on m rows: a is m x layers[0].k with row stride lda
  * elements and unit column stride; c is m x layers[nl - 1].n, C-contiguous. The
  * intermediate results go to buf0, buf1, buf0, ... (m * max intermediate n elements each,
- * C-contiguous; buf1 unused when nl <= 2). With more than one thread, ONE OpenMP parallel
- * region runs every layer, each thread computing its share of a layer's output tiles, with a
- * barrier between layers. Every output element is computed exactly as mk_gemm_run computes
+ * C-contiguous; buf1 unused when nl <= 2). With more than one thread and at most
+ * MK_SMALLM_MAX rows, ONE OpenMP parallel region runs every layer, each thread computing its
+ * share of a layer's output tiles, with a barrier between layers; more rows run one
+ * mk_gemm_run per layer. Every output element is computed exactly as mk_gemm_run computes
  * it, so results are bit-identical to running the layers one by one, for any thread count.
  * Returns 0, or -1 when a packing buffer could not be allocated. */
 int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, const void *a,
