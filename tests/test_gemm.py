@@ -455,3 +455,29 @@ def test_matmul_batched_threads(isa, threads):
         y2 = _gemm.matmul(a, b)
         np.testing.assert_array_equal(y1, y2)
         _matmul_check(a, b, y2)
+
+
+@pytest.mark.skipif(not _openmp_helpers.openmp_enabled(), reason="built without OpenMP")
+def test_matmul_threads_tiles(isa, threads):
+    """Threaded matmul (B packed in chunks by the team, then row or panel tiles from a shared
+    counter): same results as one thread and as a pre-packed forward, any strides."""
+    rng = np.random.default_rng(15)
+    # row tiles (many rows), panel tiles (few rows, many columns), K past one KC block,
+    # remainders of every register block
+    for m, k, n in ((300, 401, 77), (13, 389, 1100), (97, 1030, 45), (40, 64, 300)):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        threads(1)
+        y1 = _gemm.matmul(a, b)
+        threads(2)
+        y2 = _gemm.matmul(a, b)
+        np.testing.assert_array_equal(y1, y2)
+        np.testing.assert_array_equal(y2, _gemm.pack_linear(b.T).forward(a))
+        _matmul_check(a, b, y2)
+        bt = np.asfortranarray(b)
+        np.testing.assert_array_equal(_gemm.matmul(a[::-1], bt[:, ::-1]), y1[::-1, ::-1])
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        threads(1)
+        d1 = _gemm.matmul(a64, b64)
+        threads(2)
+        np.testing.assert_array_equal(_gemm.matmul(a64, b64), d1)

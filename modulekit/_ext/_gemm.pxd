@@ -57,11 +57,18 @@ cdef extern from "gemm/gemm.h" nogil:
     int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k,
                              int nthreads)
     void mk_gemm_warm_threads(int nthreads)
+    int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
+                       ptrdiff_t rsa, ptrdiff_t csa, const void *b, ptrdiff_t rsb,
+                       ptrdiff_t csb, void *c, size_t ldc, int nthreads)
     ctypedef struct mk_gemm_chain_layer:
         const mk_gemm_config *cfg
         size_t n, k
         const void *packed
         mk_epilogue ep
+    long long mk_gemm_now_ns()
+    int mk_gemm_backing_off(long long *now)
+    void mk_gemm_contention_account(long long start, long long end, long long waited)
+    void mk_gemm_backoff_reset()
     int mk_gemm_chain_plan_threads(size_t nl, const mk_gemm_chain_layer *layers, size_t m,
                                    int nthreads)
     int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, const void *a,

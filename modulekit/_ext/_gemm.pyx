@@ -466,36 +466,43 @@ def matmul(a, b):
     cdef Py_ssize_t sbb = B3.strides[0] // es if bb > 1 else 0
     cdef Py_ssize_t rsb = B3.strides[1] // es, csb = B3.strides[2] // es
     cdef size_t size = mk_gemm_packed_size(cfg, <size_t>N, <size_t>K)
-    cdef int nt = 1, t, r, rcsum = 0
-    cdef void *buf
+    cdef int nt = 1, r, rcsum = 0
     nthreads = effective_threads()
-    # Many small products: one thread per product (each packs its own b), instead of
-    # threads inside products too small to split. Either way every product is computed the
-    # same way, so results do not depend on the thread count.
+    # Many small products: one thread per product, instead of threads inside products too
+    # small to split. Either way every product is computed the same way, so results do not
+    # depend on the thread count.
     if batch > 1 and nthreads > 1 and mk_gemm_plan_threads(cfg, M, N, K, nthreads) == 1:
         nt = nthreads if nthreads < batch else <int>batch
-    packed = aligned_alloc(64, size * (<size_t>nt if bb > 1 else 1))
+    if bb > 1 or batch == 1:
+        # each product packs its own b, block by block inside the blocked loop
+        with nogil:
+            if nt > 1:
+                for i in prange(batch, num_threads=nt, schedule="static"):
+                    rcsum += mk_gemm_matmul(cfg, <size_t>M, <size_t>N, <size_t>K,
+                                            pa + i * sab * es, rsa, csa, pb + i * sbb * es,
+                                            rsb, csb, po + i * M * N * es, <size_t>N, 1)
+            else:
+                for i in range(batch):
+                    rcsum += mk_gemm_matmul(cfg, <size_t>M, <size_t>N, <size_t>K,
+                                            pa + i * sab * es, rsa, csa, pb + i * sbb * es,
+                                            rsb, csb, po + i * M * N * es, <size_t>N, nthreads)
+        if rcsum != 0:
+            raise MemoryError("cannot allocate the GEMM packing buffer")
+        return out
+    # one b shared by every product: pack it once
+    packed = aligned_alloc(64, size)
     if packed == NULL:
         raise MemoryError(f"cannot allocate {size} bytes to pack b")
     try:
         with nogil:
-            if bb == 1:
-                mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb, rsb, csb, NULL, packed, nthreads)
+            mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb, rsb, csb, NULL, packed, nthreads)
             if nt > 1:
                 for i in prange(batch, num_threads=nt, schedule="static"):
-                    t = omp_get_thread_num()
-                    buf = <char *>packed + (<size_t>t * size if bb > 1 else 0)
-                    if bb > 1:
-                        mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb + i * sbb * es, rsb, csb,
-                                     NULL, buf, 1)
                     r = mk_gemm_run(cfg, <size_t>M, <size_t>N, <size_t>K, pa + i * sab * es,
-                                    rsa, csa, buf, po + i * M * N * es, <size_t>N, &ep, 1)
+                                    rsa, csa, packed, po + i * M * N * es, <size_t>N, &ep, 1)
                     rcsum += r
             else:
                 for i in range(batch):
-                    if bb > 1:
-                        mk_gemm_pack(cfg, <size_t>N, <size_t>K, pb + i * sbb * es, rsb, csb,
-                                     NULL, packed, nthreads)
                     rcsum += mk_gemm_run(cfg, <size_t>M, <size_t>N, <size_t>K,
                                          pa + i * sab * es, rsa, csa, packed,
                                          po + i * M * N * es, <size_t>N, &ep, nthreads)
@@ -684,7 +691,8 @@ cdef class PackedChain:
 
         These are the checks of ``nn.Sequential``'s chained step, made here because at
         batch 1 the whole chain takes a few microseconds: ``x`` is a 2-D ndarray of the
-        compute dtype; the owner (if any) has no hooks and still the same children; no
+        compute dtype; the owner (if any) has no hooks, no ``forward`` set on the instance,
+        and still the same children; no
         watched module has hooks (``_has_hooks``); ``linears[i]._packed`` is ``layers[i]``;
         ``acts[i]._epilogue`` equals the activation the chain was built with. None when
         nothing is watched."""
@@ -697,7 +705,11 @@ cdef class PackedChain:
                 or cnp.PyArray_NDIM(<cnp.ndarray>x) != 2):
             return None
         if self._owner is not None:
-            if _instance_attr(self._owner, "_has_hooks"):
+            owner_dict = PyObject_GenericGetDict(self._owner, NULL)
+            # hooks, or a forward assigned on the instance, go through Module.__call__
+            if (_instance_attr(self._owner, "_has_hooks")
+                    or (type(owner_dict) is dict
+                        and PyDict_GetItem(owner_dict, "forward") != NULL)):
                 return None
             current = _instance_attr(self._owner, "_modules")
             children = self._children
@@ -815,6 +827,23 @@ def _chain_planned_threads(PackedChain chain, Py_ssize_t m):
     chain._refresh()
     return mk_gemm_chain_plan_threads(<size_t>chain._nl, chain._spec, <size_t>m,
                                       effective_threads())
+
+
+def _backing_off():
+    """True while threaded GEMMs run serially after contention (see gemm.h; for tests)."""
+    cdef long long now
+    return bool(mk_gemm_backing_off(&now))
+
+
+def _reset_backoff():
+    """Forget the contention back-off state (for tests and benchmarks)."""
+    mk_gemm_backoff_reset()
+
+
+def _record_parallel_call(long long worked_ns, long long waited_ns):
+    """Record a parallel call that worked and waited this long, ending now (for tests)."""
+    cdef long long end = mk_gemm_now_ns()
+    mk_gemm_contention_account(end - worked_ns - waited_ns, end, waited_ns)
 
 
 def warm_threads():

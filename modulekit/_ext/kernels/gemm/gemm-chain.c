@@ -2,12 +2,15 @@
  * activations) as one call. Batch-1 MLPs are bound by streaming the weights and by fixed
  * costs per layer (a Python call, an OpenMP region, an output allocation); here the whole
  * chain opens at most one parallel region, and the threads meet at a barrier between layers.
+ * Above MK_SMALLM_MAX rows the layers run one mk_gemm_run each (their compute dwarfs those
+ * costs, and mk_gemm_run balances row tiles dynamically), still from the reused buffers.
  *
- * Each layer is split over threads exactly as mk_gemm_run would split it alone (same thread
- * count, same partition): threads past a layer's count wait at the barrier. The partition
- * never changes how an output element is computed, so the chain is bit-identical to the
- * per-layer path. Threads keep their share of the weights from call to call, so with two
- * threads each core streams its half from its own L2. */
+ * Each layer uses the thread count mk_gemm_run would give it alone, split by mk_gemm_part (a
+ * fixed share per thread: panels for few rows, rows for many): threads past a layer's count
+ * wait at the barrier. The partition never changes how an output element is computed, so
+ * the chain is bit-identical to the per-layer path. Threads keep their share of the weights from call to call, so with two
+ * threads each core streams its half from its own L2. The calling thread times its waits at
+ * the barriers for the contention back-off (gemm.h). */
 #include "gemm.h"
 #include "mk_omp.h"
 
@@ -36,8 +39,23 @@ int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, co
                       ptrdiff_t lda, void *c, void *buf0, void *buf1, int nthreads) {
     if (m == 0 || nl == 0) return 0;
     void *const bufs[2] = {buf0, buf1};
-    const int nt = mk_gemm_chain_plan_threads(nl, layers, m, nthreads);
+    int nt = mk_gemm_chain_plan_threads(nl, layers, m, nthreads);
     int status = 0;
+    if (nt > 1 && m > MK_SMALLM_MAX) {
+        /* Many rows: the layers' compute dwarfs a region's fixed cost, and mk_gemm_run's own
+         * regions hand row tiles over dynamically (a fixed split with barriers would make
+         * every layer wait for a thread slowed by another process). */
+        for (size_t i = 0; i < nl; i++) {
+            mk_gemm_problem pr;
+            mk_chain_problem(&pr, nl, layers, i, m, a, lda, c, bufs);
+            if (mk_gemm_run(pr.cfg, m, pr.n, pr.k, pr.a, pr.rsa, 1, pr.packed, pr.c, pr.ldc,
+                            pr.ep, nthreads) != 0)
+                status = -1;
+        }
+        return status;
+    }
+    long long start = 0, master_done = 0, waited = 0;
+    if (nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
     if (nt <= 1) {
         for (size_t i = 0; i < nl; i++) {
             mk_gemm_problem pr;
@@ -66,9 +84,14 @@ int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, co
                 }
             }
             if (i + 1 < nl) {
+                const long long b0 = t == 0 ? mk_gemm_now_ns() : 0;
 #pragma omp barrier
+                if (t == 0) waited += mk_gemm_now_ns() - b0;
             }
         }
+        if (t == 0) master_done = mk_gemm_now_ns();
     }
+    const long long end = mk_gemm_now_ns();
+    mk_gemm_contention_account(start, end, waited + (end - master_done));
     return status;
 }

@@ -1,7 +1,8 @@
 /* GEMM driver: cache blocking (BLIS loop order), activation packing, the small-M path and
  * OpenMP over output tiles. Block sizes and kernels come from the configuration only.
  *
- * Per thread, on its rows [m0, m1) and panels [p0, p1):
+ * Per thread, on its rows [m0, m1) and panels [p0, p1) (a fixed share, or tiles taken from a
+ * shared counter when there are many rows):
  *   for jc over panels in NC-column blocks          (KC x NC weight block: L2/L3)
  *     for pc over K in KC blocks                     (first block starts from the bias,
  *       for ic over rows in MC blocks                  the last applies the epilogue)
@@ -9,8 +10,10 @@
  *         for jr over panels: for ir over MR rows: microkernel    (KC x NR micro-panel: L1)
  * The split of rows and panels over threads never changes how one output element is
  * computed, so the result does not depend on the thread count. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gemm.h"
 #include "mk_omp.h"
@@ -23,6 +26,52 @@
 #define MK_GEMM_PARALLEL_MIN_WEIGHT_BYTES (256u << 10)
 
 static size_t mk_min(size_t a, size_t b) { return a < b ? a : b; }
+
+/* ---------------------------------------------------------------- contention back-off
+ * (see gemm.h). The state is shared by all calling threads, with relaxed atomics: it is a
+ * heuristic, and results do not depend on the thread count. */
+#define MK_WAIT_MIN_NS 20000LL
+#define MK_BACKOFF_MIN_NS 20000000LL
+#define MK_BACKOFF_MAX_NS 1000000000LL
+static long long mk_serial_until = 0; /* CLOCK_MONOTONIC ns */
+static long long mk_backoff = 0;
+static int mk_strikes = 0;
+
+long long mk_gemm_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int mk_gemm_backing_off(long long *now) {
+    *now = mk_gemm_now_ns();
+    return *now < __atomic_load_n(&mk_serial_until, __ATOMIC_RELAXED);
+}
+
+void mk_gemm_contention_account(long long start, long long end, long long waited) {
+    const long long worked = end - start - waited;
+    if (waited > MK_WAIT_MIN_NS && waited > worked) {
+        long long backoff = __atomic_load_n(&mk_backoff, __ATOMIC_RELAXED);
+        const int strikes = __atomic_add_fetch(&mk_strikes, 1, __ATOMIC_RELAXED);
+        if (strikes >= (backoff > 0 ? 1 : 2)) {
+            backoff = backoff > 0 ? 2 * backoff : MK_BACKOFF_MIN_NS;
+            if (backoff > MK_BACKOFF_MAX_NS) backoff = MK_BACKOFF_MAX_NS;
+            __atomic_store_n(&mk_backoff, backoff, __ATOMIC_RELAXED);
+            __atomic_store_n(&mk_serial_until, end + backoff, __ATOMIC_RELAXED);
+            __atomic_store_n(&mk_strikes, 0, __ATOMIC_RELAXED);
+        }
+    } else if (__atomic_load_n(&mk_strikes, __ATOMIC_RELAXED) != 0 ||
+               __atomic_load_n(&mk_backoff, __ATOMIC_RELAXED) != 0) {
+        __atomic_store_n(&mk_strikes, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&mk_backoff, 0, __ATOMIC_RELAXED);
+    }
+}
+
+void mk_gemm_backoff_reset(void) {
+    __atomic_store_n(&mk_serial_until, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&mk_backoff, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&mk_strikes, 0, __ATOMIC_RELAXED);
+}
 
 /* Per-thread packing buffer, kept between calls (OpenMP worker threads persist). */
 static _Thread_local void *mk_tl_buf = NULL;
@@ -147,6 +196,52 @@ void mk_gemm_part(const mk_gemm_problem *pr, int t, int nt, size_t *m0, size_t *
     *p1 = panels * (size_t)(tj + 1) / (size_t)tn;
 }
 
+/* Inside a parallel region of team threads: the output tiles of pr (not the direct path)
+ * from a shared counter (an orphaned omp for, no barrier at its end). Tiles are row blocks
+ * (whole N) when there are enough row tiles and A is not much smaller than the weights,
+ * else panel blocks (all rows); their count is a multiple of the team and at least 4 per
+ * thread, so a thread that loses its core to another process leaves its tiles to the
+ * others instead of making them all wait. */
+static int mk_gemm_row_tiles(const mk_gemm_problem *pr, int team) {
+    const size_t mr = pr->cfg->mr, nr = pr->cfg->nr;
+    const size_t panels = (pr->n + nr - 1) / nr, mtiles = (pr->m + mr - 1) / mr;
+    return !pr->direct && mtiles >= (size_t)(4 * team) &&
+           (2 * pr->m >= pr->n || panels < 2 * (size_t)team);
+}
+
+static int mk_gemm_tiles(const mk_gemm_problem *pr, int team) {
+    const size_t mr = pr->cfg->mr, nr = pr->cfg->nr;
+    const size_t panels = (pr->n + nr - 1) / nr, mtiles = (pr->m + mr - 1) / mr;
+    const size_t want = (size_t)(4 * team);
+    size_t units, rows_per = 0, panels_per = panels;
+    if (mk_gemm_row_tiles(pr, team)) {
+        size_t u = (pr->m + pr->cfg->mc - 1) / pr->cfg->mc;
+        if (u < want) u = want;
+        u = (u + (size_t)team - 1) / (size_t)team * (size_t)team;
+        if (u > mtiles) u = mtiles;
+        rows_per = (mtiles + u - 1) / u * mr;
+        units = (pr->m + rows_per - 1) / rows_per;
+    } else {
+        size_t u = want < panels ? want : panels;
+        panels_per = (panels + u - 1) / u;
+        units = (panels + panels_per - 1) / panels_per;
+    }
+    int status = 0;
+#pragma omp for schedule(dynamic, 1) nowait
+    for (size_t u = 0; u < units; u++) {
+        size_t m0 = 0, m1 = pr->m, p0 = 0, p1 = panels;
+        if (rows_per) {
+            m0 = u * rows_per;
+            m1 = mk_min(pr->m, m0 + rows_per);
+        } else {
+            p0 = u * panels_per;
+            p1 = mk_min(panels, p0 + panels_per);
+        }
+        if (mk_gemm_range(pr, m0, m1, p0, p1) != 0) status = -1;
+    }
+    return status;
+}
+
 int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
                 ptrdiff_t rsa, ptrdiff_t csa, const void *packed, void *c, size_t ldc,
                 const mk_epilogue *ep, int nthreads) {
@@ -166,7 +261,9 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
         pr.rsa = (ptrdiff_t)k;
         pr.csa = 1;
     }
-    const int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
+    int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
+    long long start = 0, master_done = 0;
+    if (nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
     if (nt <= 1) {
         size_t m0, m1, p0, p1;
         mk_gemm_part(&pr, 0, 1, &m0, &m1, &p0, &p1);
@@ -175,13 +272,122 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
     int status = 0;
 #pragma omp parallel num_threads(nt)
     {
-        size_t m0, m1, p0, p1;
-        mk_gemm_part(&pr, omp_get_thread_num(), omp_get_num_threads(), &m0, &m1, &p0, &p1);
-        if (mk_gemm_range(&pr, m0, m1, p0, p1) != 0) {
+        const int team = omp_get_num_threads();
+        int rc;
+        if (mk_gemm_row_tiles(&pr, team)) {
+            /* many rows: row tiles from a shared counter (every thread reads all the weights
+             * anyway; a thread slowed by another process hands its tiles over) */
+            rc = mk_gemm_tiles(&pr, team);
+        } else {
+            /* a fixed share of the weights per thread, the same from call to call, so each
+             * core keeps streaming its share from its own cache */
+            size_t m0, m1, p0, p1;
+            mk_gemm_part(&pr, omp_get_thread_num(), team, &m0, &m1, &p0, &p1);
+            rc = mk_gemm_range(&pr, m0, m1, p0, p1);
+        }
+        if (rc != 0) {
 #pragma omp atomic write
             status = -1;
         }
+        if (omp_get_thread_num() == 0) master_done = mk_gemm_now_ns();
     }
+    const long long end = mk_gemm_now_ns();
+    mk_gemm_contention_account(start, end, end - master_done);
+    return status;
+}
+
+/* ---------------------------------------------------------------- matmul (B not packed) */
+
+/* Panels per packing chunk of mk_gemm_matmul. */
+#define MK_MM_PACK_CHUNK 4
+
+/* The calling thread's packed-B buffer, kept between calls up to this size: a fresh
+ * allocation of megabytes is a fresh mapping, and touching its pages costs about as much as
+ * packing into them. */
+#define MK_MM_KEEP_BYTES ((size_t)32 << 20)
+static _Thread_local void *mk_tl_bbuf = NULL;
+static _Thread_local size_t mk_tl_bcap = 0;
+
+static void *mk_mm_buffer(size_t bytes) {
+    if (bytes > MK_MM_KEEP_BYTES) return aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (bytes > mk_tl_bcap) {
+        free(mk_tl_bbuf);
+        const size_t cap = (bytes + 4095) / 4096 * 4096;
+        mk_tl_bbuf = aligned_alloc(64, cap);
+        mk_tl_bcap = mk_tl_bbuf != NULL ? cap : 0;
+    }
+    return mk_tl_bbuf;
+}
+
+static void mk_mm_release(void *buf) {
+    if (buf != mk_tl_bbuf) free(buf);
+}
+
+int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
+                   ptrdiff_t rsa, ptrdiff_t csa, const void *b, ptrdiff_t rsb, ptrdiff_t csb,
+                   void *c, size_t ldc, int nthreads) {
+    if (m == 0 || n == 0) return 0;
+    const size_t nr = cfg->nr, ws = cfg->wsize, ps = mk_gemm_panel_stride(cfg, k);
+    const size_t panels = (n + nr - 1) / nr;
+    unsigned char *packed = (unsigned char *)mk_mm_buffer(mk_gemm_packed_size(cfg, n, k));
+    if (packed == NULL) return -1;
+    const mk_epilogue ep = {MK_ACT_NONE, 0.0f, 0.0f, 0.0, 0.0};
+    int status = 0;
+    const int direct = mk_use_direct(cfg, m, csa);
+    int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
+    long long start = 0, master_done = 0, waited = 0;
+    if (!direct && nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
+    if (direct || nt <= 1) {
+        /* one thread, or the direct path (its own threading over panels) */
+        mk_gemm_pack(cfg, n, k, b, rsb, csb, NULL, packed, nthreads);
+        status = mk_gemm_run(cfg, m, n, k, a, rsa, csa, packed, c, ldc, &ep, nthreads);
+        mk_mm_release(packed);
+        return status;
+    }
+    mk_gemm_problem pr;
+    mk_gemm_problem_init(&pr, cfg, m, n, k, a, rsa, csa, packed, c, ldc, &ep);
+    const size_t chunks = (panels + MK_MM_PACK_CHUNK - 1) / MK_MM_PACK_CHUNK;
+    size_t packed_chunks = 0;
+#pragma omp parallel num_threads(nt)
+    {
+        /* Pack B: chunks of panels from a shared counter, no barrier after; a thread goes on
+         * as soon as every chunk is packed, even when another thread has not been scheduled
+         * yet (a barrier would wait for it). */
+#pragma omp for schedule(dynamic, 1) nowait
+        for (size_t ch = 0; ch < chunks; ch++) {
+            const size_t p0 = ch * MK_MM_PACK_CHUNK, n0 = p0 * nr;
+            const size_t ncols = mk_min(MK_MM_PACK_CHUNK * nr, n - n0);
+            mk_gemm_pack(cfg, ncols, k,
+                         (const unsigned char *)b + (ptrdiff_t)n0 * csb * (ptrdiff_t)ws, rsb,
+                         csb, NULL, packed + p0 * ps, 1);
+#pragma omp atomic update
+            packed_chunks++;
+        }
+        const int t = omp_get_thread_num();
+        const long long w0 = t == 0 ? mk_gemm_now_ns() : 0;
+        for (unsigned spins = 0;; spins++) {
+            size_t done;
+#pragma omp atomic read
+            done = packed_chunks;
+            if (done == chunks) break;
+            if (spins < 4096) {
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+            } else {
+                sched_yield(); /* the packing thread may be waiting for this core */
+            }
+        }
+        if (t == 0) waited = mk_gemm_now_ns() - w0;
+        if (mk_gemm_tiles(&pr, omp_get_num_threads()) != 0) {
+#pragma omp atomic write
+            status = -1;
+        }
+        if (t == 0) master_done = mk_gemm_now_ns();
+    }
+    const long long end = mk_gemm_now_ns();
+    mk_gemm_contention_account(start, end, waited + (end - master_done));
+    mk_mm_release(packed);
     return status;
 }
 

@@ -170,13 +170,42 @@ int mk_gemm_chain_plan_threads(size_t nl, const mk_gemm_chain_layer *layers, siz
 /* Run nl >= 1 layers (one compute dtype) on m rows: a is m x layers[0].k with row stride lda
  * elements and unit column stride; c is m x layers[nl - 1].n, C-contiguous. The
  * intermediate results go to buf0, buf1, buf0, ... (m * max intermediate n elements each,
- * C-contiguous; buf1 unused when nl <= 2). With more than one thread, ONE OpenMP parallel
- * region runs every layer, each thread computing its share of a layer's output tiles, with a
- * barrier between layers. Every output element is computed exactly as mk_gemm_run computes
+ * C-contiguous; buf1 unused when nl <= 2). With more than one thread and at most
+ * MK_SMALLM_MAX rows, ONE OpenMP parallel region runs every layer, each thread computing its
+ * share of a layer's output tiles, with a barrier between layers; more rows run one
+ * mk_gemm_run per layer. Every output element is computed exactly as mk_gemm_run computes
  * it, so results are bit-identical to running the layers one by one, for any thread count.
  * Returns 0, or -1 when a packing buffer could not be allocated. */
 int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, const void *a,
                       ptrdiff_t lda, void *c, void *buf0, void *buf1, int nthreads);
+
+/* C[M x N] = A * B with B NOT pre-packed (element (k, n) at b + k * rsb + n * csb, elements,
+ * any sign, compute-dtype storage): matmul. With more than one thread, ONE parallel region
+ * packs B (chunks of panels taken from a shared counter; a thread goes on as soon as every
+ * chunk is packed, with no barrier that would wait for a thread not yet scheduled; it
+ * yields its core after a short spin) and then computes tiles taken from a shared counter.
+ * Subject to the contention back-off below. The packed B (the mk_gemm_pack layout, zero
+ * bias) goes to a buffer the calling thread keeps between calls (up to 32 MiB; a larger one
+ * is freed after the call). Returns 0, or -1 when a buffer could not be allocated (C is
+ * then undefined). */
+int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
+                   ptrdiff_t rsa, ptrdiff_t csa, const void *b, ptrdiff_t rsb, ptrdiff_t csb,
+                   void *c, size_t ldc, int nthreads);
+
+/* Contention back-off, for mk_gemm_run, mk_gemm_chain_run and mk_gemm_matmul. When the other cores are busy
+ * with other processes, a team thread that is not scheduled makes the call wait for it at
+ * the join or a barrier (up to a scheduler time slice: ~100x a batch-1 MLP). The calling
+ * thread times how long it waited for the team; a call that waited longer than it worked
+ * (and over 20 us) is a strike, and two in a row (or one right after a back-off) make
+ * these calls run on the calling thread alone for a while: 20 ms, doubled while the
+ * contention persists, up to 1 s; a clean parallel call resets it. Results do not depend on
+ * the thread count, so this changes only the time. mk_gemm_backing_off reads the clock into
+ * *now and says whether to stay serial; mk_gemm_contention_account records a parallel
+ * call (start, end, ns the caller waited); mk_gemm_backoff_reset forgets the state. */
+long long mk_gemm_now_ns(void);
+int mk_gemm_backing_off(long long *now);
+void mk_gemm_contention_account(long long start, long long end, long long waited);
+void mk_gemm_backoff_reset(void);
 
 /* Threads mk_gemm_run would use for this problem (for tests and benchmarks). */
 int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, int nthreads);
