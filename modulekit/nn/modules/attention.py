@@ -1,8 +1,9 @@
 """``MultiheadAttention`` and the attention core shared with the transformer models.
 
 Attention is one fused kernel (``modulekit._ext._ops.attention``): per (batch, head) task a
-thread computes the head's scores with a register-blocked QK^T, the softmax with the scale and
-mask folded in, and the PV product, holding one head's ``Lq x Lk`` scores at a time (64 KB at
+thread packs the head's keys transposed with the scale folded in and its values contiguous,
+computes the scores with a register-blocked QK^T (8x32 on AVX-512), the softmax with the mask
+folded in, and the PV product, holding one head's ``Lq x Lk`` scores at a time (64 KB at
 sequence 128: they stay in L1/L2).
 """
 
