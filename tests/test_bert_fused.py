@@ -136,12 +136,22 @@ def test_hooks_on_every_linear_fire_and_replaced_projection_is_used():
         "inter": layer.intermediate.dense,
         "out": layer.output.dense,
     }
+    kept = {}
     handles = [
-        lin.register_forward_hook(lambda mod, args, out, n=n: seen.append(n))
+        lin.register_forward_hook(
+            lambda mod, args, out, n=n: (seen.append(n), kept.setdefault(n, out.copy()))
+            and None
+        )
         for n, lin in lins.items()
     ]
+    inter_out = []
+    h2 = lins["inter"].register_forward_hook(lambda mod, args, out: inter_out.append(out))
     np.testing.assert_allclose(m(ids, mask).last_hidden_state, want, atol=2e-6)
     assert seen == ["dense", "inter", "out"]
+    # the intermediate Linear's hook saw its own output (pre-activation), left unmodified
+    np.testing.assert_array_equal(inter_out[0], kept["inter"])
+    assert (inter_out[0] < -0.5).any()
+    h2.remove()
     for h in handles:
         h.remove()
     # a projection replaced by a new Linear is what the (re-stacked) GEMM uses

@@ -381,15 +381,16 @@ class BertModel(Module):
 
 
 def _gelu_like(y: np.ndarray, act: str) -> np.ndarray:
-    """The epilogue activation ``act`` (a value of ``_ACTIVATIONS``) applied on its own."""
+    """The epilogue activation ``act`` (a value of ``_ACTIVATIONS``) applied on its own, into
+    a new array (a hook may have kept ``y``)."""
     if act == "gelu":
-        return _ops.gelu(y, "none", out=y)
+        return _ops.gelu(y, "none")
     if act == "gelu_tanh":
-        return _ops.gelu(y, "tanh", out=y)
+        return _ops.gelu(y, "tanh")
     if act == "relu":
-        return np.maximum(y, 0, out=y)
+        return np.maximum(y, 0)
     if act == "tanh":
-        return np.tanh(y, out=y)
+        return np.tanh(y)
     with np.errstate(over="ignore"):
         s = 1.0 / (1.0 + np.exp(-y))
     return (y * s if act == "silu" else s).astype(y.dtype, copy=False)
