@@ -123,3 +123,48 @@ def test_all_ones_mask_is_skipped_exactly(mask_kind):
         np.testing.assert_array_equal(m(ids).last_hidden_state, want)
     else:
         assert np.abs(m(ids, mask).last_hidden_state - want).max() > 1e-3
+
+
+def test_hooks_on_every_linear_fire_and_replaced_projection_is_used():
+    m, sd = _model()
+    ids, mask = _inputs()
+    want = m(ids, mask).last_hidden_state
+    layer = m.encoder.layer[0]
+    seen = []
+    lins = {
+        "dense": layer.attention.output.dense,
+        "inter": layer.intermediate.dense,
+        "out": layer.output.dense,
+    }
+    kept = {}
+    handles = [
+        lin.register_forward_hook(
+            lambda mod, args, out, n=n: (seen.append(n), kept.setdefault(n, out.copy()))
+            and None
+        )
+        for n, lin in lins.items()
+    ]
+    inter_out = []
+    h2 = lins["inter"].register_forward_hook(lambda mod, args, out: inter_out.append(out))
+    np.testing.assert_allclose(m(ids, mask).last_hidden_state, want, atol=2e-6)
+    assert seen == ["dense", "inter", "out"]
+    # the intermediate Linear's hook saw its own output (pre-activation), left unmodified
+    np.testing.assert_array_equal(inter_out[0], kept["inter"])
+    assert (inter_out[0] < -0.5).any()
+    h2.remove()
+    for h in handles:
+        h.remove()
+    # a projection replaced by a new Linear is what the (re-stacked) GEMM uses
+    from modulekit.nn import Linear
+
+    sa = layer.attention.self
+    new = Linear(48, 48)
+    zeros = {"weight": np.zeros((48, 48), np.float32), "bias": np.zeros(48, np.float32)}
+    new.load_state_dict(zeros)
+    sa.value = new
+    got = m(ids, mask).last_hidden_state
+    assert sa.value._packed.__class__.__name__ == "RowsOf"
+    sd2 = dict(sd)
+    sd2["encoder.layer.0.attention.self.value.weight"] = np.zeros((48, 48), np.float32)
+    sd2["encoder.layer.0.attention.self.value.bias"] = np.zeros(48, np.float32)
+    np.testing.assert_allclose(got, _unfused(sd2)(ids, mask).last_hidden_state, atol=2e-6)

@@ -296,3 +296,26 @@ def test_mha_float64_module_computes_in_float64():
     assert o.dtype == np.float64
     np.testing.assert_allclose(o, to_np(ro), atol=1e-12)
     np.testing.assert_allclose(w, to_np(rw), atol=1e-13)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_mha_self_attention_stacked_gemm_equals_separate_projections(batch_first):
+    """query is key is value: one stacked in-projection GEMM; the same values passed as three
+    arrays take the per-projection path; both match torch, keys and pickling unchanged."""
+    t, m = mha_pair(batch_first)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 3, E) if not batch_first else (3, 4, E)).astype(np.float32)
+    fused, _ = m(x, x, x, need_weights=False)
+    sep, _ = m(x, x.copy(), x.copy(), need_weights=False)
+    np.testing.assert_allclose(fused, sep, rtol=0, atol=1e-6)
+    with torch.no_grad():
+        ref = t(*(torch.from_numpy(x),) * 3, need_weights=False)[0].numpy()
+    np.testing.assert_allclose(fused, ref, atol=2e-5)
+    unb, _ = m(x[0], x[0], x[0], need_weights=False)
+    np.testing.assert_allclose(unb, m(x[0], x[0].copy(), x[0].copy(), need_weights=False)[0],
+                               atol=1e-6)
+    assert set(m._packed_keys()) == {"in_proj_weight", "in_proj_bias"}
+    clone = pickle.loads(pickle.dumps(m))
+    np.testing.assert_array_equal(clone(x, x, x, need_weights=False)[0], fused)
+    m.load_state_dict({k: v.numpy() for k, v in t.state_dict().items()})
+    np.testing.assert_array_equal(m(x, x, x, need_weights=False)[0], fused)

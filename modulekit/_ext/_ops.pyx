@@ -72,6 +72,9 @@ def layer_norm(x, Py_ssize_t n, weight=None, bias=None, double eps=1e-5, residua
     ndarray
         New C-contiguous array of ``x``'s shape, float64 if ``x`` is float64 else float32.
     """
+    fast = _layer_norm_f32_fast(x, n, weight, bias, eps, residual)
+    if fast is not None:
+        return fast
     X = _float_array(x, "layer_norm")
     if n <= 0 or X.ndim == 0 or X.size % n != 0:
         raise ValueError(f"layer_norm: input of shape {X.shape} cannot be split into rows of {n}")
@@ -112,6 +115,45 @@ def layer_norm(x, Py_ssize_t n, weight=None, bias=None, double eps=1e-5, residua
         with nogil:
             mk_layernorm_f64(rows, n, <const double *>px, n, <const double *>pr, n,
                              <const double *>pg, <const double *>pb, eps, <double *>po, n, nt)
+    return out
+
+
+cdef inline bint _f32_c(object a) noexcept:
+    """``a`` is a C-contiguous, aligned float32 ndarray."""
+    return (type(a) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_FLOAT32
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a)
+            and cnp.PyArray_ISALIGNED(<cnp.ndarray>a))
+
+
+cdef object _layer_norm_f32_fast(object x, Py_ssize_t n, object weight, object bias,
+                                 double eps, object residual):
+    """layer_norm's common case without the conversions: float32 C-contiguous ndarrays of
+    matching sizes (a transformer layer's call). None when anything differs: the general
+    path then converts or raises."""
+    if not (_f32_c(x) and _f32_c(weight) and _f32_c(bias)):
+        return None
+    cdef cnp.ndarray X = <cnp.ndarray>x
+    cdef int nd = cnp.PyArray_NDIM(X)
+    if (n <= 0 or nd == 0 or X.shape[nd - 1] != n or cnp.PyArray_SIZE(<cnp.ndarray>weight) != n
+            or cnp.PyArray_SIZE(<cnp.ndarray>bias) != n):
+        return None
+    cdef void *pr = NULL
+    if residual is not None:
+        if not _f32_c(residual) or not cnp.PyArray_SAMESHAPE(X, <cnp.ndarray>residual):
+            return None
+        pr = cnp.PyArray_DATA(<cnp.ndarray>residual)
+    cdef Py_ssize_t rows = cnp.PyArray_SIZE(X) // n
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(nd, X.shape, cnp.NPY_FLOAT32, 0)
+    cdef const float *px = <const float *>cnp.PyArray_DATA(X)
+    cdef const float *pg = <const float *>cnp.PyArray_DATA(<cnp.ndarray>weight)
+    cdef const float *pb = <const float *>cnp.PyArray_DATA(<cnp.ndarray>bias)
+    cdef float *po = <float *>cnp.PyArray_DATA(out)
+    cdef int nt = _threads(rows * n)
+    cdef int isa = <int>active_isa()
+    if rows:
+        with nogil:
+            mk_layernorm_f32(isa, rows, n, px, n, <const float *>pr, n, pg, pb, <float>eps, po,
+                             n, nt)
     return out
 
 

@@ -173,7 +173,7 @@ class BertSelfAttention(Module):
         self.dropout = Dropout(config.attention_probs_dropout_prob)
 
         # query/key/value as one GEMM (stacked weights, the layers keep their keys and hooks)
-        self.__dict__["_qkv"] = FusedLinears((self.query, self.key, self.value))
+        self.__dict__["_qkv"] = FusedLinears(self, ("query", "key", "value"))
 
     def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
         h = x.shape[1]
@@ -183,9 +183,10 @@ class BertSelfAttention(Module):
             y = y.reshape(B, L, 3 * h)
             q, k, v = y[:, :, :h], y[:, :, h : 2 * h], y[:, :, 2 * h :]
         else:  # hooked (every hook sees its call) or mixed storage dtypes
-            q = self.query(x).reshape(B, L, h)
-            k = self.key(x).reshape(B, L, h)
-            v = self.value(x).reshape(B, L, h)
+            m = self._modules
+            q = m["query"](x).reshape(B, L, h)
+            k = m["key"](x).reshape(B, L, h)
+            v = m["value"](x).reshape(B, L, h)
         ctx, _ = attention(q, k, v, self.num_attention_heads, mask)
         return ctx.reshape(B * L, h)
 
@@ -196,7 +197,7 @@ class BertSelfAttention(Module):
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
-        self.__dict__["_qkv"] = FusedLinears((self.query, self.key, self.value))
+        self.__dict__["_qkv"] = FusedLinears(self, ("query", "key", "value"))
 
 
 class BertSelfOutput(Module):
@@ -207,7 +208,8 @@ class BertSelfOutput(Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden: np.ndarray, input_tensor: np.ndarray) -> np.ndarray:
-        return self.LayerNorm(self.dense(hidden), residual=input_tensor)
+        m = self._modules  # (children by name: cheaper than attribute fallback lookups)
+        return m["LayerNorm"](m["dense"](hidden), residual=input_tensor)
 
 
 class BertAttention(Module):
@@ -217,7 +219,8 @@ class BertAttention(Module):
         self.output = BertSelfOutput(config)
 
     def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
-        return self.output(self.self(x, B, L, mask), x)
+        m = self._modules
+        return m["output"](m["self"](x, B, L, mask), x)
 
 
 class BertIntermediate(Module):
@@ -227,7 +230,10 @@ class BertIntermediate(Module):
         self._act = _ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        return linear_act(self.dense, x, self._act)  # activation fused into the GEMM
+        dense = self._modules["dense"]
+        if dense._has_hooks:  # the hook sees the Linear's own output; then the activation
+            return _gelu_like(dense(x), self._act)
+        return linear_act(dense, x, self._act)  # activation fused into the GEMM
 
 
 class BertOutput(BertSelfOutput):
@@ -246,8 +252,9 @@ class BertLayer(Module):
         self.output = BertOutput(config)
 
     def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
-        a = self.attention(x, B, L, mask)
-        return self.output(self.intermediate(a), a)
+        m = self._modules
+        a = m["attention"](x, B, L, mask)
+        return m["output"](m["intermediate"](a), a)
 
 
 class BertEncoder(Module):
@@ -371,6 +378,22 @@ class BertModel(Module):
         hidden = x.reshape(B, L, -1)
         pooled = self.pooler(hidden) if self.pooler is not None else None
         return BertModelOutput(hidden, pooled)
+
+
+def _gelu_like(y: np.ndarray, act: str) -> np.ndarray:
+    """The epilogue activation ``act`` (a value of ``_ACTIVATIONS``) applied on its own, into
+    a new array (a hook may have kept ``y``)."""
+    if act == "gelu":
+        return _ops.gelu(y, "none")
+    if act == "gelu_tanh":
+        return _ops.gelu(y, "tanh")
+    if act == "relu":
+        return np.maximum(y, 0)
+    if act == "tanh":
+        return np.tanh(y)
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(-y))
+    return (y * s if act == "silu" else s).astype(y.dtype, copy=False)
 
 
 def _int_array(x, what: str) -> np.ndarray:

@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from modulekit._ext._gemm import pack_linear
+from modulekit.nn.modules.linear import Linear
 
 __all__ = ["FusedLinears", "RowsOf"]
 
@@ -72,25 +73,37 @@ class RowsOf:
 
 
 class FusedLinears:
-    """Runs ``linears`` (``Linear`` modules with equal ``in_features``, storage dtype and bias
-    presence) as one GEMM: ``forward(x2d)`` returns the stacked output ``(M, sum of
-    out_features)``, whose column blocks are the layers' outputs.
+    """Runs the ``Linear`` children ``names`` of ``owner`` (equal ``in_features``, storage
+    dtype and bias presence) as one GEMM: ``forward(x2d)`` returns the stacked output
+    ``(M, sum of out_features)``, whose column blocks are the layers' outputs.
 
     Kept in its owner's ``__dict__`` (not a module: not in ``state_dict``). The owner calls
     :meth:`usable` first: False while any of the layers has hooks (they then run one by one,
-    so every hook sees its call) or cannot be stacked.
+    so every hook sees its call) or is not a plain ``Linear``; a child replaced by another
+    module is picked up there.
     """
 
-    def __init__(self, linears) -> None:
-        self.linears = tuple(linears)
+    def __init__(self, owner, names) -> None:
+        self.owner = owner  # the module holding the layers, as children named ``names``
+        self.names = tuple(names)
+        self.linears = ()
         self.packed = None  # the stacked PackedLinear
         self.views = ()  # the RowsOf installed in each layer
         self.offsets = ()
 
     def usable(self) -> bool:
-        for lin in self.linears:
-            if lin._has_hooks:
+        children = self.owner._modules
+        linears = self.linears
+        for i, name in enumerate(self.names):
+            lin = children.get(name)
+            if type(lin) is not Linear or lin._has_hooks:
                 return False
+            if not linears or linears[i] is not lin:  # a layer was replaced: stack anew
+                with _LOCK:
+                    self.linears = tuple(children[n] for n in self.names)
+                    self.views = ()
+                    self.packed = None
+                return self.usable()
         return True
 
     def _current(self):

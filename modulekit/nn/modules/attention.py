@@ -1,8 +1,9 @@
 """``MultiheadAttention`` and the attention core shared with the transformer models.
 
 Attention is one fused kernel (``modulekit._ext._ops.attention``): per (batch, head) task a
-thread computes the head's scores with a register-blocked QK^T, the softmax with the scale and
-mask folded in, and the PV product, holding one head's ``Lq x Lk`` scores at a time (64 KB at
+thread packs the head's keys transposed with the scale folded in and its values contiguous,
+computes the scores with a register-blocked QK^T (8x32 on AVX-512), the softmax with the mask
+folded in, and the PV product, holding one head's ``Lq x Lk`` scores at a time (64 KB at
 sequence 128: they stay in L1/L2).
 """
 
@@ -20,6 +21,7 @@ from modulekit.dtypes import DataType, as_dtype, float32
 from modulekit.module import Module
 from modulekit.nn._random import default_generator
 from modulekit.nn.functional import as_real_array
+from modulekit.nn.modules._fused_linear import RowsOf
 from modulekit.nn.modules.linear import Linear
 
 __all__ = ["MultiheadAttention", "attention", "additive_mask"]
@@ -92,9 +94,11 @@ class MultiheadAttention(Module):
 
     Notes
     -----
-    The in-projection is packed (on the first forward or :meth:`initialize`) as three GEMM
-    weight panels, one each for query, key and value, and ``in_proj_weight``/``in_proj_bias``
-    leave ``state_dict()`` as for :class:`Linear`; loading re-packs.
+    The in-projection is packed (on the first forward or :meth:`initialize`) as one GEMM over
+    the stacked query/key/value weights, used whole for self-attention (``query is key is
+    value``: one GEMM, q/k/v read in place as column blocks); cross-attention projects with
+    each third on its own (packed separately on first use). ``in_proj_weight``/
+    ``in_proj_bias`` leave ``state_dict()`` as for :class:`Linear`; loading re-packs.
     """
 
     _packed = None
@@ -158,15 +162,11 @@ class MultiheadAttention(Module):
 
     # ---------------------------------------------------------------- packing protocol
     def _pack_from(self, weight: np.ndarray, bias, storage: str) -> tuple:
+        # one (3E, E) GEMM for self-attention; the three row views serve cross-attention
+        # (each packs its rows on its own the first time it is used alone)
         E = self.embed_dim
-        return tuple(
-            pack_linear(
-                weight[i * E : (i + 1) * E],
-                None if bias is None else bias[i * E : (i + 1) * E],
-                storage,
-            )
-            for i in range(3)
-        )
+        fused = pack_linear(weight, bias, storage)
+        return tuple(RowsOf(fused, i * E, (i + 1) * E) for i in range(3))
 
     def _pack(self) -> None:
         with self._pack_lock:
@@ -274,10 +274,14 @@ class MultiheadAttention(Module):
                     f"MultiheadAttention: {name} must be {'3' if batched else '2'}-D with last "
                     f"dimension embed_dim={E} like query {q_in.shape}, got {t.shape}"
                 )
+        same_k, same_v = k_in is q_in, v_in is q_in  # self-attention: one stacked GEMM
         if not batched:
-            q_in, k_in, v_in = q_in[None], k_in[None], v_in[None]
+            q_in = q_in[None]
         elif not self.batch_first:
-            q_in, k_in, v_in = (t.transpose(1, 0, 2) for t in (q_in, k_in, v_in))
+            q_in = q_in.transpose(1, 0, 2)
+        if not batched or not self.batch_first:
+            k_in = q_in if same_k else (k_in[None] if not batched else k_in.transpose(1, 0, 2))
+            v_in = q_in if same_v else (v_in[None] if not batched else v_in.transpose(1, 0, 2))
         out, weights = self._forward_batch_first(
             q_in, k_in, v_in, key_padding_mask, attn_mask, need_weights, batched
         )
@@ -321,9 +325,14 @@ class MultiheadAttention(Module):
             x2 = np.ascontiguousarray(t, dtype=cdt).reshape(-1, E)
             return p.forward(x2).reshape(t.shape[0], t.shape[1], E)
 
-        q = project(q_in, packed[0])
-        k = project(k_in, packed[1])
-        v = project(v_in, packed[2])
+        if q_in is k_in and k_in is v_in:
+            x2 = np.ascontiguousarray(q_in, dtype=cdt).reshape(-1, E)
+            y = packed[0].fused.forward(x2).reshape(N, L, 3 * E)
+            q, k, v = y[:, :, :E], y[:, :, E : 2 * E], y[:, :, 2 * E :]
+        else:
+            q = project(q_in, packed[0])
+            k = project(k_in, packed[1])
+            v = project(v_in, packed[2])
         ctx, weights = attention(q, k, v, H, mask, None, need_weights)
         out = self.out_proj.forward(ctx.reshape(N * L, E)).reshape(N, L, E)
         return out, weights

@@ -17,6 +17,7 @@ from modulekit.nn.functional import as_real_array
 __all__ = ["LayerNorm"]
 
 _F64 = np.dtype(np.float64)
+_F32_DT = np.dtype(np.float32)
 
 
 class LayerNorm(Module):
@@ -88,6 +89,21 @@ class LayerNorm(Module):
 
     def forward(self, input, residual=None) -> np.ndarray:
         """Normalise ``input`` (or ``input + residual``, fused, when ``residual`` is given)."""
+        w, b = self.weight, self.bias
+        if (
+            type(input) is np.ndarray
+            and input.dtype == _F32_DT
+            and input.shape[-1:] == self.normalized_shape
+            and w is not None
+            and b is not None
+            and w.dtype is float32
+            and b.dtype is float32
+            and (
+                residual is None
+                or (type(residual) is np.ndarray and residual.shape == input.shape)
+            )
+        ):  # a transformer layer's call: float32 arrays all around, no conversions
+            return _ops.layer_norm(input, self._n, w.numpy(), b.numpy(), self.eps, residual)
         x = input if type(input) is np.ndarray else as_real_array(input, "LayerNorm")
         k = len(self.normalized_shape)
         if x.ndim < k or x.shape[x.ndim - k :] != self.normalized_shape:

@@ -37,6 +37,7 @@ static inline D_TARGET __m256d mk_d_scale2(__m256d p, __m256d n) {
 #define F_ADD _mm256_add_ps
 #define F_MUL _mm256_mul_ps
 #define F_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define F_FMS(a, b, c) _mm256_fmsub_ps((a), (b), (c))
 #define F_FNMA(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
 #define F_MIN _mm256_min_ps
 #define F_ABS(v) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), (v))

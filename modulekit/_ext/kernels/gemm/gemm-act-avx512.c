@@ -32,6 +32,7 @@
 #define F_ADD _mm512_add_ps
 #define F_MUL _mm512_mul_ps
 #define F_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define F_FMS(a, b, c) _mm512_fmsub_ps((a), (b), (c))
 #define F_FNMA(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
 #define F_MIN _mm512_min_ps
 #define F_ABS(v) _mm512_abs_ps(v)

@@ -86,22 +86,24 @@ static inline D_TARGET D_T mk_d_gelu_erf(D_T x) {
 /* GELU (erf form) in float32 arithmetic, about 3x cheaper than the double evaluation above
  * (BERT's feed-forward epilogue). gelu(x) = x Phi(x) with q = Phi(-|x|) = erfc(z)/2,
  * z = |x|/sqrt(2), from the same Numerical Recipes form erfc(z) = t exp(-z^2 + P(t)), and
- * Phi(x) = 1 - q for x >= 0 (1 - q >= 1/2: no cancellation), q for x < 0: relative accuracy in both
- * tails (no 1 + erf(z) cancellation); for x < 0 the product x q is formed before the 2^n
- * scaling, so a subnormal q loses no bits. z^2 = x^2/2 is carried exactly as s + s_lo (FMA split)
- * and the exp reduction n ln2 is subtracted from s before anything is rounded, so the exp
- * argument (up to ~100 in size) is exact to about 2e-7 absolute. |x| is clamped to 14, past
- * which Phi(x) rounds to 1 (or q underflows). Measured over every float32 in [-14, 14] and
- * the tails: within 4.6e-7 relative of the exact value (or the smallest normal, absolute);
- * the double evaluation is within 3e-7.
+ * Phi(x) = 1 - q for x >= 0 (1 - q >= 1/2: no cancellation), q for x < 0: relative accuracy
+ * in both tails (no 1 + erf(z) cancellation). z^2 = x^2/2 is carried exactly as s + s_lo
+ * (FMA split) and the exp reduction n ln2 is subtracted from s before anything is rounded,
+ * so the exp argument (up to ~100 in size) is exact to about 2e-7 absolute. |x| is clamped
+ * to 14, past which Phi(x) rounds to 1 (or q underflows; a subnormal q only costs absolute
+ * error far below the smallest normal). Measured on every 61st float32 with |x| < 20: within
+ * 4.6e-7 relative of the exact value (or the smallest normal, absolute); the double
+ * evaluation is within 3e-7.
  * Included after defining, for a float vector F_T: F_TARGET, F_SET1, F_ADD, F_MUL,
- * F_FMA(a,b,c), F_FNMA(a,b,c) (c - a*b), F_MIN (second operand on NaN), F_ABS, F_ROUND,
- * F_SCALE2(p, n), F_RECIP(d) (1/d to ~1 ulp), F_SELECT_GE0(x, a, b) (x >= 0 ? a : b per lane, b for NaN). */
+ * F_FMA(a,b,c), F_FMS(a,b,c) (a*b - c), F_FNMA(a,b,c) (c - a*b), F_MIN (second operand on
+ * NaN), F_ABS, F_ROUND, F_SCALE2(p, n), F_RECIP(d) (1/d to ~1 ulp), F_SELECT_GE0(x, a, b)
+ * (x >= 0 ? a : b per lane, b for NaN). */
 #ifdef F_T
 static inline F_TARGET F_T mk_f_gelu_erf(F_T x) {
     const F_T ax = F_MIN(F_SET1(14.0f), F_ABS(x)); /* NaN stays NaN */
-    const F_T s = F_MUL(ax, ax); /* x^2 = s + s_lo exactly */
-    const F_T s_lo = F_FMA(ax, ax, F_MUL(F_SET1(-1.0f), s));
+    const F_T s = F_MUL(ax, ax);                    /* x^2 = s + s_lo exactly */
+    const F_T s_lo = F_FMS(ax, ax, s);
+    const F_T nhs = F_MUL(F_SET1(-0.5f), s); /* -s/2, exact */
     const F_T z = F_MUL(ax, F_SET1(0.70710678118654752440f));
     const F_T t = F_RECIP(F_FMA(F_SET1(0.5f), z, F_SET1(1.0f)));
     F_T p = F_SET1(0.17087277f);
@@ -115,21 +117,22 @@ static inline F_TARGET F_T mk_f_gelu_erf(F_T x) {
     p = F_FMA(p, t, F_SET1(1.00002368f));
     p = F_FMA(p, t, F_SET1(-1.26551223f));
     /* exp(p - s/2 - s_lo/2) = 2^n exp(r) */
-    const F_T hs = F_MUL(F_SET1(0.5f), s); /* exact */
-    const F_T n = F_ROUND(F_MUL(F_FNMA(F_SET1(1.0f), hs, p), F_SET1(1.44269504088896341f)));
-    F_T r = F_FNMA(n, F_SET1(0.693145751953125f), F_FNMA(F_SET1(1.0f), hs, F_SET1(0.0f)));
+    const F_T n = F_ROUND(F_MUL(F_ADD(p, nhs), F_SET1(1.44269504088896341f)));
+    F_T r = F_FNMA(n, F_SET1(0.693145751953125f), nhs);
     r = F_FNMA(n, F_SET1(1.428606765330187045e-06f), r);
     r = F_ADD(r, F_FNMA(F_SET1(0.5f), s_lo, p));
-    F_T e = F_SET1(1.0f / 5040.0f);
-    e = F_FMA(e, r, F_SET1(1.0f / 720.0f));
-    e = F_FMA(e, r, F_SET1(1.0f / 120.0f));
-    e = F_FMA(e, r, F_SET1(1.0f / 24.0f));
-    e = F_FMA(e, r, F_SET1(1.0f / 6.0f));
+    /* exp(r) / 2: the Taylor coefficients halved (exactly) */
+    F_T e = F_SET1(0.5f / 5040.0f);
+    e = F_FMA(e, r, F_SET1(0.5f / 720.0f));
+    e = F_FMA(e, r, F_SET1(0.5f / 120.0f));
+    e = F_FMA(e, r, F_SET1(0.5f / 24.0f));
+    e = F_FMA(e, r, F_SET1(0.5f / 6.0f));
+    e = F_FMA(e, r, F_SET1(0.25f));
     e = F_FMA(e, r, F_SET1(0.5f));
-    e = F_FMA(e, r, F_SET1(1.0f));
-    e = F_FMA(e, r, F_SET1(1.0f));
-    const F_T w = F_MUL(F_MUL(F_SET1(0.5f), t), e); /* erfc(z) / 2 = w 2^n */
-    /* x < 0: x w scaled last, so a subnormal erfc(z) / 2 does not lose bits */
-    return F_SELECT_GE0(x, F_MUL(x, F_FNMA(F_SET1(1.0f), F_SCALE2(w, n), F_SET1(1.0f))), F_SCALE2(F_MUL(F_FNMA(F_SET1(1.0f), ax, F_SET1(0.0f)), w), n));
+    e = F_FMA(e, r, F_SET1(0.5f));
+    const F_T q = F_SCALE2(F_MUL(t, e), n); /* erfc(z) / 2 */
+    /* x >= 0: x (1 - q); x < 0: -|x| q (|x| clamped: -1e30 gives -0, not -1e30 q) */
+    return F_SELECT_GE0(x, F_MUL(x, F_FNMA(F_SET1(1.0f), q, F_SET1(1.0f))),
+                        F_FNMA(ax, q, F_SET1(0.0f)));
 }
 #endif

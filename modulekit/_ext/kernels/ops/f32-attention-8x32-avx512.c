@@ -99,8 +99,34 @@ MK_AVX512 void mk_attention_pv_f32_avx512(size_t lq, size_t lk, size_t dv, const
     }
 }
 
-/* Kt[c][j] = scale * K[j][c] for j < lk, c < d (K rows ksr apart): one 16-lane gather per
- * (c, 16 keys); the padding columns lk .. ldk are left as they are (zero). */
+/* In-register transpose of 16 rows of 16 floats (unpack, shuffle, two 128-bit lane rounds). */
+MK_AVX512 MK_INLINE void transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {
+        u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int h = 0; h < 16; h += 8)
+        for (int i = 0; i < 4; i++) {
+            t[h + i] = _mm512_shuffle_f32x4(u[h + i], u[h + 4 + i], 0x88);
+            t[h + 4 + i] = _mm512_shuffle_f32x4(u[h + i], u[h + 4 + i], 0xDD);
+        }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+    }
+}
+
+/* Kt[c][j] = scale * K[j][c] for j < lk, c < d (K rows ksr apart): 16 x 16 blocks transposed
+ * in registers; tails (a partial block of keys or of head dimensions) by one 16-lane gather
+ * per (c, 16 keys). The padding columns lk .. ldk are left as they are (zero). */
 MK_AVX512 void mk_attention_pack_kt_f32_avx512(size_t lk, size_t d, const float *k,
                                                ptrdiff_t ksr, float scale, float *kt, size_t ldk)
 {
@@ -113,10 +139,21 @@ MK_AVX512 void mk_attention_pack_kt_f32_avx512(size_t lk, size_t d, const float 
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
                                                              11, 12, 13, 14, 15),
                                            _mm512_set1_epi32((int)ksr));
+    const size_t d16 = d / 16 * 16;
     for (size_t j = 0; j < lk; j += 16) {
         const __mmask16 m = cols_mask(lk - j);
         const float *kj = k + (ptrdiff_t)j * ksr;
-        for (size_t c = 0; c < d; c++) {
+        size_t c0 = 0;
+        if (lk - j >= 16) {
+            for (; c0 < d16; c0 += 16) {
+                __m512 r[16];
+                for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(kj + (ptrdiff_t)i * ksr + c0);
+                transpose16(r);
+                for (int i = 0; i < 16; i++)
+                    _mm512_storeu_ps(kt + (c0 + (size_t)i) * ldk + j, _mm512_mul_ps(r[i], vs));
+            }
+        }
+        for (size_t c = c0; c < d; c++) {
             const __m512 g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, kj + c, 4);
             _mm512_mask_storeu_ps(kt + c * ldk + j, m, _mm512_mul_ps(g, vs));
         }

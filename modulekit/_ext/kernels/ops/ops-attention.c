@@ -5,7 +5,9 @@
  * contiguous buffer first: the rows of a head inside a wide (Q|K|V) projection are
  * 4-5 KiB apart, which maps them onto a few L1 sets, and the PV block re-reads them per
  * row block. The QK and PV blocks
- * come from the per-ISA table below; the softmax row kernel from ops-driver.c's table. */
+ * come from the per-ISA table below; the softmax row kernel from ops-driver.c's table.
+ * Tasks are handed out dynamically: on a busy machine a thread that starts late (or is
+ * descheduled) leaves its share to the others instead of holding the whole call back. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,7 +99,7 @@ int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t
         const int ok = kt != NULL && vbuf != NULL && (weights != NULL || sbuf != NULL);
         if (ok) memset(kt, 0, d * ldk * sizeof(float)); /* the padding columns stay zero */
         ptrdiff_t t;
-        #pragma omp for schedule(static)
+        #pragma omp for schedule(dynamic)
         for (t = 0; t < tasks; t++) {
             if (!ok) {
                 #pragma omp atomic write
@@ -143,7 +145,7 @@ int mk_attention_f64(size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_
         double *sbuf = weights ? NULL : (double *)alloc64(lq * lk * sizeof(double));
         const int ok = kt != NULL && (weights != NULL || sbuf != NULL);
         ptrdiff_t t;
-        #pragma omp for schedule(static)
+        #pragma omp for schedule(dynamic)
         for (t = 0; t < tasks; t++) {
             if (!ok) {
                 #pragma omp atomic write
