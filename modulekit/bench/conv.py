@@ -6,7 +6,7 @@
 - depthwise 3x3 over 144 channels at 56x56, stride 1 and stride 2;
 - conv1x1 256->64 at 56x56;
 - conv3x3 256->256 at 14x14 and 512->512 at 7x7 (ResNet-18's deep layers: Winograd F(4x4)
-  and F(2x2) at batch 1, weights streaming from memory).
+  and F(2x2) at batch 1, weights streaming from memory);
 - one MobileNetV2 inverted-residual block at 112x112: 1x1 16->96 + ReLU6, depthwise 3x3
   stride 2 + ReLU6, 1x1 96->24 (``_conv.inverted_residual``, fused in row bands), the second
   block of the network and its heaviest; GFLOP/s counts the three convolutions.
