@@ -68,7 +68,10 @@ class profile:
         The root module; every module in its tree is hooked.
     *inputs
         When given, the profiler calls ``model(*inputs)`` ``warmup`` times unrecorded, then
-        ``repeat`` times recorded, and returns with the hooks already removed.
+        ``repeat`` times recorded, and returns with the hooks already removed. The warm-up
+        calls run with the hooks installed: a hooked model runs its fused steps layer by
+        layer, and a layer's first unfused call may pack its weights, which the recorded
+        calls should not include.
     repeat, warmup : int
         Recorded and unrecorded calls when ``inputs`` are given.
     """
@@ -84,9 +87,11 @@ class profile:
         self._lock = threading.Lock()
         self._t0 = None
         if inputs:
-            for _ in range(warmup):
-                model(*inputs)
             with self:
+                for _ in range(warmup):
+                    model(*inputs)
+                self.events.clear()
+                self._t0 = time.perf_counter()
                 for _ in range(repeat):
                     model(*inputs)
 

@@ -114,3 +114,21 @@ def test_chrome_trace_is_valid_trace_event_json(tmp_path):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="repeat"):
         mk.profile(model(), np.ones((1, 16)), repeat=0)
+
+
+def test_warmup_runs_hooked_and_unrecorded():
+    # a fused step runs unfused under the profiler's hooks; its first hooked call is the one
+    # that may pack weights, so the warm-up must run with the hooks in place
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append(len(self._forward_hooks))
+            return x
+
+    m = nn.Sequential(Probe())
+    prof = mk.profile(m, np.ones((1, 4), np.float32), repeat=2, warmup=3)
+    assert seen == [1] * 5
+    rows = {r["name"]: r for r in prof.key_averages()}
+    assert rows["0"]["calls"] == 2 and rows["Sequential"]["calls"] == 2
+    assert not m._forward_hooks and not m[0]._forward_hooks
