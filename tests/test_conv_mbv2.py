@@ -281,3 +281,31 @@ def test_inverted_residual_threads_agree(rng, hw, stride):
     finally:
         modulekit.set_num_threads(before)
     np.testing.assert_array_equal(one, two)
+
+
+@pytest.mark.parametrize(
+    "cin,t,cout,hw,stride,n",
+    [
+        (40, 6, 40, (7, 7), 1, 1),  # one band, one image: threads split channels
+        (24, 5, 36, (14, 14), 1, 1),  # hidden and output channels not multiples of 16
+        (24, 6, 24, (15, 15), 1, 1),  # 15 rows: threads split the rows
+        (32, 6, 56, (27, 13), 2, 1),  # 14 output rows, stride 2
+        (40, 6, 40, (7, 7), 1, 2),  # two images: one image per thread
+    ],
+)
+@pytest.mark.parametrize("threads", [2, 3])
+def test_inverted_residual_channel_split_agrees(rng, cin, t, cout, hw, stride, n, threads):
+    import modulekit
+
+    _, _, _, (pe, pd, pp) = _block(rng, cin, t, cout, stride)
+    x = rng.standard_normal((n, cin, *hw)).astype(np.float32)
+    residual = stride == 1 and cin == cout
+    before = modulekit.get_num_threads()
+    try:
+        modulekit.set_num_threads(1)
+        one = _conv.inverted_residual(x, pe, pd, pp, residual)
+        modulekit.set_num_threads(threads)
+        many = _conv.inverted_residual(x, pe, pd, pp, residual)
+    finally:
+        modulekit.set_num_threads(before)
+    np.testing.assert_array_equal(one, many)

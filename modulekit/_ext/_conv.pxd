@@ -63,6 +63,7 @@ cdef extern from "conv/conv.h" nogil:
 
     # --- MobileNetV2 inverted-residual block (f32-invres-driver.c) ---
     Py_ssize_t mk_invres_scratch(const mk_conv_geom *g, int chid, int has_expand, int R)
+    int mk_invres_channel_split(const mk_conv_geom *g, int has_expand, int nthreads)
     void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float *wexp,
                        const float *wdw, const float *bdw, int cout, const float *wproj,
                        Py_ssize_t *koff, float *out, const float *res, float *scratch, int R,

@@ -946,7 +946,9 @@ def inverted_residual(x, expand, dw, project, residual=False, band_rows=0):
             R = max(1, min(g.OH, INVRES_BAND_BYTES // max(per_row, 1)))
     R = min(R, g.OH)
     cdef int nthreads = effective_threads()
-    if band_rows <= 0 and g.N < nthreads:
+    if band_rows <= 0 and g.N < nthreads and not (
+        R == g.OH and mk_invres_channel_split(&g, e is not None, nthreads)
+    ):
         # threads split an image's rows: at least one range of R rows per thread (the rows
         # two ranges share are expanded by both)
         R = min(R, max(1, -(-g.OH * g.N // nthreads)))

@@ -198,6 +198,8 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
 /* --- MobileNetV2 inverted-residual block (f32-invres-driver.c), AVX-512 only ------------- */
 /* Scratch floats per thread for bands of R output rows (chid expanded channels). */
 ptrdiff_t mk_invres_scratch(const mk_conv_geom *g, int chid, int has_expand, int R);
+/* Whether a block with one band (R == OH) splits channels across threads instead of rows. */
+int mk_invres_channel_split(const mk_conv_geom *g, int has_expand, int nthreads);
 /* relu6(expand 1x1) -> relu6(depthwise 3x3, g's stride/padding) -> project 1x1 (+ res), in
  * bands of R output rows; see the file for the operands. */
 void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float *wexp,

@@ -35,6 +35,12 @@ ptrdiff_t mk_invres_scratch(const mk_conv_geom *g, int chid, int has_expand, int
     return e + (ptrdiff_t)chid * round16((ptrdiff_t)R * g->OW) + 64;
 }
 
+/* One image on a map of at most 14 rows, held in one band: the threads split the hidden and
+ * then the output channels (below) rather than the rows. */
+int mk_invres_channel_split(const mk_conv_geom *g, int has_expand, int nthreads) {
+    return nthreads > 1 && g->N == 1 && has_expand && g->OH <= 14;
+}
+
 /* The whole block.
  *   g       : the depthwise convolution's geometry on the block input's spatial size
  *             (N, H, W, strides of x; KH = KW = 3, sy = sx, pads, OH, OW); g->C = Cin
@@ -68,6 +74,38 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
     if (items < nthreads) nthreads = items;
     /* small blocks stay on one thread */
     if ((double)N * ohw * chid * (Cin + cout + 9) < 2e5) nthreads = 1;
+
+    /* One image on small maps (the whole block in one band): split channels instead of rows.
+     * Row ranges of a 7x7 or 14x14 map are uneven and each thread would expand its halo rows
+     * and stream every weight; here each thread expands and filters a share of the hidden
+     * channels for the whole map into thread 0's scratch, one barrier, then computes a share
+     * of the output channels. Every value is the same sum as on one thread. */
+    if (R >= OH && mk_invres_channel_split(g, has_e, nthreads)) {
+        const int hp = (chid + 15) / 16, op = (cout + 15) / 16;
+        if (nthreads > op) nthreads = op;
+        float *E = scratch, *D = scratch + (ptrdiff_t)chid * Es;
+        const int y1 = (OH - 1) * S - g->pt + g->KH < H ? (OH - 1) * S - g->pt + g->KH : H;
+#pragma omp parallel num_threads(nthreads)
+        {
+            const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+            const int h0 = hp * t / nt, h1 = hp * (t + 1) / nt;
+            if (h1 > h0) {
+                mk_conv1x1_band_f32((size_t)Cin, wexp, chid, x, koff_e, (ptrdiff_t)y1 * W, E,
+                                    Es, NULL, MK_ACT_RELU6, h0, h1);
+                const int c1 = 16 * h1 < chid ? 16 * h1 : chid;
+                for (int c = 16 * h0; c < c1; c++)
+                    mk_f32_dwconv2d_chw_3x3_avx512(E + c * Es, W, H, W, S, g->pt, g->pl, OW, 0,
+                                                   OH, wdw + (ptrdiff_t)c * 9, bdw[c],
+                                                   D + c * Ds, OW, NULL, 0, MK_ACT_RELU6);
+            }
+#pragma omp barrier
+            const int q0 = op * t / nt, q1 = op * (t + 1) / nt;
+            if (q1 > q0)
+                mk_conv1x1_band_f32((size_t)chid, wproj, cout, D, koff_p, ohw, out, ohw, res,
+                                    MK_ACT_NONE, q0, q1);
+        }
+        return;
+    }
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
     for (int it = 0; it < items; it++) {
