@@ -122,6 +122,26 @@ cdef inline bint _elem_strides_ok(cnp.ndarray arr, Py_ssize_t itemsize):
     return True
 
 
+cdef cnp.ndarray _input_rows(object x, int typenum, object compute_dtype,
+                             Py_ssize_t in_features):
+    """``x`` as a 2-D (batch, in_features) array of the compute dtype (no copy when it is one)."""
+    cdef cnp.ndarray arr
+    if type(x) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>x) == typenum:
+        arr = <cnp.ndarray>x
+    else:
+        arr = _as_compute(x, compute_dtype, "x")
+    if cnp.PyArray_NDIM(arr) != 2:
+        raise ValueError(
+            f"x must be 2-D (batch, in_features={in_features}); got shape {(<object>arr).shape}"
+        )
+    if cnp.PyArray_DIM(arr, 1) != in_features:
+        raise ValueError(
+            f"x has {cnp.PyArray_DIM(arr, 1)} features (shape {(<object>arr).shape}); expected "
+            f"in_features={in_features}"
+        )
+    return arr
+
+
 cdef class PackedLinear:
     """A Linear weight packed for the GEMM microkernels; create with :func:`pack_linear`.
 
@@ -236,19 +256,7 @@ cdef class PackedLinear:
         make_epilogue(activation, alpha, beta, &ep)
         if self._cfg != mk_gemm_get_config(self._compute, self._storage, <int>active_isa()):
             self.ensure_ready()
-        if type(x) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>x) == self._typenum:
-            arr = <cnp.ndarray>x
-        else:
-            arr = _as_compute(x, self.compute_dtype, "x")
-        if cnp.PyArray_NDIM(arr) != 2:
-            raise ValueError(
-                f"x must be 2-D (batch, in_features={self.in_features}); got shape {(<object>arr).shape}"
-            )
-        if cnp.PyArray_DIM(arr, 1) != self.in_features:
-            raise ValueError(
-                f"x has {cnp.PyArray_DIM(arr, 1)} features (shape {(<object>arr).shape}); expected "
-                f"in_features={self.in_features}"
-            )
+        arr = _input_rows(x, self._typenum, self.compute_dtype, self.in_features)
         itemsize = cnp.PyArray_ITEMSIZE(arr)
         if not _elem_strides_ok(arr, itemsize):
             arr = np.ascontiguousarray(arr)
@@ -591,19 +599,7 @@ cdef class PackedChain:
         cdef void *tmp = NULL
         cdef int rc, nthreads
         self._refresh()
-        if type(x) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>x) == self._typenum:
-            arr = <cnp.ndarray>x
-        else:
-            arr = _as_compute(x, self.compute_dtype, "x")
-        if cnp.PyArray_NDIM(arr) != 2:
-            raise ValueError(
-                f"x must be 2-D (batch, in_features={self.in_features}); got shape {(<object>arr).shape}"
-            )
-        if cnp.PyArray_DIM(arr, 1) != self.in_features:
-            raise ValueError(
-                f"x has {cnp.PyArray_DIM(arr, 1)} features (shape {(<object>arr).shape}); expected "
-                f"in_features={self.in_features}"
-            )
+        arr = _input_rows(x, self._typenum, self.compute_dtype, self.in_features)
         itemsize = cnp.PyArray_ITEMSIZE(arr)
         # the chain reads rows with unit stride
         if (not _elem_strides_ok(arr, itemsize)
