@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from modulekit._ext._arena import call as _arena_call
 from modulekit._ext._gemm import warm_threads as _warm_threads
 from modulekit._ext._tensor import Parameter, Tensor
 from modulekit._state_dict import (
@@ -104,6 +105,9 @@ class Module(StateDictMixin):
     training: bool
     _version: int = 1
     _has_hooks: bool = False
+    # True once the module has hooks or a child: __call__ then runs it under the activation
+    # cache (see __call__); a leaf without hooks keeps the bare path.
+    _scoped_call: bool = False
 
     # ------------------------------------------------------------------ construction
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -207,6 +211,7 @@ class Module(StateDictMixin):
             raise self._not_initialized("child module", name)
         self._check_new_name("module", name, "_modules")
         self._modules[name] = module
+        self.__dict__["_scoped_call"] = True
 
     def register_module(self, name: str, module: Module | None) -> None:
         """Alias of :meth:`add_module`."""
@@ -256,6 +261,7 @@ class Module(StateDictMixin):
                 raise self._not_initialized("child module", name)
             self._remove_name(name, modules_too=False)
             modules[name] = value
+            d["_scoped_call"] = True   # see __call__
             return
         if modules is not None and name in modules:
             if value is not None:
@@ -323,6 +329,7 @@ class Module(StateDictMixin):
         d = self.__dict__
         self._init_hook_registries(d)
         d.update(state)
+        d["_scoped_call"] = bool(d["_has_hooks"] or d.get("_modules"))
         if type(self)._pack is not Module._pack:
             d["_pack_lock"] = threading.Lock()
 
@@ -335,13 +342,20 @@ class Module(StateDictMixin):
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._has_hooks:
-            return self._call_with_hooks(args, kwargs)
+        # A module with children or hooks runs with the activation cache's memory handler
+        # current (a no-op when already current, in a nested call): its large intermediate
+        # arrays reuse the memory of the previous call's (modulekit/_ext/_arena.pyx). A leaf
+        # without hooks (Identity, say) keeps the bare path: one flag test.
+        if self._scoped_call:
+            if self._has_hooks:
+                return _arena_call(self._call_with_hooks, (args, kwargs), None)
+            return _arena_call(self.forward, args, kwargs)
         return self.forward(*args, **kwargs)
 
     def _refresh_hooks_flag(self) -> None:
         d = self.__dict__
         d["_has_hooks"] = bool(d["_forward_pre_hooks"] or d["_forward_hooks"])
+        d["_scoped_call"] = bool(d["_has_hooks"] or d["_modules"])
 
     def _call_with_hooks(self, args: tuple, kwargs: dict) -> Any:
         result = None

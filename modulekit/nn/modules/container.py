@@ -163,6 +163,7 @@ class _IndexedContainer(Module):
         modules.insert(index, module)
         self._modules.clear()
         self._modules.update((str(i), m) for i, m in enumerate(modules))
+        self.__dict__["_scoped_call"] = True   # see Module.__call__
         return self
 
     def pop(self, key) -> Module:
