@@ -1,6 +1,6 @@
 """modulekit: PyTorch-style Modules for fast CPU inference on NumPy arrays."""
 
-from modulekit import nn
+from modulekit import memory, nn
 from modulekit._ext._gemm import matmul
 from modulekit._ext._tensor import Parameter, Tensor
 from modulekit.checkpoint import CheckpointError, load, save
@@ -39,6 +39,7 @@ __all__ = [
     "load",
     "LoadResult",
     "matmul",
+    "memory",
     "Module",
     "nn",
     "Parameter",
