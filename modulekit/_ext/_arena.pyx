@@ -222,6 +222,16 @@ def stats():
     }
 
 
+def _set_scoping(active):
+    """Whether module calls make the cache's handler current, without releasing or disabling
+    the cache (unlike :func:`set_enabled`): benchmarks compare both in one run with it.
+    Returns the previous state."""
+    global _enabled
+    cdef bint before = _enabled
+    _enabled = bool(active)
+    return before
+
+
 def _block_capacity(cnp.ndarray a):
     """Usable bytes of the cached block under ``a`` (which must own its data and come from this
     handler), 0 for a small block. For tests."""
