@@ -369,7 +369,7 @@ def test_threads_calling_forward():
 
 def test_batch32_resnet_forward_stops_faulting():
     """The point of the cache: a repeated forward maps no new memory."""
-    m, x = _resnet(batch=8, size=112)
+    m, x = _resnet(batch=4, size=96)
     m(x)
     m(x)
     before = memory.stats()
@@ -377,3 +377,25 @@ def test_batch32_resnet_forward_stops_faulting():
     after = memory.stats()
     assert after["misses"] == before["misses"]
     assert after["hits"] > before["hits"]
+
+
+def _child_forward(q):
+    q.put(float(Alloc(lambda: np.ones(BIG, np.float32))().sum()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_uses_cache():
+    import multiprocessing as mp
+
+    kept = Alloc(lambda: np.ones(BIG, np.float32))()   # a block in use across the fork
+    Alloc(lambda: np.ones(2 * BIG, np.uint8))()         # and an idle one
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_forward, args=(q,))
+    p.start()
+    try:
+        assert q.get(timeout=60) == BIG
+    finally:
+        p.join(60)
+    assert p.exitcode == 0
+    assert kept.sum() == BIG

@@ -137,18 +137,29 @@ static void unmap_list(mk_blk *b)
     }
 }
 
+static inline int floor_log2(size_t n)   /* n > 0 */
+{
+#if defined(_MSC_VER)
+    unsigned long i;
+    _BitScanReverse64(&i, (unsigned long long)n);
+    return (int)i;
+#else
+    return 63 - __builtin_clzll((unsigned long long)n);
+#endif
+}
+
 /* The size class of a request of n >= MK_ARENA_MIN_BYTES: 8 classes per power of two;
  * *cap gets the class size. -1 for requests above the largest class. */
 static int size_class(size_t n, size_t *cap)
 {
-    int p = 63 - __builtin_clzll((unsigned long long)n);
+    int p = floor_log2(n);
     if (p > MK_MAX_LOG2) {
         *cap = n;
         return -1;
     }
     size_t step = (size_t)1 << (p - 3);
     size_t c = (n + step - 1) & ~(step - 1);
-    int q = 63 - __builtin_clzll((unsigned long long)c);   /* p, or p + 1 when c == 2^(p+1) */
+    int q = floor_log2(c);   /* p, or p + 1 when c == 2^(p+1) */
     if (q > MK_MAX_LOG2) {
         *cap = n;
         return -1;
