@@ -367,7 +367,7 @@ def test_threads_calling_forward():
     assert memory.stats()["idle_blocks"] == idle + 1
 
 
-def test_batch32_resnet_forward_stops_faulting():
+def test_repeated_resnet_forward_maps_nothing_new():
     """The point of the cache: a repeated forward maps no new memory."""
     m, x = _resnet(batch=4, size=96)
     m(x)

@@ -235,7 +235,10 @@ def _set_scoping(active):
 def _block_capacity(cnp.ndarray a):
     """Usable bytes of the cached block under ``a`` (which must own its data and come from this
     handler), 0 for a small block. For tests."""
-    from numpy._core.multiarray import get_handler_name
+    try:
+        from numpy._core.multiarray import get_handler_name
+    except ImportError:  # NumPy 1.x
+        from numpy.core.multiarray import get_handler_name
 
     if not (cnp.PyArray_FLAGS(a) & cnp.NPY_ARRAY_OWNDATA) or get_handler_name(a) != _HANDLER_NAME:
         raise ValueError("the array does not own memory from the activation cache")
