@@ -30,12 +30,14 @@ def fresh_cache():
     """Each test starts enabled, with the default limit and nothing cached, and leaves it so."""
     enabled = memory.set_enabled(True)
     limit = memory.get_limit()
+    idle_calls = memory.stats()["max_idle_calls"]
     memory.empty_cache()
     try:
         yield
     finally:
         memory.set_enabled(enabled)
         memory.set_limit(limit)
+        _arena._set_max_idle_calls(idle_calls)
         memory.empty_cache()
 
 
@@ -203,6 +205,27 @@ def test_limit_evicts_largest_first():
     assert memory.stats()["idle_bytes"] == 0
     Alloc(lambda: np.empty(BIG, np.uint8))()
     assert memory.stats()["idle_bytes"] == 0      # nothing kept at limit 0
+
+
+def test_blocks_not_reused_expire():
+    """A block only one call needed is released after max_idle_calls further calls; a block
+    every call reuses stays."""
+    assert memory.stats()["max_idle_calls"] == 16
+    _arena._set_max_idle_calls(3)
+    Alloc(lambda: np.ones(6 * BIG, np.uint8))()         # needed once
+    steady = Alloc(lambda: np.ones(BIG, np.uint8))
+    steady()
+    first = memory.stats()
+    for _ in range(16):
+        steady()
+    s = memory.stats()
+    assert s["calls"] == first["calls"] + 16
+    assert s["expired"] == first["expired"] + 1
+    assert s["misses"] == first["misses"]                # the steady block never went
+    assert 0 < s["idle_bytes"] < 2 * BIG
+    Alloc(lambda: None)()                                 # one more call: the steady
+    _arena._set_max_idle_calls(0)                         # block is now idle for one call
+    assert memory.stats()["idle_bytes"] == 0
 
 
 def test_limit_argument_forms():

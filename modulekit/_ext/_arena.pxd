@@ -15,6 +15,7 @@ cdef extern from "arena/arena.h" nogil:
         unsigned long long hits
         unsigned long long misses
         unsigned long long evictions
+        unsigned long long expired
         unsigned long long released
         size_t live_bytes
         size_t idle_bytes
@@ -22,6 +23,8 @@ cdef extern from "arena/arena.h" nogil:
         size_t peak_bytes
         size_t limit_bytes
         int caching
+        unsigned long long ticks
+        unsigned long long max_idle_ticks
 
     int mk_arena_init(const mk_arena_fallback *fallback)
     void *mk_arena_malloc(void *ctx, size_t size)
@@ -29,6 +32,8 @@ cdef extern from "arena/arena.h" nogil:
     void *mk_arena_realloc(void *ctx, void *ptr, size_t new_size)
     void mk_arena_free(void *ctx, void *ptr, size_t size)
     size_t mk_arena_release()
+    void mk_arena_tick()
+    void mk_arena_set_max_idle_ticks(unsigned long long ticks)
     void mk_arena_set_limit(size_t nbytes)
     void mk_arena_set_caching(int on)
     void mk_arena_get_stats(mk_arena_stats *out)

@@ -15,7 +15,9 @@ to the cache when dropped (from any thread: the allocator has a lock). NumPy cod
 module call keeps NumPy's default handler.
 
 The cached (idle) bytes are capped (:func:`set_limit`, default 1 GiB or
-``MODULEKIT_ARENA_LIMIT``), largest blocks evicted first; :func:`empty_cache` unmaps them all;
+``MODULEKIT_ARENA_LIMIT``), largest blocks evicted first; blocks not reused within the last 16
+top-level calls are released (memory only a first call needed); :func:`empty_cache` unmaps
+them all;
 :func:`set_enabled` (or ``MODULEKIT_ARENA=0`` at import) turns the cache off.
 """
 
@@ -104,6 +106,7 @@ def call(forward, tuple args, dict kwargs):
         return PyObject_Call(forward, args, kw)
     finally:
         cnp.PyDataMem_SetHandler(old)
+        mk_arena_tick()
 
 
 def empty_cache():
@@ -199,10 +202,12 @@ def stats():
     -------
     dict
         ``hits`` / ``misses``: large allocations served from the cache / newly mapped;
-        ``evictions``: cached blocks released to respect the limit; ``released``: released by
+        ``evictions``: cached blocks released to respect the limit; ``expired``: released for
+        not being reused within ``max_idle_calls`` top-level calls; ``released``: released by
         :func:`empty_cache` or disabling; ``live_bytes`` / ``idle_bytes``: mapped bytes in use /
         cached for reuse; ``idle_blocks``; ``peak_bytes``: the largest live + idle total seen;
-        ``limit_bytes``; ``min_block_bytes``: the smallest request that is cached;
+        ``limit_bytes``; ``calls``: top-level module calls made under the cache;
+        ``max_idle_calls``; ``min_block_bytes``: the smallest request that is cached;
         ``enabled``.
     """
     cdef mk_arena_stats s
@@ -211,15 +216,29 @@ def stats():
         "hits": s.hits,
         "misses": s.misses,
         "evictions": s.evictions,
+        "expired": s.expired,
         "released": s.released,
         "live_bytes": s.live_bytes,
         "idle_bytes": s.idle_bytes,
         "idle_blocks": s.idle_blocks,
         "peak_bytes": s.peak_bytes,
         "limit_bytes": s.limit_bytes,
+        "calls": s.ticks,
+        "max_idle_calls": s.max_idle_ticks,
         "min_block_bytes": MK_ARENA_MIN_BYTES,
         "enabled": bool(_enabled),
     }
+
+
+def _set_max_idle_calls(n):
+    """Release idle blocks not reused within the last ``n`` top-level calls (default 16; the
+    check runs every 8 calls). For tests. Returns the previous value."""
+    cdef mk_arena_stats s
+    if n < 0:
+        raise ValueError(f"expected a non-negative call count, got {n}")
+    mk_arena_get_stats(&s)
+    mk_arena_set_max_idle_ticks(n)
+    return s.max_idle_ticks
 
 
 def _set_scoping(active):

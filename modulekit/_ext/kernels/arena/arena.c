@@ -19,6 +19,8 @@
 #define MK_HUGE_BYTES ((size_t)4 << 20)         /* madvise huge pages from here (as NumPy) */
 #define MK_HUGE_ALIGN ((size_t)2 << 20)
 #define MK_DEFAULT_LIMIT ((size_t)1 << 30)
+#define MK_DEFAULT_MAX_IDLE_TICKS 16
+#define MK_SWEEP_EVERY 8                        /* ticks between sweeps for stale blocks */
 
 /* The 64 bytes below a large block's data. */
 typedef struct mk_blk {
@@ -28,7 +30,8 @@ typedef struct mk_blk {
     struct mk_blk *next;    /* free-list link */
     int32_t cls;            /* size class, -1: never cached */
     uint32_t pad0;
-    uint64_t pad1[2];
+    uint64_t free_tick;     /* the tick count when it was last freed */
+    uint64_t pad1;
     uint64_t magic;         /* MK_MAGIC_LARGE, at data - 8 */
 } mk_blk;
 
@@ -43,7 +46,8 @@ typedef char mk_small_is_16_bytes[sizeof(mk_small) == 16 ? 1 : -1];
 
 static mk_arena_fallback fb;
 static mk_blk *free_lists[MK_NCLS];
-static mk_arena_stats st = {0, 0, 0, 0, 0, 0, 0, 0, MK_DEFAULT_LIMIT, 1};
+static mk_arena_stats st = {.limit_bytes = MK_DEFAULT_LIMIT, .caching = 1,
+                            .max_idle_ticks = MK_DEFAULT_MAX_IDLE_TICKS};
 
 /* ------------------------------------------------------------------ lock */
 #ifdef _WIN32
@@ -190,6 +194,29 @@ static mk_blk *evict_over_limit(void)
     return out;
 }
 
+/* Detach the idle blocks not reused for more than max_idle_ticks ticks (lock held). */
+static mk_blk *expire_stale(void)
+{
+    mk_blk *out = NULL;
+    for (int c = 0; c < MK_NCLS; c++) {
+        mk_blk **link = &free_lists[c];
+        while (*link) {
+            mk_blk *b = *link;
+            if (st.ticks - b->free_tick > st.max_idle_ticks) {
+                *link = b->next;
+                st.idle_bytes -= b->map_len;
+                st.idle_blocks--;
+                st.expired++;
+                b->next = out;
+                out = b;
+            } else {
+                link = &b->next;
+            }
+        }
+    }
+    return out;
+}
+
 static mk_blk *detach_all(void)
 {
     mk_blk *out = NULL;
@@ -268,6 +295,7 @@ static void large_free(void *ptr)
     lock_acquire();
     st.live_bytes -= b->map_len;
     if (st.caching && b->cls >= 0 && b->map_len <= st.limit_bytes) {
+        b->free_tick = st.ticks;
         b->next = free_lists[b->cls];
         free_lists[b->cls] = b;
         st.idle_bytes += b->map_len;
@@ -371,6 +399,26 @@ void mk_arena_set_caching(int on)
     lock_acquire();
     st.caching = on != 0;
     if (!on) drop = detach_all();
+    lock_release();
+    unmap_list(drop);
+}
+
+void mk_arena_tick(void)
+{
+    mk_blk *drop = NULL;
+    lock_acquire();
+    st.ticks++;
+    if (st.ticks % MK_SWEEP_EVERY == 0) drop = expire_stale();
+    lock_release();
+    unmap_list(drop);
+}
+
+void mk_arena_set_max_idle_ticks(uint64_t ticks)
+{
+    mk_blk *drop;
+    lock_acquire();
+    st.max_idle_ticks = ticks;
+    drop = expire_stale();
     lock_release();
     unmap_list(drop);
 }

@@ -7,7 +7,8 @@
  * mapping 2 MiB aligned and madvised MADV_HUGEPAGE from 4 MiB), and on free kept on a per-class
  * LIFO list instead of being unmapped, so the next forward's array of the same size reuses
  * pages that are already faulted in. The idle (cached, not in use) bytes are capped: past the
- * limit the largest idle blocks are unmapped first. Smaller blocks go to NumPy's default
+ * limit the largest idle blocks are unmapped first; idle blocks not reused within the last 16
+ * top-level calls (mk_arena_tick) are unmapped too. Smaller blocks go to NumPy's default
  * handler (its own small-block cache) behind a 16-byte header.
  *
  * Every block carries a header just below its data; its last word (data - 8) tells a large
@@ -35,6 +36,7 @@ typedef struct {
     uint64_t hits;          /* large requests served from the cache */
     uint64_t misses;        /* large requests that mapped a new block */
     uint64_t evictions;     /* idle blocks unmapped to respect the limit */
+    uint64_t expired;       /* idle blocks unmapped for not being reused for max_idle_ticks */
     uint64_t released;      /* idle blocks unmapped by mk_arena_release */
     size_t live_bytes;      /* mapped bytes of large blocks in use */
     size_t idle_bytes;      /* mapped bytes of large blocks cached, not in use */
@@ -42,6 +44,8 @@ typedef struct {
     size_t peak_bytes;      /* largest live_bytes + idle_bytes seen */
     size_t limit_bytes;     /* cap on idle_bytes */
     int caching;            /* 0: frees of large blocks unmap at once */
+    uint64_t ticks;         /* mk_arena_tick calls (top-level module calls) */
+    uint64_t max_idle_ticks;
 } mk_arena_stats;
 
 /* Set the small-block allocator; returns 0, or -1 if the lock cannot be created. Call once
@@ -54,6 +58,12 @@ void *mk_arena_calloc(void *ctx, size_t nelem, size_t elsize);
 void *mk_arena_realloc(void *ctx, void *ptr, size_t new_size);
 void mk_arena_free(void *ctx, void *ptr, size_t size);
 
+/* One top-level module call ended. Every MK_SWEEP_EVERY ticks the idle blocks not reused
+ * (freed again) within the last max_idle_ticks ticks are unmapped: memory that only the first
+ * call needed (weights packed on first use, scratch that grew layer by layer) or that a model
+ * no longer run held is returned, while the blocks each call reuses stay. */
+void mk_arena_tick(void);
+void mk_arena_set_max_idle_ticks(uint64_t ticks);
 /* Unmap every idle block; returns the bytes released. */
 size_t mk_arena_release(void);
 /* Cap the idle bytes (evicting largest-first now if over). */
