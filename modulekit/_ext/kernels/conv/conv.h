@@ -217,6 +217,14 @@ void mk_conv1x1_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t sn, pt
                     int act, int nthreads);
 /* --- end inverted-residual block ----------------------------------------------------------- */
 
+/* Small output maps (f32-conv-im2col.c), AVX-512 only: the K x OH*OW window matrix (K = C*KH*KW)
+ * into col (mk_conv_im2col_size(g) floats), then mk_conv1x1_band_f32 over it, image by image.
+ * wp: float32 panels (groups 1); koff: K entries of scratch; out/res as mk_conv2d_f32. */
+ptrdiff_t mk_conv_im2col_size(const mk_conv_geom *g);
+int mk_conv2d_im2col_f32(const mk_conv_geom *g, const float *x, int Cout, const float *wp,
+                         float *col, ptrdiff_t *koff, float *out, const float *res, int act,
+                         int nthreads);
+
 /* Pooling, NCHW, output C-contiguous (N, C, OH, OW). */
 void mk_max_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int nthreads);
 void mk_max_pool2d_f64(const mk_conv_geom *g, const double *x, double *out, int nthreads);
