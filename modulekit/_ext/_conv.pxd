@@ -48,6 +48,8 @@ cdef extern from "conv/conv.h" nogil:
                          int act, int isa, int nthreads)
     void mk_max_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int nthreads)
     void mk_max_pool2d_f64(const mk_conv_geom *g, const double *x, double *out, int nthreads)
+    int mk_max_pool2d_f32_avx512(const mk_conv_geom *g, const float *x, float *out,
+                                 int nthreads)
     void mk_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out,
                            int count_include_pad, int divisor, int nthreads)
     void mk_avg_pool2d_f64(const mk_conv_geom *g, const double *x, double *out,

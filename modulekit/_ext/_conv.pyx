@@ -741,7 +741,9 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
             mk_max_pool2d_f64(&g, <const double *>xp, <double *>op, nt)
     else:
         with nogil:
-            mk_max_pool2d_f32(&g, <const float *>xp, <float *>op, nt)
+            if (active_isa() < MK_ISA_AVX512 or
+                    not mk_max_pool2d_f32_avx512(&g, <const float *>xp, <float *>op, nt)):
+                mk_max_pool2d_f32(&g, <const float *>xp, <float *>op, nt)
     return out[0] if unbatched else out
 
 

@@ -228,6 +228,9 @@ int mk_conv2d_im2col_f32(const mk_conv_geom *g, const float *x, int Cout, const 
 /* Pooling, NCHW, output C-contiguous (N, C, OH, OW). */
 void mk_max_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int nthreads);
 void mk_max_pool2d_f64(const mk_conv_geom *g, const double *x, double *out, int nthreads);
+/* AVX-512 float32 max pooling, bit-identical to mk_max_pool2d_f32 (f32-maxpool-avx512.c): unit
+ * input column stride and column stride 1 or 2 only; returns 0 (nothing written) otherwise. */
+int mk_max_pool2d_f32_avx512(const mk_conv_geom *g, const float *x, float *out, int nthreads);
 /* divisor: 0 = by window rule (count_include_pad), else the override */
 void mk_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int count_include_pad,
                        int divisor, int nthreads);
