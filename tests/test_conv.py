@@ -312,3 +312,20 @@ def test_im2col_path(isa, rng, geom):
         assert packed.algorithm_for(x.shape) == "igemm"
         np.testing.assert_array_equal(packed.forward(v, "relu", residual), y)
         packed.algorithm = "auto"
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_stem_panel_chunks(isa, rng, n):
+    """A 3-channel 7x7 stride-2 stem with 64 (and a partial 70) output channels: the phase copy
+    split into row bands of each channel and the panels in L1-sized chunks."""
+    for cout in (64, 70):
+        x, wt, b = make(rng, n, 3, cout, 7, 45, 47, 1)
+        packed = _conv.pack_conv2d(wt, b, stride=2, padding=3)
+        res = rng.standard_normal(reference(x, wt, b, 2, 3, 1, 1).shape).astype(np.float32)
+        for v in (x, x[:, :, :, ::-1]):
+            np.testing.assert_allclose(
+                packed.forward(v, "relu", res),
+                reference(v.copy(), wt, b, 2, 3, 1, 1, "relu", res),
+                rtol=1e-4,
+                atol=1e-4,
+            )
