@@ -33,7 +33,14 @@ MK_T512 static void pool_plane(const mk_conv_geom *g, const float *xp, float *o,
         while (h0 < 0) h0 += g->dy;
         /* (1) rows: row[w] = max over the window's rows (W columns, unit stride) */
         const float *r0 = xp + h0 * g->sh;
-        for (int w = 0; w < W; w += 16) {
+        int w = 0;
+        for (; w + 16 <= W; w += 16) {
+            __m512 acc = _mm512_loadu_ps(r0 + w);
+            for (int h = h0 + g->dy; h < h1; h += g->dy)
+                acc = maxnan16(_mm512_loadu_ps(xp + h * g->sh + w), acc);
+            _mm512_storeu_ps(row + w, acc);
+        }
+        if (w < W) {
             const __mmask16 m = head16(W - w);
             __m512 acc = _mm512_maskz_loadu_ps(m, r0 + w);
             for (int h = h0 + g->dy; h < h1; h += g->dy)
