@@ -272,3 +272,60 @@ def test_bad_inputs(rng):
         _conv.pack_conv2d(wt.astype(np.int32))
     with pytest.raises(TypeError, match="pack_conv2d"):
         _conv.PackedConv2d()
+
+
+# (batch, cin, cout, kernel, H, W, stride, padding, dilation): output maps whose pixel count
+# is not a multiple of 16, at least 32 output channels (the im2col path on AVX-512 at batch 1)
+IM2COL_GEOMETRIES = [
+    (1, 5, 37, 3, 13, 11, 2, 1, 1),  # 7x6 output, partial panel
+    (1, 7, 32, 1, 14, 15, 2, 0, 1),  # ResNet downsample 1x1 stride 2, odd map
+    (1, 3, 40, 3, 7, 7, 1, 1, 1),  # stride 1 (Winograd does not take 3 channels)
+    (3, 3, 40, 3, 7, 7, 1, 1, 1),  # batch 3: the igemm
+    (1, 9, 33, 3, 9, 31, 2, 0, 1),  # 4x15 output
+    (1, 4, 48, 5, 17, 19, 3, 2, 1),  # stride 3: the scalar column walk
+    (1, 6, 32, 3, 11, 5, 1, 2, 2),  # dilation 2
+    (1, 2, 32, 3, 70, 66, 2, 1, 1),  # 35x33 output: rows of more than 16 columns
+    (1, 64, 64, 3, 2, 3, 1, 1, 1),  # 2x3 output, window wider than the input
+    (1, 16, 64, 1, 1, 1, 1, 1, 1),  # 3x3 output of a padded 1x1 input
+]
+
+
+@pytest.mark.parametrize("geom", IM2COL_GEOMETRIES, ids=lambda g: "-".join(map(str, g)))
+def test_im2col_path(isa, rng, geom):
+    """im2col + the lane-exact GEMM: against torch, on views, and bit-identical to the igemm."""
+    n, cin, cout, k, h, w, s, p, d = geom
+    x, wt, b = make(rng, n, cin, cout, k, h, w, 1)
+    packed = _conv.pack_conv2d(wt, b, stride=s, padding=p, dilation=d)
+    oh, ow = packed.output_shape(x.shape)[2:]
+    expected = "im2col" if isa == "avx512" and (oh * ow) % 16 and n == 1 else "igemm"
+    assert packed.algorithm_for(x.shape) == expected
+    ref_shape = reference(x, wt, b, s, p, d, 1).shape
+    residual = rng.standard_normal(ref_shape).astype(np.float32)
+    views = [x, np.asfortranarray(x), x[:, :, :, ::-1].copy()[:, :, :, ::-1]]
+    flipped = x[:, :, :, ::-1]  # negative column stride
+    for v in views + [flipped]:
+        y = packed.forward(v, "relu", residual)
+        np.testing.assert_allclose(
+            y, reference(v.copy(), wt, b, s, p, d, 1, "relu", residual), rtol=1e-4, atol=1e-4
+        )
+        packed.algorithm = "igemm"
+        assert packed.algorithm_for(x.shape) == "igemm"
+        np.testing.assert_array_equal(packed.forward(v, "relu", residual), y)
+        packed.algorithm = "auto"
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_stem_panel_chunks(isa, rng, n):
+    """A 3-channel 7x7 stride-2 stem with 64 (and a partial 70) output channels: the phase copy
+    split into row bands of each channel and the panels in L1-sized chunks."""
+    for cout in (64, 70):
+        x, wt, b = make(rng, n, 3, cout, 7, 45, 47, 1)
+        packed = _conv.pack_conv2d(wt, b, stride=2, padding=3)
+        res = rng.standard_normal(reference(x, wt, b, 2, 3, 1, 1).shape).astype(np.float32)
+        for v in (x, x[:, :, :, ::-1]):
+            np.testing.assert_allclose(
+                packed.forward(v, "relu", res),
+                reference(v.copy(), wt, b, 2, 3, 1, 1, "relu", res),
+                rtol=1e-4,
+                atol=1e-4,
+            )

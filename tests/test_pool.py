@@ -21,7 +21,7 @@ MAX_CASES = [  # kernel, stride, padding, dilation, ceil_mode, H, W
 
 
 @pytest.mark.parametrize("case", MAX_CASES, ids=lambda c: "-".join(map(str, c)))
-def test_max_pool2d(rng, case):
+def test_max_pool2d(isa, rng, case):
     k, s, p, d, ceil, h, w = case
     x = rng.standard_normal((2, 3, h, w)).astype(np.float32)
     y = _conv.max_pool2d(x, k, s, p, d, ceil)
@@ -43,6 +43,33 @@ def test_max_pool2d_nan_and_views(rng):
         _conv.max_pool2d(v, 3, 2, 1), F.max_pool2d(torch.from_numpy(v.copy()), 3, 2, 1).numpy()
     )
     assert _conv.max_pool2d(v[0], 3).shape == (2, 3, 3)  # unbatched
+
+
+@pytest.mark.parametrize(
+    "case",
+    [  # kernel, stride, padding, dilation, ceil_mode, H, W: rows wider than a vector step
+        (3, 2, 1, 1, False, 37, 67),  # ResNet's stem pool, 34 output columns
+        (3, 2, 1, 1, True, 20, 36),
+        (2, 1, 1, 1, False, 9, 33),
+        (3, 2, 0, (1, 2), True, 11, 41),
+        (4, 2, 2, 1, False, 7, 18),
+    ],
+    ids=lambda c: "-".join(map(str, c)),
+)
+def test_max_pool2d_special_values(isa, rng, case):
+    """NaN, infinities and signed zeros: bit-identical to torch on every ISA path."""
+    k, s, p, d, ceil, h, w = case
+    x = rng.standard_normal((1, 3, h, w)).astype(np.float32)
+    x[0, 0] = np.where(rng.random((h, w)) < 0.5, np.float32(-0.0), np.float32(0.0))
+    x[0, 1, ::5, ::7] = np.nan
+    x[0, 1, 2::6, 1::4] = np.inf
+    x[0, 2] = -np.inf
+    x[0, 2, 3::4, ::3] = np.nan
+    for v in (x, x[:, :, ::-1], np.asfortranarray(x)):
+        y = _conv.max_pool2d(v, k, s, p, d, ceil)
+        ref = F.max_pool2d(torch.from_numpy(v.copy()), k, s, p, d, ceil).numpy()
+        np.testing.assert_array_equal(y, ref)
+        np.testing.assert_array_equal(np.signbit(y), np.signbit(ref))
 
 
 AVG_CASES = [  # kernel, stride, padding, ceil_mode, count_include_pad, divisor, H, W

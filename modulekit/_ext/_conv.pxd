@@ -48,6 +48,8 @@ cdef extern from "conv/conv.h" nogil:
                          int act, int isa, int nthreads)
     void mk_max_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int nthreads)
     void mk_max_pool2d_f64(const mk_conv_geom *g, const double *x, double *out, int nthreads)
+    int mk_max_pool2d_f32_avx512(const mk_conv_geom *g, const float *x, float *out,
+                                 int nthreads)
     void mk_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out,
                            int count_include_pad, int divisor, int nthreads)
     void mk_avg_pool2d_f64(const mk_conv_geom *g, const double *x, double *out,
@@ -71,6 +73,11 @@ cdef extern from "conv/conv.h" nogil:
     void mk_conv1x1_f32(int N, int K, Py_ssize_t HW, const float *x, Py_ssize_t sn,
                         Py_ssize_t sc, int M, const float *wp, Py_ssize_t *koff, float *out,
                         const float *res, int act, int nthreads)
+    # small output maps: im2col + the lane-exact 1x1 GEMM (f32-conv-im2col.c)
+    Py_ssize_t mk_conv_im2col_size(const mk_conv_geom *g)
+    int mk_conv2d_im2col_f32(const mk_conv_geom *g, const float *x, int Cout, const float *wp,
+                             float *col, Py_ssize_t *koff, float *out, const float *res,
+                             int act, int nthreads)
 
 
 cdef class PackedConv2d:
@@ -87,4 +94,5 @@ cdef class PackedConv2d:
     cdef str _algorithm
     cdef dict _wino
     cdef int _winograd_tile(self, mk_conv_geom *g, int isa, int nthreads)
+    cdef bint _im2col(self, mk_conv_geom *g, int isa)
     cdef _run(self, mk_conv_geom *g, cnp.ndarray x, cnp.ndarray out, cnp.ndarray res, int act)

@@ -212,7 +212,8 @@ cdef class PackedConv2d:
         Winograd rounds differently from a direct sum: F(2x2) errors are a few ulp of the
         output scale, F(4x4) about ten times more (relative 1e-5 to 1e-4 at 512 channels).
         Setting 'igemm' also drops the transformed weights built so far (see
-        :attr:`winograd_nbytes`).
+        :attr:`winograd_nbytes`), and forces the phase-image implicit GEMM where 'auto' would
+        run im2col on a small map (both give the same bits).
         """
         return self._algorithm
 
@@ -236,7 +237,8 @@ cdef class PackedConv2d:
 
     def algorithm_for(self, input_shape):
         """Name of what :meth:`forward` runs for an (N, C_in, H, W) contiguous input here:
-        'igemm', 'winograd-2x2', 'winograd-4x4', 'depthwise' or 'float64'.
+        'igemm', 'im2col' (small output maps on AVX-512, see ``f32-conv-im2col.c``),
+        'winograd-2x2', 'winograd-4x4', 'depthwise' or 'float64'.
 
         Depends on the instruction-set path and the thread count in effect.
         """
@@ -254,8 +256,27 @@ cdef class PackedConv2d:
         g.dy, g.dx = self.dilation
         oshape = self.output_shape((n, c, h, w))
         g.OH, g.OW = oshape[2], oshape[3]
-        cdef int m = self._winograd_tile(&g, <int>active_isa(), effective_threads())
-        return f"winograd-{m}x{m}" if m else "igemm"
+        cdef int isa = <int>active_isa()
+        cdef int m = self._winograd_tile(&g, isa, effective_threads())
+        if m:
+            return f"winograd-{m}x{m}"
+        if self._im2col(&g, isa):
+            return "im2col"
+        return "igemm"
+
+    cdef bint _im2col(self, mk_conv_geom *g, int isa):
+        """Whether a non-Winograd call runs im2col + the lane-exact 1x1 GEMM
+        (f32-conv-im2col.c): on AVX-512 with float32 weights, groups 1, not a direct 1x1
+        convolution, output maps of at most 4096 pixels whose count is not a multiple of 16
+        (where the igemm's grid tiles waste lanes: 64 lanes for a 7x7 map, 240 for 14x14) and
+        at least 32 output channels (the copy is 1/Cout of the multiply-adds), one image (at
+        batch 32 ResNet-18 measured about 4% slower with it). 'igemm' forces the phase-image
+        igemm."""
+        cdef Py_ssize_t hw = <Py_ssize_t>g.OH * g.OW
+        return (isa >= MK_ISA_AVX512 and self._wtype == MK_W_F32 and self.groups == 1 and
+                g.N == 1 and
+                self._algorithm != "igemm" and self.out_channels >= 32 and hw % 16 != 0 and
+                hw <= 4096 and not _direct_1x1(g))
 
     cdef int _winograd_tile(self, mk_conv_geom *g, int isa, int nthreads):
         """Winograd tile size for this call (0: the implicit GEMM)."""
@@ -455,8 +476,16 @@ cdef class PackedConv2d:
                                        <float *>cnp.PyArray_DATA(wscratch), <float *>op,
                                        <const float *>rp, act, isa, nthreads)
             return
-        direct = (g.KH == 1 and g.KW == 1 and g.sy == 1 and g.sx == 1 and g.pt == 0 and
-                  g.pl == 0 and g.pb == 0 and g.pr == 0 and g.sw == 1 and g.sh == g.W)
+        if self._im2col(g, isa):
+            wscratch = _scratch(mk_conv_im2col_size(g))
+            koff = np.empty(g.C * g.KH * g.KW, np.intp)
+            with nogil:
+                mk_conv2d_im2col_f32(g, <const float *>xp, cout, <const float *>wp,
+                                     <float *>cnp.PyArray_DATA(wscratch),
+                                     <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
+                                     <const float *>rp, act, nthreads)
+            return
+        direct = _direct_1x1(g)
         cdef float *php = NULL
         cdef float *widep = NULL
         if direct and _conv1x1_lanes(g, groups, cout, self._wtype, isa):
@@ -477,6 +506,12 @@ cdef class PackedConv2d:
             mk_conv2d_f32(g, <const float *>xp, groups, cout, wp, self._wtype, widep, php,
                           <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                           <const float *>rp, act, isa, nthreads)
+
+
+cdef bint _direct_1x1(mk_conv_geom *g):
+    """1x1, stride 1, unpadded, over a contiguous plane: the input itself is the GEMM's B."""
+    return (g.KH == 1 and g.KW == 1 and g.sy == 1 and g.sx == 1 and g.pt == 0 and
+            g.pl == 0 and g.pb == 0 and g.pr == 0 and g.sw == 1 and g.sh == g.W)
 
 
 cdef bint _conv1x1_lanes(mk_conv_geom *g, int groups, int cout, int wtype, int isa):
@@ -706,7 +741,9 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
             mk_max_pool2d_f64(&g, <const double *>xp, <double *>op, nt)
     else:
         with nogil:
-            mk_max_pool2d_f32(&g, <const float *>xp, <float *>op, nt)
+            if (active_isa() < MK_ISA_AVX512 or
+                    not mk_max_pool2d_f32_avx512(&g, <const float *>xp, <float *>op, nt)):
+                mk_max_pool2d_f32(&g, <const float *>xp, <float *>op, nt)
     return out[0] if unbatched else out
 
 

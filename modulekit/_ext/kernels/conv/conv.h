@@ -217,9 +217,20 @@ void mk_conv1x1_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t sn, pt
                     int act, int nthreads);
 /* --- end inverted-residual block ----------------------------------------------------------- */
 
+/* Small output maps (f32-conv-im2col.c), AVX-512 only: the K x OH*OW window matrix (K = C*KH*KW)
+ * into col (mk_conv_im2col_size(g) floats), then mk_conv1x1_band_f32 over it, image by image.
+ * wp: float32 panels (groups 1); koff: K entries of scratch; out/res as mk_conv2d_f32. */
+ptrdiff_t mk_conv_im2col_size(const mk_conv_geom *g);
+int mk_conv2d_im2col_f32(const mk_conv_geom *g, const float *x, int Cout, const float *wp,
+                         float *col, ptrdiff_t *koff, float *out, const float *res, int act,
+                         int nthreads);
+
 /* Pooling, NCHW, output C-contiguous (N, C, OH, OW). */
 void mk_max_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int nthreads);
 void mk_max_pool2d_f64(const mk_conv_geom *g, const double *x, double *out, int nthreads);
+/* AVX-512 float32 max pooling, bit-identical to mk_max_pool2d_f32 (f32-maxpool-avx512.c): unit
+ * input column stride and column stride 1 or 2 only; returns 0 (nothing written) otherwise. */
+int mk_max_pool2d_f32_avx512(const mk_conv_geom *g, const float *x, float *out, int nthreads);
 /* divisor: 0 = by window rule (count_include_pad), else the override */
 void mk_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int count_include_pad,
                        int divisor, int nthreads);

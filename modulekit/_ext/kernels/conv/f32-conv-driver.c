@@ -68,10 +68,10 @@ static int used_phase_cols(const mk_conv_geom *g, int b) {
 /* Both column phases of row phase a for horizontal stride 2 in one pass over each input row
  * (unit column stride, left padding 0 or 1): even/odd padded columns to sub-images 0 and 1. */
 static void split_rows_s2(const mk_conv_geom *g, const float *xc, float *sub0, int a,
-                          float padv) {
+                          float padv, int i0, int i1) {
     const int Hq = g->Hq, Wq = g->Wq, W = g->W, pl = g->pl;
     float *sub1 = sub0 + (ptrdiff_t)Hq * Wq;
-    for (int i = 0; i < Hq; i++) {
+    for (int i = i0; i < i1; i++) {
         float *r0 = sub0 + (ptrdiff_t)i * Wq, *r1 = sub1 + (ptrdiff_t)i * Wq;
         const int y = i * g->sy + a - g->pt;
         if (y < 0 || y >= g->H) {
@@ -99,8 +99,9 @@ static void split_rows_s2(const mk_conv_geom *g, const float *xc, float *sub0, i
     }
 }
 
-/* Phase image of one channel: sub-image (a, b) row i col j = padded input (i*sy+a, j*sx+b). */
-void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv) {
+/* Rows [i0, i1) of every sub-image of one channel's phase image (see below). */
+static void phase_channel_rows(const mk_conv_geom *g, const float *xc, float *ph, float padv,
+                               int i0, int i1) {
     const int sy = g->sy, sx = g->sx, Hq = g->Hq, Wq = g->Wq;
     for (int a = 0; a < sy; a++) {
         int used_a = 0; /* phases no kernel tap reads are left unwritten (1x1 stride 2) */
@@ -108,7 +109,7 @@ void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph
         if (!used_a) continue;
         if (sx == 2 && g->sw == 1 && g->pl <= 1 && used_phase_cols(g, 0) &&
             used_phase_cols(g, 1)) {
-            split_rows_s2(g, xc, ph + (ptrdiff_t)(a * sx) * Hq * Wq, a, padv);
+            split_rows_s2(g, xc, ph + (ptrdiff_t)(a * sx) * Hq * Wq, a, padv, i0, i1);
             continue;
         }
         for (int b = 0; b < sx; b++) {
@@ -116,7 +117,7 @@ void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph
             for (int kw = 0; kw < g->KW && !used_b; kw++) used_b = (kw * g->dx) % sx == b;
             if (!used_b) continue;
             float *sub = ph + (ptrdiff_t)(a * sx + b) * Hq * Wq;
-            for (int i = 0; i < Hq; i++) {
+            for (int i = i0; i < i1; i++) {
                 float *row = sub + (ptrdiff_t)i * Wq;
                 const int y = i * sy + a - g->pt;
                 if (y < 0 || y >= g->H) {
@@ -145,6 +146,11 @@ void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph
             }
         }
     }
+}
+
+/* Phase image of one channel: sub-image (a, b) row i col j = padded input (i*sy+a, j*sx+b). */
+void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv) {
+    phase_channel_rows(g, xc, ph, padv, 0, g->Hq);
 }
 
 /* Segments of the tile starting at grid lane q0 with nl lanes (see mk_seg). */
@@ -208,6 +214,15 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
         nchunks = (4 * nthreads + base_items - 1) / base_items;
         if (nchunks > npg) nchunks = npg;
     }
+    if (!panel_major && !direct && panel * sizeof(float) <= 16384 &&
+        (double)npg * panel * sizeof(float) > 32768) {
+        /* short panels (small K: a 3-channel 7x7 stem has 4.7 KiB panels, 38 KiB for its 64
+         * channels) whose set would not stay in L1 beside the tile's input rows: chunks of at
+         * most 24 KiB of panels (the stem: 2 chunks of 4 panels, about 5% faster) */
+        const int fit = (int)(24576 / (panel * sizeof(float)));
+        const int want = (npg + fit - 1) / fit;
+        if (want > nchunks) nchunks = want;
+    }
     const int ppc = (npg + nchunks - 1) / nchunks; /* panels per chunk */
     nchunks = (npg + ppc - 1) / ppc;
     const int items = base_items * nchunks;
@@ -249,6 +264,16 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
         wp = wide;
     }
 
+    /* the phase copy in items of a channel's row band: few channels (a network's first layer,
+     * 3 channels at 224x224) are split into bands so that every thread copies (in chunks of
+     * 4 items) */
+    int phase_parts = 1;
+    if (g->C < 8 * nthreads) {
+        phase_parts = (8 * nthreads + g->C - 1) / g->C;
+        if (phase_parts > g->Hq) phase_parts = g->Hq > 0 ? g->Hq : 1;
+    }
+    const int phase_items = g->C * phase_parts;
+
     if (!direct) { /* slack past the last channel: read only by dropped grid columns */
         const ptrdiff_t total = mk_conv_phase_size(g, g->C);
         for (ptrdiff_t i = (ptrdiff_t)g->C * g->plane; i < total; i++) phase[i] = 0.0f;
@@ -261,8 +286,12 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
             const float *bimg;
             if (!direct) {
 #pragma omp for schedule(dynamic, 4)
-                for (int c = 0; c < g->C; c++)
-                    mk_conv_phase_channel_f32(g, x + n * g->sn + c * g->sc, phase + c * g->plane, 0.0f);
+                for (int it = 0; it < phase_items; it++) {
+                    const int c = it / phase_parts, part = it % phase_parts;
+                    phase_channel_rows(g, x + n * g->sn + c * g->sc, phase + c * g->plane, 0.0f,
+                                       g->Hq * part / phase_parts,
+                                       g->Hq * (part + 1) / phase_parts);
+                }
                 /* implicit barrier: the phase image is complete */
                 bimg = phase;
             } else {
