@@ -9,6 +9,7 @@ torch or transformers needed. The module tree (``embeddings.word_embeddings``,
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, NamedTuple
@@ -145,6 +146,28 @@ class BertEmbeddings(Module):
     def forward(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
         """``input_ids``/``token_type_ids``: validated (B, L) int64 arrays -> (B*L, hidden)."""
         B, L = input_ids.shape
+        m = self._modules
+        ln = m["LayerNorm"]
+        if type(ln) is LayerNorm and not ln._has_hooks and ln.weight is not None:
+            w, b = ln.weight, ln.bias
+            # float32 tables: the three rows summed and normalised in one pass per token
+            # (None for other dtypes; an index out of range raises below, named)
+            try:
+                x = _ops.embedding_layer_norm(
+                    np.ascontiguousarray(input_ids),
+                    m["word_embeddings"].weight.numpy(),
+                    _positions(B, L),
+                    m["position_embeddings"].weight.numpy(),
+                    np.ascontiguousarray(token_type_ids),
+                    m["token_type_embeddings"].weight.numpy(),
+                    w.numpy(),
+                    None if b is None else b.numpy(),
+                    ln.eps,
+                )
+            except IndexError:
+                x = None
+            if x is not None:
+                return x.reshape(B * L, -1)
         word = self.word_embeddings.weight.numpy()
         try:
             x = _ops.embedding(input_ids, word)
@@ -378,6 +401,15 @@ class BertModel(Module):
         hidden = x.reshape(B, L, -1)
         pooled = self.pooler(hidden) if self.pooler is not None else None
         return BertModelOutput(hidden, pooled)
+
+
+@functools.lru_cache(maxsize=8)
+def _positions(B: int, L: int) -> np.ndarray:
+    """Position ids ``0 .. L-1`` for each of ``B`` rows, C-contiguous int64 (read-only: shared
+    between calls)."""
+    pos = np.tile(np.arange(L, dtype=np.int64), B).reshape(B, L)
+    pos.flags.writeable = False
+    return pos
 
 
 def _gelu_like(y: np.ndarray, act: str) -> np.ndarray:
