@@ -14,7 +14,8 @@
 Each function validates shapes, dtypes and strides in Python before the ``nogil`` kernel runs;
 float32 work dispatches on :func:`modulekit._ext._isa.get_isa`'s level, float64 work runs the
 portable C path. Work above ``PARALLEL_THRESHOLD`` elements runs on
-``modulekit.get_num_threads()`` OpenMP threads.
+``modulekit.get_num_threads()`` OpenMP threads, or on the calling thread while the GEMMs
+back off after contention.
 """
 
 cimport numpy as cnp
@@ -23,6 +24,7 @@ from ml_dtypes import bfloat16 as _np_bfloat16
 from libc.math cimport sqrt
 from libc.stdint cimport int64_t
 
+from modulekit._ext._gemm import _backing_off as _gemm_backing_off
 from modulekit._ext._isa cimport active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 
@@ -43,8 +45,16 @@ _BF16 = np.dtype(_np_bfloat16)
 _I64 = np.dtype(np.int64)
 
 
-cdef inline int _threads(Py_ssize_t work) noexcept:
-    return effective_threads() if work >= PARALLEL_THRESHOLD else 1
+cdef inline int _threads(Py_ssize_t work) except -1:
+    """Threads for an op of ``work`` elements: one below PARALLEL_THRESHOLD, and one while the
+    GEMMs back off after contention (a descheduled worker would hold every barrier up to a
+    time slice; see ``_gemm._backing_off``), else ``effective_threads()``."""
+    if work < PARALLEL_THRESHOLD:
+        return 1
+    cdef int nt = effective_threads()
+    if nt > 1 and _gemm_backing_off():
+        return 1
+    return nt
 
 
 def _float_array(x, str what):

@@ -18,6 +18,7 @@ import numpy as np
 
 from modulekit._ext import _ops
 from modulekit.checkpoint import load as _load_checkpoint
+from modulekit.dtypes import float32
 from modulekit.module import Module
 from modulekit.nn.modules._fused_linear import FusedLinears
 from modulekit.nn.modules.attention import attention
@@ -29,6 +30,8 @@ from modulekit.nn.modules.sparse import Embedding
 from modulekit.nn.modules.transformer import linear_act
 
 __all__ = ["BertConfig", "BertModel", "BertModelOutput", "mean_pool"]
+
+_F32 = np.dtype(np.float32)
 
 # hidden_act names of transformers' ACT2FN -> the GEMM epilogue computing them
 _ACTIVATIONS = {
@@ -276,8 +279,73 @@ class BertLayer(Module):
 
     def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
         m = self._modules
+        parts = _plain_layer(m)
+        if parts is not None:  # no hooks anywhere in the layer: the kernels back to back
+            qkv, heads, dense1, ln1, dense2, act, dense3, ln2 = parts
+            h = x.shape[1]
+            y = qkv.forward(x)
+            if y is not None:
+                y = y.reshape(B, L, 3 * h)
+                ctx, _ = _ops.attention(
+                    y[:, :, :h], y[:, :, h : 2 * h], y[:, :, 2 * h :], heads, mask
+                )
+                a = _residual_ln(ln1, dense1._compute(ctx.reshape(B * L, h), "none", 0.0, 0.0), x)
+                o = dense3._compute(dense2._compute(a, act, 0.0, 0.0), "none", 0.0, 0.0)
+                return _residual_ln(ln2, o, a)
         a = m["attention"](x, B, L, mask)
         return m["output"](m["intermediate"](a), a)
+
+
+def _plain_ln(ln) -> bool:
+    """``ln`` is a hook-free float32 LayerNorm with weight and bias."""
+    if type(ln) is not LayerNorm or ln._has_hooks:
+        return False
+    w, b = ln.weight, ln.bias
+    return w is not None and b is not None and w.dtype is float32 and b.dtype is float32
+
+
+def _residual_ln(ln: LayerNorm, y: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """``ln(y, residual=residual)`` for a :func:`_plain_ln` layer, straight to the kernel when
+    ``y`` is float32 (the module's own checks otherwise)."""
+    if y.dtype == _F32:
+        return _ops.layer_norm(y, ln._n, ln.weight.numpy(), ln.bias.numpy(), ln.eps, residual)
+    return ln(y, residual=residual)
+
+
+def _plain_layer(m: dict):
+    """The pieces of a BertLayer (children ``m``) whose modules are all the standard ones
+    without hooks, for running its kernels back to back: ``(qkv, heads, attention dense,
+    its LayerNorm, intermediate dense, activation, output dense, its LayerNorm)``; None when
+    a module was replaced or has hooks (the modules are then called one by one, so every hook
+    sees its call)."""
+    att, inter, out = m["attention"], m["intermediate"], m["output"]
+    if (
+        type(att) is not BertAttention
+        or type(inter) is not BertIntermediate
+        or type(out) is not BertOutput
+        or att._has_hooks
+        or inter._has_hooks
+        or out._has_hooks
+    ):
+        return None
+    am = att._modules
+    sa, so = am["self"], am["output"]
+    if type(sa) is not BertSelfAttention or type(so) is not BertSelfOutput:
+        return None
+    if sa._has_hooks or so._has_hooks:
+        return None
+    sm, om = so._modules, out._modules
+    dense1, dense2, dense3 = sm["dense"], inter._modules["dense"], om["dense"]
+    for d in (dense1, dense2, dense3):
+        if type(d) is not Linear or d._has_hooks:
+            return None
+    ln1, ln2 = sm["LayerNorm"], om["LayerNorm"]
+    if not (_plain_ln(ln1) and _plain_ln(ln2)):
+        return None
+    qkv = sa._qkv
+    if not qkv.usable():
+        return None
+    return qkv, sa.num_attention_heads, dense1, ln1, dense2, inter._act, dense3, ln2
 
 
 class BertEncoder(Module):
