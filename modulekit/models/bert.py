@@ -289,7 +289,10 @@ class BertLayer(Module):
                 ctx, _ = _ops.attention(
                     y[:, :, :h], y[:, :, h : 2 * h], y[:, :, 2 * h :], heads, mask
                 )
+                del y  # temporaries die as early as in the module calls (large batches
+                # reuse their memory instead of mapping new pages)
                 a = _residual_ln(ln1, dense1._compute(ctx.reshape(B * L, h), "none", 0.0, 0.0), x)
+                del ctx
                 o = dense3._compute(dense2._compute(a, act, 0.0, 0.0), "none", 0.0, 0.0)
                 return _residual_ln(ln2, o, a)
         a = m["attention"](x, B, L, mask)
