@@ -150,22 +150,21 @@ class BertEmbeddings(Module):
         """``input_ids``/``token_type_ids``: validated (B, L) int64 arrays -> (B*L, hidden)."""
         B, L = input_ids.shape
         m = self._modules
-        ln = m["LayerNorm"]
-        if type(ln) is LayerNorm and not ln._has_hooks and ln.weight is not None:
-            w, b = ln.weight, ln.bias
+        ln = _plain_ln(m["LayerNorm"])
+        if ln is not None:
             # float32 tables: the three rows summed and normalised in one pass per token
             # (None for other dtypes; an index out of range raises below, named)
             try:
                 x = _ops.embedding_layer_norm(
                     np.ascontiguousarray(input_ids),
-                    m["word_embeddings"].weight.numpy(),
+                    _table(m["word_embeddings"]),
                     _positions(B, L),
-                    m["position_embeddings"].weight.numpy(),
+                    _table(m["position_embeddings"]),
                     np.ascontiguousarray(token_type_ids),
-                    m["token_type_embeddings"].weight.numpy(),
-                    w.numpy(),
-                    None if b is None else b.numpy(),
-                    ln.eps,
+                    _table(m["token_type_embeddings"]),
+                    ln[1],
+                    ln[2],
+                    ln[0].eps,
                 )
             except IndexError:
                 x = None
@@ -281,7 +280,7 @@ class BertLayer(Module):
         m = self._modules
         parts = _plain_layer(m)
         if parts is not None:  # no hooks anywhere in the layer: the kernels back to back
-            qkv, heads, dense1, ln1, dense2, act, dense3, ln2 = parts
+            qkv, heads, dense1, ln1, dense2, act, dense3, ln2 = parts  # ln: (module, w, b)
             h = x.shape[1]
             y = qkv.forward(x)
             if y is not None:
@@ -299,20 +298,26 @@ class BertLayer(Module):
         return m["output"](m["intermediate"](a), a)
 
 
-def _plain_ln(ln) -> bool:
-    """``ln`` is a hook-free float32 LayerNorm with weight and bias."""
+def _plain_ln(ln):
+    """``(ln, weight, bias)`` (the arrays) when ``ln`` is a hook-free float32 LayerNorm with
+    weight and bias, else None. (Parameters read from ``_parameters``: the attribute fallback
+    through ``Module.__getattr__`` costs about 0.7 us a lookup.)"""
     if type(ln) is not LayerNorm or ln._has_hooks:
-        return False
-    w, b = ln.weight, ln.bias
-    return w is not None and b is not None and w.dtype is float32 and b.dtype is float32
+        return None
+    p = ln._parameters
+    w, b = p.get("weight"), p.get("bias")
+    if w is None or b is None or w.dtype is not float32 or b.dtype is not float32:
+        return None
+    return ln, w.numpy(), b.numpy()
 
 
-def _residual_ln(ln: LayerNorm, y: np.ndarray, residual: np.ndarray) -> np.ndarray:
-    """``ln(y, residual=residual)`` for a :func:`_plain_ln` layer, straight to the kernel when
-    ``y`` is float32 (the module's own checks otherwise)."""
+def _residual_ln(ln: tuple, y: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """``ln(y, residual=residual)`` for ``ln`` from :func:`_plain_ln`, straight to the kernel
+    when ``y`` is float32 (the module's own checks otherwise)."""
+    module, w, b = ln
     if y.dtype == _F32:
-        return _ops.layer_norm(y, ln._n, ln.weight.numpy(), ln.bias.numpy(), ln.eps, residual)
-    return ln(y, residual=residual)
+        return _ops.layer_norm(y, module._n, w, b, module.eps, residual)
+    return module(y, residual=residual)
 
 
 def _plain_layer(m: dict):
@@ -321,7 +326,7 @@ def _plain_layer(m: dict):
     its LayerNorm, intermediate dense, activation, output dense, its LayerNorm)``; None when
     a module was replaced or has hooks (the modules are then called one by one, so every hook
     sees its call)."""
-    att, inter, out = m["attention"], m["intermediate"], m["output"]
+    att, inter, out = m["attention"], m["intermediate"], m["output"]  # (children by name)
     if (
         type(att) is not BertAttention
         or type(inter) is not BertIntermediate
@@ -342,8 +347,8 @@ def _plain_layer(m: dict):
     for d in (dense1, dense2, dense3):
         if type(d) is not Linear or d._has_hooks:
             return None
-    ln1, ln2 = sm["LayerNorm"], om["LayerNorm"]
-    if not (_plain_ln(ln1) and _plain_ln(ln2)):
+    ln1, ln2 = _plain_ln(sm["LayerNorm"]), _plain_ln(om["LayerNorm"])
+    if ln1 is None or ln2 is None:
         return None
     qkv = sa._qkv
     if not qkv.usable():
@@ -357,7 +362,7 @@ class BertEncoder(Module):
         self.layer = ModuleList([BertLayer(config) for _ in range(config.num_hidden_layers)])
 
     def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
-        for layer in self.layer:
+        for layer in self._modules["layer"]:
             x = layer(x, B, L, mask)
         return x
 
@@ -467,11 +472,20 @@ class BertModel(Module):
             if not (am == 1).all():
                 mask = (1.0 - am.astype(np.float32)) * np.finfo(np.float32).min
                 mask = mask.reshape(B, 1, 1, L)
-        x = self.embeddings(ids, tt)
-        x = self.encoder(x, B, L, mask)
+        m = self._modules  # (children by name: cheaper than attribute fallback lookups)
+        x = m["embeddings"](ids, tt)
+        x = m["encoder"](x, B, L, mask)
         hidden = x.reshape(B, L, -1)
-        pooled = self.pooler(hidden) if self.pooler is not None else None
+        pooler = m.get("pooler")
+        pooled = pooler(hidden) if pooler is not None else None
         return BertModelOutput(hidden, pooled)
+
+
+def _table(embedding) -> np.ndarray | None:
+    """An ``Embedding``'s weight array (None for another module)."""
+    if type(embedding) is not Embedding:
+        return None
+    return embedding._parameters["weight"].numpy()
 
 
 @functools.lru_cache(maxsize=8)
