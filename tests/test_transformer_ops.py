@@ -215,3 +215,99 @@ def test_fused_attention_parallel_and_validation():
         _ops.attention(q, q[:, :, :192], q, 12)
     with pytest.raises(ValueError, match="cannot be broadcast"):
         _ops.attention(q, q, q, 12, mask=np.zeros((4, 127), np.float32))
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 31, 384, 1000])
+def test_embedding_layer_norm_equals_separate_steps(isa, n):
+    t0 = RNG.standard_normal((50, n)).astype(np.float32)
+    t1 = (RNG.standard_normal((40, n)) + 30).astype(np.float32)  # a large mean
+    t2 = RNG.standard_normal((2, n)).astype(np.float32)
+    g = RNG.standard_normal(n).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    for shape in ((1, 1), (3, 7), (2, 97)):  # 194 rows: the parallel path for wide rows
+        i0 = RNG.integers(0, 50, shape)
+        i1 = np.ascontiguousarray(np.broadcast_to(np.arange(shape[1]) % 40, shape))
+        i2 = RNG.integers(0, 2, shape)
+        got = _ops.embedding_layer_norm(i0, t0, i1, t1, i2, t2, g, b, 1e-12)
+        x = _ops.embedding(i0, t0)
+        _ops.embedding(i1, t1, out=x, accumulate=True)
+        _ops.embedding(i2, t2, out=x, accumulate=True)
+        want = _ops.layer_norm(x, n, g, b, 1e-12)
+        assert got.shape == shape + (n,) and got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+        s = t0[i0].astype(np.float64) + t1[i1] + t2[i2]
+        np.testing.assert_allclose(
+            got, ref_layer_norm(s, g, b, 1e-12), rtol=1e-4, atol=2e-4 if n > 1 else 1e-6
+        )
+
+
+def test_embedding_layer_norm_declines_or_checks_before_reading():
+    t = RNG.standard_normal((10, 8)).astype(np.float32)
+    g = np.ones(8, np.float32)
+    ids = np.arange(6, dtype=np.int64).reshape(2, 3)
+    args = [ids, t, ids, t, ids, t, g, g]
+    assert _ops.embedding_layer_norm(*args, 1e-5) is not None
+    # other dtypes, layouts or widths: None (the caller takes the separate steps)
+    for pos, bad in (
+        (1, t.astype(np.float16)),
+        (0, np.asfortranarray(np.arange(6).reshape(2, 3))),
+        (2, ids.astype(np.int32)),
+        (3, t[:, :4].copy()),
+        (4, ids[:, :2].copy()),
+        (6, None),
+        (7, np.ones(7, np.float32)),
+    ):
+        a = list(args)
+        a[pos] = bad
+        assert _ops.embedding_layer_norm(*a, 1e-5) is None
+    for pos in (0, 2, 4):
+        a = list(args)
+        a[pos] = ids.copy()
+        a[pos][1, 2] = 10
+        with pytest.raises(IndexError, match=r"index 10 at position \(1, 2\).*10 rows"):
+            _ops.embedding_layer_norm(*a, 1e-5)
+    assert _ops.embedding_layer_norm(
+        np.zeros((0, 3), np.int64), t, np.zeros((0, 3), np.int64), t,
+        np.zeros((0, 3), np.int64), t, g, g, 1e-5,
+    ).shape == (0, 3, 8)
+
+
+@pytest.mark.parametrize(
+    "B, H, Lq, Lk, d", [(1, 12, 32, 32, 32), (2, 3, 7, 13, 5), (1, 1, 1, 1, 1), (3, 2, 33, 17, 16)]
+)
+def test_attention_fast_path_equals_general_path(isa, B, H, Lq, Lk, d):
+    """float32 without a mask or weights takes the fast path: the same kernel, bit for bit
+    what the general path (asked for the weights) gives."""
+    E = H * d
+    qkv = RNG.standard_normal((B, max(Lq, Lk), 3 * E)).astype(np.float32)
+    q, k, v = qkv[:, :Lq, :E], qkv[:, :Lk, E : 2 * E], qkv[:, :Lk, 2 * E :]
+    fast, none = _ops.attention(q, k, v, H)
+    general, _ = _ops.attention(q, k, v, H, need_weights=True)
+    assert none is None and fast.flags.c_contiguous and fast.shape == (B, Lq, E)
+    np.testing.assert_array_equal(fast, general)
+    np.testing.assert_allclose(
+        fast, ref_attention(q, k, v, H, None, 1 / math.sqrt(d))[0], rtol=1e-5, atol=2e-5
+    )
+    # a non-unit last stride or float64 input falls back to the general path
+    qt = np.ascontiguousarray(q.transpose(0, 2, 1)).transpose(0, 2, 1)
+    np.testing.assert_array_equal(_ops.attention(qt, k, v, H)[0], fast)
+    assert _ops.attention(q.astype(np.float64), k, v, H)[0].dtype == np.float64
+
+
+def test_row_ops_follow_the_gemm_back_off():
+    """While the GEMMs back off after contention the row ops run on the calling thread:
+    same results."""
+    from modulekit._ext import _gemm
+
+    q = RNG.standard_normal((4, 128, 384)).astype(np.float32)
+    want, _ = _ops.attention(q, q, q, 12)
+    ln_want = _ops.layer_norm(q, 384)
+    _gemm._reset_backoff()
+    try:
+        for _ in range(2):
+            _gemm._record_parallel_call(1000, 10_000_000)
+        assert _gemm._backing_off()
+        np.testing.assert_array_equal(_ops.attention(q, q, q, 12)[0], want)
+        np.testing.assert_array_equal(_ops.layer_norm(q, 384), ln_want)
+    finally:
+        _gemm._reset_backoff()

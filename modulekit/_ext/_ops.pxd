@@ -26,6 +26,10 @@ cdef extern from "ops/ops.h" nogil:
     ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows)
     void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
                    const void *table, void *out, size_t ldo, int accumulate, int nthreads)
+    void mk_embed3_layernorm_f32(int isa, size_t n, size_t dim, const int64_t *ids0,
+                                 const float *t0, const int64_t *ids1, const float *t1,
+                                 const int64_t *ids2, const float *t2, const float *gamma,
+                                 const float *beta, float eps, float *out, int nthreads)
     int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t d,
                          size_t dv, const float *q, ptrdiff_t qsb, ptrdiff_t qsr,
                          const float *k, ptrdiff_t ksb, ptrdiff_t ksr, const float *v,

@@ -23,6 +23,17 @@ def embedding(
     out: np.ndarray | None = None,
     accumulate: bool = False,
 ) -> np.ndarray: ...
+def embedding_layer_norm(
+    ids0: np.ndarray,
+    table0: np.ndarray,
+    ids1: np.ndarray,
+    table1: np.ndarray,
+    ids2: np.ndarray,
+    table2: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray,
+    eps: float,
+) -> np.ndarray | None: ...
 def attention(
     q: npt.ArrayLike,
     k: npt.ArrayLike,

@@ -8,24 +8,32 @@
 * :func:`attention`: fused multi-head attention, one head's scores per thread.
 * :func:`embedding`: embedding gather (float32/float64 tables, or float16/bfloat16 tables widened
   to float32), every index checked before anything is read.
+* :func:`embedding_layer_norm`: three float32 embedding rows summed and layer-normalised in one
+  pass per row (BERT's embeddings).
 
 Each function validates shapes, dtypes and strides in Python before the ``nogil`` kernel runs;
 float32 work dispatches on :func:`modulekit._ext._isa.get_isa`'s level, float64 work runs the
 portable C path. Work above ``PARALLEL_THRESHOLD`` elements runs on
-``modulekit.get_num_threads()`` OpenMP threads.
+``modulekit.get_num_threads()`` OpenMP threads, or on the calling thread while the GEMMs
+back off after contention.
 """
 
 cimport numpy as cnp
 import numpy as np
 from ml_dtypes import bfloat16 as _np_bfloat16
+from libc.math cimport sqrt
 from libc.stdint cimport int64_t
 
+from modulekit._ext._gemm import _backing_off as _gemm_backing_off
 from modulekit._ext._isa cimport active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 
 cnp.import_array()
 
-__all__ = ["PARALLEL_THRESHOLD", "attention", "layer_norm", "softmax_", "gelu", "embedding"]
+__all__ = [
+    "PARALLEL_THRESHOLD", "attention", "layer_norm", "softmax_", "gelu", "embedding",
+    "embedding_layer_norm",
+]
 
 # Below this many elements an op runs on the calling thread (a parallel region costs 1-15 us).
 PARALLEL_THRESHOLD = 1 << 15
@@ -37,8 +45,16 @@ _BF16 = np.dtype(_np_bfloat16)
 _I64 = np.dtype(np.int64)
 
 
-cdef inline int _threads(Py_ssize_t work) noexcept:
-    return effective_threads() if work >= PARALLEL_THRESHOLD else 1
+cdef inline int _threads(Py_ssize_t work) except -1:
+    """Threads for an op of ``work`` elements: one below PARALLEL_THRESHOLD, and one while the
+    GEMMs back off after contention (a descheduled worker would hold every barrier up to a
+    time slice; see ``_gemm._backing_off``), else ``effective_threads()``."""
+    if work < PARALLEL_THRESHOLD:
+        return 1
+    cdef int nt = effective_threads()
+    if nt > 1 and _gemm_backing_off():
+        return 1
+    return nt
 
 
 def _float_array(x, str what):
@@ -345,6 +361,82 @@ def embedding(ids, table, out=None, bint accumulate=False):
     return O
 
 
+cdef inline bint _i64_c(object a) noexcept:
+    """``a`` is a C-contiguous, aligned int64 ndarray."""
+    return (type(a) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_INT64
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a)
+            and cnp.PyArray_ISALIGNED(<cnp.ndarray>a))
+
+
+def embedding_layer_norm(ids0, table0, ids1, table1, ids2, table2, weight, bias, double eps):
+    """``layer_norm(table0[ids0] + table1[ids1] + table2[ids2])`` in one pass per row (BERT's
+    embeddings), or None when this fused path does not apply.
+
+    Parameters
+    ----------
+    ids0, ids1, ids2 : ndarray
+        C-contiguous int64 arrays of one shape; every value must be a row of its table, else
+        ``IndexError`` (all three checked before any row is read).
+    table0, table1, table2 : ndarray
+        2-D C-contiguous float32 tables of one width ``n``.
+    weight, bias : ndarray
+        C-contiguous float32, ``n`` values each.
+    eps : float
+
+    Returns
+    -------
+    ndarray or None
+        New float32 array of shape ``ids0.shape + (n,)``, equal bit for bit to gathering the
+        three rows with :func:`embedding` (accumulating in that order) and then
+        :func:`layer_norm`. None when any argument is of another dtype, layout or shape: the
+        caller then takes those separate steps (which convert or raise).
+    """
+    if not (_i64_c(ids0) and _i64_c(ids1) and _i64_c(ids2) and _f32_c(table0)
+            and _f32_c(table1) and _f32_c(table2) and _f32_c(weight) and _f32_c(bias)):
+        return None
+    cdef cnp.ndarray I0 = <cnp.ndarray>ids0, I1 = <cnp.ndarray>ids1, I2 = <cnp.ndarray>ids2
+    cdef cnp.ndarray T0 = <cnp.ndarray>table0, T1 = <cnp.ndarray>table1, T2 = <cnp.ndarray>table2
+    if (cnp.PyArray_NDIM(T0) != 2 or cnp.PyArray_NDIM(T1) != 2 or cnp.PyArray_NDIM(T2) != 2
+            or not cnp.PyArray_SAMESHAPE(I0, I1) or not cnp.PyArray_SAMESHAPE(I0, I2)):
+        return None
+    cdef Py_ssize_t n = T0.shape[1]
+    if (n <= 0 or T1.shape[1] != n or T2.shape[1] != n
+            or cnp.PyArray_SIZE(<cnp.ndarray>weight) != n
+            or cnp.PyArray_SIZE(<cnp.ndarray>bias) != n):
+        return None
+    cdef Py_ssize_t rows = cnp.PyArray_SIZE(I0)
+    cdef const int64_t *p0 = <const int64_t *>cnp.PyArray_DATA(I0)
+    cdef const int64_t *p1 = <const int64_t *>cnp.PyArray_DATA(I1)
+    cdef const int64_t *p2 = <const int64_t *>cnp.PyArray_DATA(I2)
+    cdef ptrdiff_t bad
+    cdef object ia, ta
+    for ia, ta in ((ids0, table0), (ids1, table1), (ids2, table2)):
+        with nogil:
+            bad = mk_ids_first_bad(<const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>ia), rows,
+                                   (<cnp.ndarray>ta).shape[0])
+        if bad >= 0:
+            raise IndexError(
+                f"embedding: index {int(ia.reshape(-1)[bad])} at position "
+                f"{tuple(int(i) for i in np.unravel_index(bad, ia.shape))} is out of range for "
+                f"a table of {ta.shape[0]} rows (valid: 0 to {ta.shape[0] - 1})")
+    shape = ids0.shape + (n,)
+    cdef cnp.ndarray out = np.empty(shape, dtype=_F32)
+    if rows == 0:
+        return out
+    cdef const float *pt0 = <const float *>cnp.PyArray_DATA(T0)
+    cdef const float *pt1 = <const float *>cnp.PyArray_DATA(T1)
+    cdef const float *pt2 = <const float *>cnp.PyArray_DATA(T2)
+    cdef const float *pg = <const float *>cnp.PyArray_DATA(<cnp.ndarray>weight)
+    cdef const float *pb = <const float *>cnp.PyArray_DATA(<cnp.ndarray>bias)
+    cdef float *po = <float *>cnp.PyArray_DATA(out)
+    cdef int nt = _threads(rows * n)
+    cdef int isa = <int>active_isa()
+    with nogil:
+        mk_embed3_layernorm_f32(isa, rows, n, p0, pt0, p1, pt1, p2, pt2, pg, pb, <float>eps, po,
+                                nt)
+    return out
+
+
 def _rows_view(x, str what, Py_ssize_t width_multiple, dt):
     """``x`` as a 3-D ``dt`` array with a unit-stride last axis (no copy when it has one)."""
     A = np.asarray(x)
@@ -362,6 +454,64 @@ def _rows_view(x, str what, Py_ssize_t width_multiple, dt):
             f"attention: {what} has {A.shape[2]} features, not divisible by num_heads="
             f"{width_multiple}")
     return A
+
+
+cdef inline bint _f32_rows3(object a, Py_ssize_t heads) noexcept:
+    """``a`` is an aligned 3-D float32 ndarray with a unit-stride last axis whose width splits
+    into ``heads`` heads and whose other strides are whole elements."""
+    if type(a) is not np.ndarray:
+        return False
+    cdef cnp.ndarray A = <cnp.ndarray>a
+    if (cnp.PyArray_TYPE(A) != cnp.NPY_FLOAT32 or cnp.PyArray_NDIM(A) != 3
+            or not cnp.PyArray_ISALIGNED(A)):
+        return False
+    return ((A.shape[2] <= 1 or A.strides[2] == 4) and A.strides[0] % 4 == 0
+            and A.strides[1] % 4 == 0 and A.shape[2] % heads == 0)
+
+
+cdef object _attention_f32_fast(object q, object k, object v, Py_ssize_t num_heads,
+                                object scale):
+    """attention's common case (float32 rows used in place, no mask, no weights: a
+    transformer layer's call) without the general path's conversions; None when anything
+    differs (the general path then converts or raises)."""
+    if not (_f32_rows3(q, num_heads) and _f32_rows3(k, num_heads)
+            and _f32_rows3(v, num_heads)):
+        return None
+    cdef cnp.ndarray Q = <cnp.ndarray>q, K = <cnp.ndarray>k, V = <cnp.ndarray>v
+    cdef Py_ssize_t B = Q.shape[0], Lq = Q.shape[1], E = Q.shape[2]
+    cdef Py_ssize_t Lk = K.shape[1], Ev = V.shape[2]
+    if (K.shape[0] != B or V.shape[0] != B or K.shape[2] != E or V.shape[1] != Lk
+            or Lq == 0 or Lk == 0 or B == 0 or Ev == 0):
+        return None
+    cdef Py_ssize_t d = E // num_heads, dv = Ev // num_heads
+    cdef double fscale
+    if scale is None:
+        fscale = 1.0 / sqrt(<double>d) if d else 1.0
+    else:
+        fscale = float(scale)
+    cdef cnp.npy_intp dims[3]
+    dims[0] = B
+    dims[1] = Lq
+    dims[2] = Ev
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(3, dims, cnp.NPY_FLOAT32, 0)
+    cdef Py_ssize_t work = B * num_heads * Lq * Lk * (d + dv) // 8
+    cdef int nt = _threads(work)
+    cdef int isa = <int>active_isa()
+    cdef int rc
+    cdef const float *pq = <const float *>cnp.PyArray_DATA(Q)
+    cdef const float *pk = <const float *>cnp.PyArray_DATA(K)
+    cdef const float *pv = <const float *>cnp.PyArray_DATA(V)
+    cdef float *po = <float *>cnp.PyArray_DATA(out)
+    cdef ptrdiff_t qsb = Q.strides[0] // 4, qsr = Q.strides[1] // 4
+    cdef ptrdiff_t ksb = K.strides[0] // 4, ksr = K.strides[1] // 4
+    cdef ptrdiff_t vsb = V.strides[0] // 4, vsr = V.strides[1] // 4
+    with nogil:
+        rc = mk_attention_f32(isa, B, num_heads, Lq, Lk, d, dv, pq, qsb, qsr, pk, ksb, ksr,
+                              pv, vsb, vsr, NULL, 0, 0, 0, <float>fscale, po, Lq * Ev, Ev,
+                              NULL, nt)
+    if rc != 0:
+        raise MemoryError("attention: could not allocate the per-thread scratch buffers")
+    return out
 
 
 def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_weights=False):
@@ -391,6 +541,10 @@ def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_we
     """
     if num_heads <= 0:
         raise ValueError(f"attention: num_heads must be positive, got {num_heads}")
+    if mask is None and not need_weights:
+        fast = _attention_f32_fast(q, k, v, num_heads, scale)
+        if fast is not None:
+            return fast, None
     dt = _F64 if _F64 in (np.asarray(q).dtype, np.asarray(k).dtype, np.asarray(v).dtype) else _F32
     cdef Py_ssize_t es = dt.itemsize
     Q = _rows_view(q, "q", num_heads, dt)

@@ -4,7 +4,9 @@
 384, 12 heads, intermediate 1536 (all-MiniLM-L6-v2's shape, random weights), at batch 1 with
 sequence 32 and 128 and batch 32 with sequence 128; modulekit loads the checkpoint that
 transformers' ``save_pretrained`` wrote. Peers run with the same thread count, interleaved
-round by round. onnxruntime is optional: the model is exported with ``torch.onnx.export``
+round by round, with an untimed 50 ms pause before each library's turn (as the conv and
+model benches do: onnxruntime's spinning workers otherwise slow the next library's calls).
+onnxruntime is optional: the model is exported with ``torch.onnx.export``
 (skipped with a message if that fails offline). Bars (issue #5): batch 32 seq 128 and batch 1
 seq 32 at <= 0.8x onnxruntime's time. When one is missed the per-layer profile is printed.
 """
@@ -19,7 +21,8 @@ import warnings
 import numpy as np
 
 import modulekit as mk
-from modulekit.bench._timing import interleaved, report, with_ratios
+from modulekit.bench._timing import report, with_ratios
+from modulekit.bench.conv import settled_interleaved
 from modulekit.models.bert import BertModel
 
 CONFIG = dict(
@@ -123,7 +126,9 @@ def run(quick=False):
                 funcs["onnxruntime"] = lambda f=feed: sess.run(None, f)
             work = batch * seq
             number = max(1, 2048 // work) if not quick else max(1, 256 // work)
-            res = interleaved(funcs, rounds=3 if quick else 9, number=number, warmup=1)
+            # a pause before each library's turn lets the previous one's spinning worker
+            # threads park (onnxruntime's take a core for tens of ms after a run)
+            res = settled_interleaved(funcs, rounds=3 if quick else 9, number=number)
             case = _case(batch, seq)
             flops = _flops(batch, seq)
             for impl, stats in res.items():

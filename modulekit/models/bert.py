@@ -9,6 +9,7 @@ torch or transformers needed. The module tree (``embeddings.word_embeddings``,
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, NamedTuple
@@ -17,6 +18,7 @@ import numpy as np
 
 from modulekit._ext import _ops
 from modulekit.checkpoint import load as _load_checkpoint
+from modulekit.dtypes import float32
 from modulekit.module import Module
 from modulekit.nn.modules._fused_linear import FusedLinears
 from modulekit.nn.modules.attention import attention
@@ -28,6 +30,8 @@ from modulekit.nn.modules.sparse import Embedding
 from modulekit.nn.modules.transformer import linear_act
 
 __all__ = ["BertConfig", "BertModel", "BertModelOutput", "mean_pool"]
+
+_F32 = np.dtype(np.float32)
 
 # hidden_act names of transformers' ACT2FN -> the GEMM epilogue computing them
 _ACTIVATIONS = {
@@ -145,6 +149,27 @@ class BertEmbeddings(Module):
     def forward(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
         """``input_ids``/``token_type_ids``: validated (B, L) int64 arrays -> (B*L, hidden)."""
         B, L = input_ids.shape
+        m = self._modules
+        ln = _plain_ln(m["LayerNorm"])
+        if ln is not None:
+            # float32 tables: the three rows summed and normalised in one pass per token
+            # (None for other dtypes; an index out of range raises below, named)
+            try:
+                x = _ops.embedding_layer_norm(
+                    np.ascontiguousarray(input_ids),
+                    _table(m["word_embeddings"]),
+                    _positions(B, L),
+                    _table(m["position_embeddings"]),
+                    np.ascontiguousarray(token_type_ids),
+                    _table(m["token_type_embeddings"]),
+                    ln[1],
+                    ln[2],
+                    ln[0].eps,
+                )
+            except IndexError:
+                x = None
+            if x is not None:
+                return x.reshape(B * L, -1)
         word = self.word_embeddings.weight.numpy()
         try:
             x = _ops.embedding(input_ids, word)
@@ -253,8 +278,82 @@ class BertLayer(Module):
 
     def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
         m = self._modules
+        parts = _plain_layer(m)
+        if parts is not None:  # no hooks anywhere in the layer: the kernels back to back
+            qkv, heads, dense1, ln1, dense2, act, dense3, ln2 = parts  # ln: (module, w, b)
+            h = x.shape[1]
+            y = qkv.forward(x)
+            if y is not None:
+                y = y.reshape(B, L, 3 * h)
+                ctx, _ = _ops.attention(
+                    y[:, :, :h], y[:, :, h : 2 * h], y[:, :, 2 * h :], heads, mask
+                )
+                del y  # temporaries die as early as in the module calls (large batches
+                # reuse their memory instead of mapping new pages)
+                a = _residual_ln(ln1, dense1._compute(ctx.reshape(B * L, h), "none", 0.0, 0.0), x)
+                del ctx
+                o = dense3._compute(dense2._compute(a, act, 0.0, 0.0), "none", 0.0, 0.0)
+                return _residual_ln(ln2, o, a)
         a = m["attention"](x, B, L, mask)
         return m["output"](m["intermediate"](a), a)
+
+
+def _plain_ln(ln):
+    """``(ln, weight, bias)`` (the arrays) when ``ln`` is a hook-free float32 LayerNorm with
+    weight and bias, else None. (Parameters read from ``_parameters``: the attribute fallback
+    through ``Module.__getattr__`` costs about 0.7 us a lookup.)"""
+    if type(ln) is not LayerNorm or ln._has_hooks:
+        return None
+    p = ln._parameters
+    w, b = p.get("weight"), p.get("bias")
+    if w is None or b is None or w.dtype is not float32 or b.dtype is not float32:
+        return None
+    return ln, w.numpy(), b.numpy()
+
+
+def _residual_ln(ln: tuple, y: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """``ln(y, residual=residual)`` for ``ln`` from :func:`_plain_ln`, straight to the kernel
+    when ``y`` is float32 (the module's own checks otherwise)."""
+    module, w, b = ln
+    if y.dtype == _F32:
+        return _ops.layer_norm(y, module._n, w, b, module.eps, residual)
+    return module(y, residual=residual)
+
+
+def _plain_layer(m: dict):
+    """The pieces of a BertLayer (children ``m``) whose modules are all the standard ones
+    without hooks, for running its kernels back to back: ``(qkv, heads, attention dense,
+    its LayerNorm, intermediate dense, activation, output dense, its LayerNorm)``; None when
+    a module was replaced or has hooks (the modules are then called one by one, so every hook
+    sees its call)."""
+    att, inter, out = m["attention"], m["intermediate"], m["output"]  # (children by name)
+    if (
+        type(att) is not BertAttention
+        or type(inter) is not BertIntermediate
+        or type(out) is not BertOutput
+        or att._has_hooks
+        or inter._has_hooks
+        or out._has_hooks
+    ):
+        return None
+    am = att._modules
+    sa, so = am["self"], am["output"]
+    if type(sa) is not BertSelfAttention or type(so) is not BertSelfOutput:
+        return None
+    if sa._has_hooks or so._has_hooks:
+        return None
+    sm, om = so._modules, out._modules
+    dense1, dense2, dense3 = sm["dense"], inter._modules["dense"], om["dense"]
+    for d in (dense1, dense2, dense3):
+        if type(d) is not Linear or d._has_hooks:
+            return None
+    ln1, ln2 = _plain_ln(sm["LayerNorm"]), _plain_ln(om["LayerNorm"])
+    if ln1 is None or ln2 is None:
+        return None
+    qkv = sa._qkv
+    if not qkv.usable():
+        return None
+    return qkv, sa.num_attention_heads, dense1, ln1, dense2, inter._act, dense3, ln2
 
 
 class BertEncoder(Module):
@@ -263,7 +362,7 @@ class BertEncoder(Module):
         self.layer = ModuleList([BertLayer(config) for _ in range(config.num_hidden_layers)])
 
     def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
-        for layer in self.layer:
+        for layer in self._modules["layer"]:
             x = layer(x, B, L, mask)
         return x
 
@@ -373,11 +472,29 @@ class BertModel(Module):
             if not (am == 1).all():
                 mask = (1.0 - am.astype(np.float32)) * np.finfo(np.float32).min
                 mask = mask.reshape(B, 1, 1, L)
-        x = self.embeddings(ids, tt)
-        x = self.encoder(x, B, L, mask)
+        m = self._modules  # (children by name: cheaper than attribute fallback lookups)
+        x = m["embeddings"](ids, tt)
+        x = m["encoder"](x, B, L, mask)
         hidden = x.reshape(B, L, -1)
-        pooled = self.pooler(hidden) if self.pooler is not None else None
+        pooler = m.get("pooler")
+        pooled = pooler(hidden) if pooler is not None else None
         return BertModelOutput(hidden, pooled)
+
+
+def _table(embedding) -> np.ndarray | None:
+    """An ``Embedding``'s weight array (None for another module)."""
+    if type(embedding) is not Embedding:
+        return None
+    return embedding._parameters["weight"].numpy()
+
+
+@functools.lru_cache(maxsize=8)
+def _positions(B: int, L: int) -> np.ndarray:
+    """Position ids ``0 .. L-1`` for each of ``B`` rows, C-contiguous int64 (read-only: shared
+    between calls)."""
+    pos = np.tile(np.arange(L, dtype=np.int64), B).reshape(B, L)
+    pos.flags.writeable = False
+    return pos
 
 
 def _gelu_like(y: np.ndarray, act: str) -> np.ndarray:

@@ -50,7 +50,13 @@ class RowsOf:
 
     @property
     def nbytes(self) -> int:
-        return 0 if self._own is None else self._own.nbytes
+        """This view's share of the stacked pack (its rows' part: the shares of a stack's
+        consecutive views add up to the stacked pack's size) plus its own pack, when used
+        alone."""
+        fused = self.fused
+        total, rows = fused.nbytes, fused.out_features
+        share = (total * self.r1) // rows - (total * self.r0) // rows if rows else 0
+        return share + (0 if self._own is None else self._own.nbytes)
 
     def _kernel(self):
         own = self._own

@@ -123,3 +123,20 @@ void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *id
         }
     }
 }
+
+void mk_embed3_layernorm_f32(int isa, size_t n, size_t dim, const int64_t *ids0,
+                             const float *t0, const int64_t *ids1, const float *t1,
+                             const int64_t *ids2, const float *t2, const float *gamma,
+                             const float *beta, float eps, float *out, int nthreads)
+{
+    const mk_ln_row_f32 row = ops_config(isa)->layernorm;
+    ptrdiff_t i, nn = (ptrdiff_t)n;
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    for (i = 0; i < nn; i++) {
+        const float *a = t0 + (size_t)ids0[i] * dim, *b = t1 + (size_t)ids1[i] * dim;
+        float *y = out + (size_t)i * dim;
+        for (size_t j = 0; j < dim; j++) y[j] = a[j] + b[j];
+        /* the layernorm row adds the third row as its residual, then normalises in place */
+        row(dim, y, t2 + (size_t)ids2[i] * dim, gamma, beta, eps, y);
+    }
+}

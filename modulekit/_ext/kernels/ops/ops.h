@@ -74,6 +74,16 @@ ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows);
 void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
                const void *table, void *out, size_t ldo, int accumulate, int nthreads);
 
+/* Embedding sum and LayerNorm in one pass per row (BERT's embeddings), float32 tables:
+ *   out[i, :] = layernorm(t0[ids0[i], :] + t1[ids1[i], :] + t2[ids2[i], :]) * gamma + beta
+ * (the sums in that order, so the result matches gathering, accumulating and normalising one
+ * after the other bit for bit). Tables are dim wide and C-contiguous; out rows dim apart;
+ * gamma/beta may be NULL. Every index must be in range (mk_ids_first_bad first). */
+void mk_embed3_layernorm_f32(int isa, size_t n, size_t dim, const int64_t *ids0,
+                             const float *t0, const int64_t *ids1, const float *t1,
+                             const int64_t *ids2, const float *t2, const float *gamma,
+                             const float *beta, float eps, float *out, int nthreads);
+
 /* float64 softmax row (portable C). */
 void mk_softmax_row_f64(size_t n, double *x, const double *mask, double scale);
 
