@@ -144,7 +144,8 @@ typedef struct {
     unsigned char *c;
     size_t ldc;
     const mk_epilogue *ep;
-    int direct; /* small-M path */
+    int direct;    /* small-M path */
+    int rowdirect; /* more rows, unit-stride A: MR-row direct kernels, A not packed */
 } mk_gemm_problem;
 
 void mk_gemm_problem_init(mk_gemm_problem *pr, const mk_gemm_config *cfg, size_t m, size_t n,
@@ -206,6 +207,11 @@ long long mk_gemm_now_ns(void);
 int mk_gemm_backing_off(long long *now);
 void mk_gemm_contention_account(long long start, long long end, long long waited);
 void mk_gemm_backoff_reset(void);
+
+/* Whether problems with more than MK_SMALLM_MAX rows and a unit-stride A run the MR-row
+ * direct kernels on A in place (1, the default) or pack A (0); returns the previous setting.
+ * Both give bit-identical results: for tests and benchmarks. */
+int mk_gemm_set_rowdirect(int on);
 
 /* Threads mk_gemm_run would use for this problem (for tests and benchmarks). */
 int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, int nthreads);
