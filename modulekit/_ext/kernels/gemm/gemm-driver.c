@@ -25,12 +25,6 @@
  * exceed this many bytes, so each core streams its share from its own L2. */
 #define MK_GEMM_PARALLEL_MIN_WEIGHT_BYTES (256u << 10)
 
-/* The small-M kernels prefetch the weights of their next call from this many rows on: with
- * fewer rows a call does too little arithmetic per weight line to hide a second stream, and
- * one row ran 10-30% slower with it (the hardware prefetcher alone serves a pure stream);
- * from 3 rows on it was 7-30% faster (batch 32 of MiniLM-size layers, weights from DRAM). */
-#define MK_GEMM_PREFETCH_MIN_ROWS 3
-
 static size_t mk_min(size_t a, size_t b) { return a < b ? a : b; }
 
 /* ---------------------------------------------------------------- contention back-off
@@ -164,13 +158,11 @@ int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t p0, si
         const size_t np = cfg->smallm_np[pr->m];
         for (size_t p = p0; p < p1; p += np) {
             const size_t cols = mk_min(mk_min(np, p1 - p) * nr, pr->n - p * nr);
-            /* prefetch the next call's panels while this one streams its own */
-            const size_t q = p + np;
-            const size_t pfl =
-                q < p1 && pr->m >= MK_GEMM_PREFETCH_MIN_ROWS ? mk_min(np, p1 - q) * pr->ps / 64 : 0;
+            /* no software prefetch here: prefetching the next call's panels made 3-8 rows
+             * 23-26% faster with the weights in DRAM (MiniLM-size layers) but 10-29% slower
+             * with them in L3 (a 1024 x 1024 layer), and one row slower in both */
             kern(cols, pr->k, pr->a, pr->rsa, pr->packed + p * pr->ps, pr->ps,
-                 pr->c + p * nr * es, pr->ldc, pr->ep, pfl ? pr->packed + q * pr->ps : NULL,
-                 pfl);
+                 pr->c + p * nr * es, pr->ldc, pr->ep, NULL, 0);
         }
         return 0;
     }
