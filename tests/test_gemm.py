@@ -481,3 +481,51 @@ def test_matmul_threads_tiles(isa, threads):
         d1 = _gemm.matmul(a64, b64)
         threads(2)
         np.testing.assert_array_equal(_gemm.matmul(a64, b64), d1)
+
+
+def _packed_path(f, *args):
+    """f(*args) with the row-direct path (unit-stride inputs of more than 8 rows) off."""
+    previous = _gemm._set_rowdirect(False)
+    try:
+        return f(*args)
+    finally:
+        _gemm._set_rowdirect(previous)
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+@pytest.mark.parametrize("act", ["none", "relu6", "gelu"])
+def test_rowdirect_matches_packed_path(isa, storage, act, threads):
+    """More than 8 rows of a unit-stride input run the MR-row direct kernels on the rows in
+    place (the remainder rows on the small-M kernel of their count, the 1-row one over panel
+    pairs): bit-identical to packing the input, for every row remainder, several MC row
+    blocks, K past one KC block, an odd panel count and a partial last panel, negative row
+    strides and both thread counts."""
+    rng = np.random.default_rng(16)
+    for m, n, k in ((9, 70, 33), (16, 97, 400), (17, 161, 1), (31, 33, 777), (33, 5, 64),
+                    (201, 130, 390), (40, 1100, 100)):
+        p, x = make(rng, m, n, k, storage)
+        big = rng.standard_normal((m, k + 3)).astype(p.compute_dtype)
+        inputs = {"contiguous": x, "row_gap": big[:, 2:k + 2], "neg_rows": big[::-1, :k]}
+        for nt in (1, 2):
+            threads(nt)
+            direct = {name: p.forward(xin, act, 0.0, 6.0) for name, xin in inputs.items()}
+            packed = {name: _packed_path(p.forward, xin, act, 0.0, 6.0)
+                      for name, xin in inputs.items()}
+            for name in inputs:
+                np.testing.assert_array_equal(direct[name], packed[name], err_msg=f"{name} {m}")
+        check(p, x, direct["contiguous"], "relu6" if act == "relu6" else act, 0.0, 6.0)
+
+
+def test_rowdirect_matmul_matches_packed_path(isa, threads):
+    """matmul with a unit-stride A (row-direct) equals the packed-A path bit for bit."""
+    rng = np.random.default_rng(17)
+    for m, k, n in ((300, 401, 77), (97, 1030, 45), (20, 64, 300), (257, 3, 129)):
+        for dt in (np.float32, np.float64):
+            a = rng.standard_normal((m, k)).astype(dt)
+            b = rng.standard_normal((k, n)).astype(dt)
+            for nt in (1, 2):
+                threads(nt)
+                y = _gemm.matmul(a, b)
+                y0 = _packed_path(_gemm.matmul, a, b)
+                np.testing.assert_array_equal(y, y0)
+                _matmul_check(a, b, y)

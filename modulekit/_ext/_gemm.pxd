@@ -69,6 +69,7 @@ cdef extern from "gemm/gemm.h" nogil:
     int mk_gemm_backing_off(long long *now)
     void mk_gemm_contention_account(long long start, long long end, long long waited)
     void mk_gemm_backoff_reset()
+    int mk_gemm_set_rowdirect(int on)
     int mk_gemm_chain_plan_threads(size_t nl, const mk_gemm_chain_layer *layers, size_t m,
                                    int nthreads)
     int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, const void *a,

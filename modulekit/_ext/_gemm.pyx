@@ -836,6 +836,15 @@ def _reset_backoff():
     mk_gemm_backoff_reset()
 
 
+def _set_rowdirect(bint on):
+    """Run problems of more than 8 rows with a unit-stride input on the row-direct kernels
+    (``True``, the default) or pack the input (``False``); returns the previous setting.
+
+    Both paths give bit-identical results (for tests and benchmarks).
+    """
+    return bool(mk_gemm_set_rowdirect(on))
+
+
 def _record_parallel_call(long long worked_ns, long long waited_ns):
     """Record a parallel call that worked and waited this long, ending now (for tests)."""
     cdef long long end = mk_gemm_now_ns()

@@ -3,14 +3,16 @@
  * columns) per call, the whole K in one pass, bias and epilogue fused. Each output element is
  * accumulated exactly as in the main kernel (bias first, then k in order), so results do not
  * depend on the batch size or on which path ran. For one row, two panels per call give four
- * independent FMA chains, so FMA latency does not bound the weight stream.
+ * independent FMA chains, so FMA latency does not bound the weight stream. The caller may
+ * name weights of a later call to prefetch into L2 meanwhile (pf, pfl: see gemm.h).
  * Parameters (undefined at the end): MK_FN, MK_SM, MK_NP, MK_NV, MK_WT, MK_LOADW(p). */
 
 #define MK_NR_ (MK_NV * V_N)
 #define MK_NA_ (MK_NP * MK_NV) /* accumulators per row */
 
 MK_TARGET void MK_FN(size_t nc, size_t k, const void *a_, ptrdiff_t lda, const void *panel_,
-                     size_t ps, void *c_, size_t ldc, const mk_epilogue *ep) {
+                     size_t ps, void *c_, size_t ldc, const mk_epilogue *ep, const void *pf,
+                     size_t pfl) {
     const MK_CT *restrict a = (const MK_CT *)a_; /* in: MK_SM rows, stride lda */
     MK_CT *restrict c = (MK_CT *)c_;             /* out: MK_SM x nc, nc <= MK_NP * NR */
     const MK_CT *ar[MK_SM];
@@ -39,7 +41,12 @@ MK_TARGET void MK_FN(size_t nc, size_t k, const void *a_, ptrdiff_t lda, const v
         for (int i = 0; i < MK_SM; i++) acc[i][v] = bv;
     }
 
+    const char *pfp = (const char *)pf;
+    size_t pfacc = 0; /* Bresenham: pfl lines over k iterations */
     for (size_t kk = 0; kk < k; kk++) {
+        if (pfl) {
+            for (pfacc += pfl; pfacc >= k; pfacc -= k, pfp += 64) __builtin_prefetch(pfp, 0, 2);
+        }
         V_T wv[MK_NA_];
 #pragma GCC unroll 8
         for (int v = 0; v < MK_NA_; v++)

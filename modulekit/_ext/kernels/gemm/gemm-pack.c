@@ -25,7 +25,15 @@ size_t mk_gemm_packed_size(const mk_gemm_config *cfg, size_t n, size_t k) {
     do {                                                                                  \
         const T *src = (const T *)b + (ptrdiff_t)n0 * cs;                                 \
         T *w = (T *)(panel + nr * cfg->esize);                                            \
-        if (cs == 1) {                                                                    \
+        if (cs == 1 && ncols * sizeof(T) == 128) {                                        \
+            /* full panel rows of 128 bytes (NR = 32 float32, 16 float64, 64 16-bit):     \
+             * a fixed-size copy the compiler inlines instead of a memcpy call per row */  \
+            for (size_t kk = 0; kk < k; kk++)                                             \
+                memcpy(w + kk * nr, src + (ptrdiff_t)kk * rs, 128);                       \
+        } else if (cs == 1 && ncols * sizeof(T) == 64) {                                  \
+            for (size_t kk = 0; kk < k; kk++)                                             \
+                memcpy(w + kk * nr, src + (ptrdiff_t)kk * rs, 64);                        \
+        } else if (cs == 1) {                                                             \
             for (size_t kk = 0; kk < k; kk++) {                                           \
                 memcpy(w + kk * nr, src + (ptrdiff_t)kk * rs, ncols * sizeof(T));         \
                 if (ncols < nr) memset(w + kk * nr + ncols, 0, (nr - ncols) * sizeof(T)); \

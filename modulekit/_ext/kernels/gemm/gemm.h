@@ -66,10 +66,13 @@ typedef void (*mk_gemm_ukernel)(size_t mr, size_t nc, size_t kc, const void *a, 
 /* Small-M microkernel (one per row count m = 1..MK_SMALLM_MAX): the whole K, A read in place.
  *   a: m rows, row stride lda elements (any sign), unit stride along K;
  *   panel: the first of smallm_np[m] adjacent packed panels ([bias[NR]][K x NR]), ps bytes
- *   apart; c: m rows of stride ldc; nc <= smallm_np[m] * NR columns; ep never NULL. */
+ *   apart; c: m rows of stride ldc; nc <= smallm_np[m] * NR columns; ep never NULL;
+ *   pf, pfl: pfl 64-byte lines from pf to prefetch into L2, spread evenly over the k loop
+ *   (the weights a later call reads, so their DRAM stream overlaps this call's FMAs; pf is
+ *   only prefetched, never read; pfl 0 for none). */
 typedef void (*mk_gemm_smallm_ukernel)(size_t nc, size_t k, const void *a, ptrdiff_t lda,
                                        const void *panel, size_t ps, void *c, size_t ldc,
-                                       const mk_epilogue *ep);
+                                       const mk_epilogue *ep, const void *pf, size_t pfl);
 
 /* Activation packing: rows [0, mc) x columns [0, kc) of A (element (i, k) at
  * a + i * rs + k * cs, strides in elements) into MR-row micro-panels, k-major:
@@ -144,7 +147,8 @@ typedef struct {
     unsigned char *c;
     size_t ldc;
     const mk_epilogue *ep;
-    int direct; /* small-M path */
+    int direct;    /* small-M path */
+    int rowdirect; /* more rows, unit-stride A: MR-row direct kernels, A not packed */
 } mk_gemm_problem;
 
 void mk_gemm_problem_init(mk_gemm_problem *pr, const mk_gemm_config *cfg, size_t m, size_t n,
@@ -206,6 +210,11 @@ long long mk_gemm_now_ns(void);
 int mk_gemm_backing_off(long long *now);
 void mk_gemm_contention_account(long long start, long long end, long long waited);
 void mk_gemm_backoff_reset(void);
+
+/* Whether problems with more than MK_SMALLM_MAX rows and a unit-stride A run the MR-row
+ * direct kernels on A in place (1, the default) or pack A (0); returns the previous setting.
+ * Both give bit-identical results: for tests and benchmarks. */
+int mk_gemm_set_rowdirect(int on);
 
 /* Threads mk_gemm_run would use for this problem (for tests and benchmarks). */
 int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, int nthreads);
