@@ -85,57 +85,86 @@ class InvertedResidual(Module):
         mods = list(self.conv._modules.values())
         yield mods[-2], mods[-1], None
 
-    def _fused_block(self, x):
-        """The three folded convolutions as one banded call (``_conv.inverted_residual``), or
-        None when the block must run layer by layer: training mode, a norm without running
-        statistics, a hook on any of its modules, a non-float32 model, or an expanded tensor
-        smaller than ``FUSE_MIN_BYTES``.
-
-        The walk over the block's modules is planned once and reused while the block holds the
-        same modules (a replaced layer re-plans); the folded weights come from each
-        convolution's cache, which a reload or a cast clears.
-        """
+    def _plan_block(self):
+        """Plan the fused call: the block's structure (children and grandchildren, checked on
+        every call), every module in it (for hooks and the training flag), the norms, and the
+        folded kernels with the convolution caches they came from, wrapped in an
+        ``InvertedResidualPlan``; None when a kernel is not float32 or a norm has no running
+        statistics (the block runs layer by layer)."""
         seq = self._modules["conv"]
         children = tuple(seq._modules.values())
-        plan = self.__dict__.get("_invres_plan")
-        if (
-            plan is None
-            or len(plan[0]) != len(children)
-            or any(a is not b for a, b in zip(plan[0], children))
-        ):
-            steps = [(m._modules["0"], m._modules["1"], "relu6") for m in children[:-2]]
-            steps.append((children[-2], children[-1], None))
-            grand = tuple((m, m._modules["0"], m._modules["1"]) for m in children[:-2])
-            plan = (children, tuple(steps), tuple(seq.modules()), grand)
-            self.__dict__["_invres_plan"] = plan
-        _, steps, every, grand = plan
-        for m, conv, bn in grand:
-            if m._modules["0"] is not conv or m._modules["1"] is not bn:
-                self.__dict__["_invres_plan"] = None
-                return self._fused_block(x)
-        for m in every:
-            if m._has_hooks or m.training:
-                return None
-        shape = np.shape(x)
-        if len(shape) != 4:
-            return None
-        if steps[-2][0].in_channels * shape[2] * shape[3] * 4 < FUSE_MIN_BYTES:
-            return None
-        packed = []
+        steps = [(m._modules["0"], m._modules["1"], "relu6") for m in children[:-2]]
+        steps.append((children[-2], children[-1], None))
+        grand = tuple((m, tuple(m._modules.values())) for m in children[:-2])
+        packed, caches = [], []
         for conv, bn, act in steps:
             if bn._buffers.get("running_mean") is None:
                 return None
-            # the folded kernel from the convolution's cache (what _fused_packed returns; it
-            # builds it on a miss)
-            cache = conv._fused
-            p = cache.get((id(bn), act)) if cache is not None else None
-            if p is None:
-                p = conv._fused_packed(bn, act)
+            p = conv._fused_packed(bn, act)
             if p.storage != "float32":
                 return None
             packed.append(p)
+            caches.append((conv, conv._fused))
         expand = packed[0] if len(packed) == 3 else None
-        return _conv.inverted_residual(x, expand, packed[-2], packed[-1], self.use_res_connect)
+        kernel = _conv.InvertedResidualPlan(expand, packed[-2], packed[-1], self.use_res_connect)
+        return (
+            seq, children, grand, tuple(seq.modules()), tuple(bn for _, bn, _ in steps),
+            tuple(caches), kernel, steps[-2][0].in_channels,
+        )
+
+    def _fused_block(self, x):
+        """The three folded convolutions as one banded call (``_conv.InvertedResidualPlan``),
+        or None when the block must run layer by layer: training mode, a norm without running
+        statistics, a hook on any of its modules, a non-float32 model, an input that is not
+        4-D, or an expanded tensor smaller than ``FUSE_MIN_BYTES``.
+
+        The plan is made once and reused while the block holds the same modules and each
+        convolution the same cache of folded kernels (a replaced layer, a reload or a cast
+        re-plans); a call checks only that, the hooks and training flags, and the norms'
+        statistics: this runs 17 times per MobileNetV2 forward, with its objects cold.
+        """
+        d = self.__dict__
+        plan = d.get("_invres_plan")
+        seq = self._modules["conv"]
+        if plan is not None and (
+            plan[0] is not seq or tuple(seq._modules.values()) != plan[1]
+        ):
+            plan = None
+        if plan is not None:
+            for m, kids in plan[2]:
+                if tuple(m._modules.values()) != kids:
+                    plan = None
+                    break
+        if plan is not None:
+            for conv, cache in plan[5]:
+                if conv._fused is not cache:
+                    plan = None
+                    break
+        if plan is None:
+            for m in seq.modules():
+                if m._has_hooks or m.training:
+                    return None
+            plan = self._plan_block()
+            d["_invres_plan"] = plan
+            if plan is None:
+                return None
+        for m in plan[3]:
+            if m._has_hooks or m.training:
+                return None
+        for bn in plan[4]:
+            if bn._buffers.get("running_mean") is None:
+                return None
+        if type(x) is np.ndarray:
+            if x.ndim != 4:
+                return None
+            shape = x.shape
+        else:
+            shape = np.shape(x)
+            if len(shape) != 4:
+                return None
+        if FUSE_MIN_BYTES and plan[7] * shape[2] * shape[3] * 4 < FUSE_MIN_BYTES:
+            return None
+        return plan[6](x)
 
     def forward(self, x):
         y = self._fused_block(x)
