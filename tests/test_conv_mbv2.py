@@ -248,6 +248,10 @@ def test_mobilenetv2_block_plan_follows_changes(rng):
         for a, b, c in zip(fused, fused_again, unfused):
             np.testing.assert_array_equal(a, c)
             np.testing.assert_array_equal(b, c)
+        # the whole model: its blocks checked up front (MobileNetV2._fused_features)
+        whole = model(x)
+        mm.FUSE_MIN_BYTES = 0
+        np.testing.assert_array_equal(model(x), whole)
         return fused[4]
 
     try:
@@ -267,7 +271,11 @@ def test_mobilenetv2_block_plan_follows_changes(rng):
         calls = []
         model.features[6].conv[0].register_forward_hook(lambda *a: calls.append(1))
         both()
-        assert calls == [1, 1, 1]
+        assert calls == [1, 1, 1, 1, 1]
+        # a hook on the first layer (run as a module): the model runs features as usual
+        model.features[0].register_forward_hook(lambda *a: calls.append(0))
+        both()
+        assert calls == [1] * 5 + [0, 1] * 5
         pooled = features()[-1].mean((2, 3))
         np.testing.assert_allclose(model(x), model.classifier(pooled), rtol=1e-5, atol=1e-6)
     finally:
