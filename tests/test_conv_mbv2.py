@@ -272,10 +272,16 @@ def test_mobilenetv2_block_plan_follows_changes(rng):
         model.features[6].conv[0].register_forward_hook(lambda *a: calls.append(1))
         both()
         assert calls == [1, 1, 1, 1, 1]
+        # a hook on block 7 itself: it still runs fused (its __call__ runs the hook)
+        model.features[7].register_forward_hook(lambda *a: calls.append(7))
+        both()
+        assert calls == [1] * 5 + [1, 7] * 5
+        assert model.features[7]._fused_kernel() is not None
+        del calls[:]
         # a hook on the first layer (run as a module): the model runs features as usual
         model.features[0].register_forward_hook(lambda *a: calls.append(0))
         both()
-        assert calls == [1] * 5 + [0, 1] * 5
+        assert calls == [0, 1, 7] * 5
         pooled = features()[-1].mean((2, 3))
         np.testing.assert_allclose(model(x), model.classifier(pooled), rtol=1e-5, atol=1e-6)
     finally:
