@@ -177,6 +177,117 @@ def test_inverted_residual_float64_and_errors(rng):
         _conv.inverted_residual(np.zeros((1, 5, 8, 8), np.float32), pe, pd, pp, False)
 
 
+def test_inverted_residual_plan_reuse(isa, rng):
+    """One plan over inputs whose shape, batch, layout, dtype and the thread count change
+    between calls: each call equals a fresh one and the unfused layers, and a wrong channel
+    count after a successful call with the same N, H, W still raises."""
+    import modulekit
+
+    _, _, _, (pe, pd, pp) = _block(rng, 6, 6, 6, 1)
+    plan = _conv.InvertedResidualPlan(pe, pd, pp, True)
+    assert plan.residual and plan.expand is pe and plan.dw is pd and plan.project is pp
+    before = modulekit.get_num_threads()
+    try:
+        for n, h, w, threads in [
+            (1, 9, 11, 2), (1, 9, 11, 2), (2, 9, 11, 2), (1, 9, 11, 1), (1, 5, 7, 2),
+            (1, 9, 11, 3), (3, 1, 1, 2), (1, 9, 11, 2),
+        ]:
+            modulekit.set_num_threads(threads)
+            x = rng.standard_normal((n, 6, h, w)).astype(np.float32)
+            u = pp.forward(pd.forward(pe.forward(x, "relu6"), "relu6"), None, x)
+            np.testing.assert_array_equal(plan(x), u)
+            np.testing.assert_array_equal(plan(x), _conv.inverted_residual(x, pe, pd, pp, True))
+            # a strided view, float64 and a nested list of the same values, band rows forced
+            xv = np.repeat(x, 2, axis=3)[:, :, :, ::2]
+            np.testing.assert_array_equal(plan(xv), u)
+            np.testing.assert_array_equal(plan(x.astype(np.float64)), u)
+            np.testing.assert_array_equal(plan(x.tolist()), u)
+            np.testing.assert_array_equal(plan(x, band_rows=2), u)
+            np.testing.assert_array_equal(plan(x), u)
+    finally:
+        modulekit.set_num_threads(before)
+    with pytest.raises(ValueError, match="expected input with 6 channels"):
+        plan(np.zeros((1, 5, 9, 11), np.float32))
+    with pytest.raises(ValueError, match="do not chain"):
+        _conv.InvertedResidualPlan(pe, pd, pe)
+
+
+def test_mobilenetv2_block_plan_follows_changes(rng):
+    """A block's fused plan is checked on every call: a norm losing its running statistics,
+    a replaced layer or a hook on a layer after fused calls make the block run layer by
+    layer (or re-plan), as the unfused model does."""
+    from modulekit import nn
+    from modulekit.models import mobilenetv2 as mm
+
+    model = mm.MobileNetV2(num_classes=10)
+    state = {}
+    for k, v in model.state_dict().items():
+        a = np.asarray(v)
+        if k.endswith("running_var"):
+            state[k] = rng.uniform(0.5, 1.5, a.shape).astype(a.dtype)
+        elif a.dtype.kind == "f":
+            state[k] = (rng.standard_normal(a.shape) * 0.1).astype(a.dtype)
+    model.load_state_dict(state, strict=False)
+    model.eval().initialize()
+    x = rng.standard_normal((1, 3, 40, 40)).astype(np.float32)
+    saved = mm.FUSE_MIN_BYTES
+
+    def features():  # every block's output
+        y, out = x, []
+        for block in model.features:
+            y = block(y)
+            out.append(y)
+        return out
+
+    def both():
+        mm.FUSE_MIN_BYTES = 0
+        fused = features()
+        fused_again = features()
+        mm.FUSE_MIN_BYTES = 1 << 62
+        unfused = features()
+        for a, b, c in zip(fused, fused_again, unfused):
+            np.testing.assert_array_equal(a, c)
+            np.testing.assert_array_equal(b, c)
+        # the whole model: its blocks checked up front (MobileNetV2._fused_features)
+        whole = model(x)
+        mm.FUSE_MIN_BYTES = 0
+        np.testing.assert_array_equal(model(x), whole)
+        return fused[4]
+
+    try:
+        first = both()
+        # a new projection layer (other weights) in block 4
+        old = model.features[4].conv[2]
+        new = nn.Conv2d(old.in_channels, old.out_channels, 1, bias=False)
+        shape = (old.out_channels, old.in_channels, 1, 1)
+        new.load_state_dict({"weight": rng.standard_normal(shape).astype(np.float32)})
+        model.features[4].conv[2] = new
+        assert not np.array_equal(both(), first)
+        # block 5's depthwise norm without running statistics: batch statistics, unfused
+        model.features[5].conv[1][1].running_mean = None
+        model.features[5].conv[1][1].running_var = None
+        both()
+        # a hook on block 6's expand layer
+        calls = []
+        model.features[6].conv[0].register_forward_hook(lambda *a: calls.append(1))
+        both()
+        assert calls == [1, 1, 1, 1, 1]
+        # a hook on block 7 itself: it still runs fused (its __call__ runs the hook)
+        model.features[7].register_forward_hook(lambda *a: calls.append(7))
+        both()
+        assert calls == [1] * 5 + [1, 7] * 5
+        assert model.features[7]._fused_kernel() is not None
+        del calls[:]
+        # a hook on the first layer (run as a module): the model runs features as usual
+        model.features[0].register_forward_hook(lambda *a: calls.append(0))
+        both()
+        assert calls == [0, 1, 7] * 5
+        pooled = features()[-1].mean((2, 3))
+        np.testing.assert_allclose(model(x), model.classifier(pooled), rtol=1e-5, atol=1e-6)
+    finally:
+        mm.FUSE_MIN_BYTES = saved
+
+
 def test_mobilenetv2_fused_blocks_match_unfused(rng):
     from modulekit.models import mobilenetv2 as mm
 

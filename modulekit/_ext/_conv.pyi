@@ -102,3 +102,17 @@ def inverted_residual(
     residual: bool = False,
     band_rows: int = 0,
 ) -> np.ndarray: ...
+
+class InvertedResidualPlan:
+    expand: PackedConv2d | None
+    dw: PackedConv2d
+    project: PackedConv2d
+    residual: bool
+    def __init__(
+        self,
+        expand: PackedConv2d | None,
+        dw: PackedConv2d,
+        project: PackedConv2d,
+        residual: bool = False,
+    ) -> None: ...
+    def __call__(self, x: ArrayLike, band_rows: int = 0) -> np.ndarray: ...
