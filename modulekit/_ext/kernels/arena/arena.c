@@ -176,21 +176,25 @@ static inline mk_blk *large_header(const void *ptr) { return (mk_blk *)ptr - 1; 
 static inline mk_small *small_header(const void *ptr) { return (mk_small *)ptr - 1; }
 static inline uint64_t block_magic(const void *ptr) { return ((const uint64_t *)ptr)[-1]; }
 
+/* Unlink the idle block at *link onto the list *out, counting it in *counter (lock held). */
+static void detach(mk_blk **link, mk_blk **out, uint64_t *counter)
+{
+    mk_blk *b = *link;
+    *link = b->next;
+    st.idle_bytes -= b->map_len;
+    st.idle_blocks--;
+    (*counter)++;
+    b->next = *out;
+    *out = b;
+}
+
 /* Detach idle blocks, largest first, until idle_bytes <= limit; returns them (lock held). */
 static mk_blk *evict_over_limit(void)
 {
     mk_blk *out = NULL;
-    for (int c = MK_NCLS - 1; c >= 0 && st.idle_bytes > st.limit_bytes; c--) {
-        while (free_lists[c] && st.idle_bytes > st.limit_bytes) {
-            mk_blk *b = free_lists[c];
-            free_lists[c] = b->next;
-            st.idle_bytes -= b->map_len;
-            st.idle_blocks--;
-            st.evictions++;
-            b->next = out;
-            out = b;
-        }
-    }
+    for (int c = MK_NCLS - 1; c >= 0 && st.idle_bytes > st.limit_bytes; c--)
+        while (free_lists[c] && st.idle_bytes > st.limit_bytes)
+            detach(&free_lists[c], &out, &st.evictions);
     return out;
 }
 
@@ -201,36 +205,22 @@ static mk_blk *expire_stale(void)
     for (int c = 0; c < MK_NCLS; c++) {
         mk_blk **link = &free_lists[c];
         while (*link) {
-            mk_blk *b = *link;
-            if (st.ticks - b->free_tick > st.max_idle_ticks) {
-                *link = b->next;
-                st.idle_bytes -= b->map_len;
-                st.idle_blocks--;
-                st.expired++;
-                b->next = out;
-                out = b;
-            } else {
-                link = &b->next;
-            }
+            if (st.ticks - (*link)->free_tick > st.max_idle_ticks)
+                detach(link, &out, &st.expired);
+            else
+                link = &(*link)->next;
         }
     }
     return out;
 }
 
+/* Detach every idle block (lock held). */
 static mk_blk *detach_all(void)
 {
     mk_blk *out = NULL;
-    for (int c = 0; c < MK_NCLS; c++) {
-        while (free_lists[c]) {
-            mk_blk *b = free_lists[c];
-            free_lists[c] = b->next;
-            st.idle_bytes -= b->map_len;
-            st.idle_blocks--;
-            st.released++;
-            b->next = out;
-            out = b;
-        }
-    }
+    for (int c = 0; c < MK_NCLS; c++)
+        while (free_lists[c])
+            detach(&free_lists[c], &out, &st.released);
     return out;
 }
 
