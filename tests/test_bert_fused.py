@@ -273,6 +273,37 @@ def test_embeddings_fused_pass_matches_separate_steps():
     )
 
 
+@pytest.mark.parametrize(
+    "name", ["word_embeddings", "position_embeddings", "token_type_embeddings"]
+)
+def test_hooked_or_replaced_embedding_table_is_called(name):
+    """A hook on one of the three tables sees its call (the tables are then called as
+    modules), with the fused pass's result; a replaced table is used."""
+    m, _ = _model()
+    rng = np.random.default_rng(6)
+    ids = rng.integers(0, CFG["vocab_size"], (2, 5))
+    tt = rng.integers(0, 2, (2, 5))
+    want = m.embeddings(ids, tt)
+    table = getattr(m.embeddings, name)
+    seen = []
+    h = table.register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    np.testing.assert_array_equal(m.embeddings(ids, tt), want)
+    h.remove()
+    assert seen == [(2, 5, 48)]
+    calls = []
+
+    class Tagged(type(table)):
+        def forward(self, x):
+            calls.append(x.shape)
+            return super().forward(x)
+
+    tagged = Tagged.__new__(Tagged)
+    tagged.__dict__.update(table.__dict__)
+    setattr(m.embeddings, name, tagged)
+    np.testing.assert_array_equal(m.embeddings(ids, tt), want)
+    assert calls == [(2, 5)]
+
+
 def test_rows_of_nbytes_reports_the_stacked_weights():
     m, _ = _model()
     ids, mask = _inputs()

@@ -150,6 +150,13 @@ class BertEmbeddings(Module):
         """``input_ids``/``token_type_ids``: validated (B, L) int64 arrays -> (B*L, hidden)."""
         B, L = input_ids.shape
         m = self._modules
+        tables = (m["word_embeddings"], m["position_embeddings"], m["token_type_embeddings"])
+        if not all(type(e) is Embedding and not e._has_hooks for e in tables):
+            # a replaced or hooked table: the modules are called, so each hook sees its call
+            word, pos, typ = tables
+            x = word(input_ids) + pos(_positions(B, L)) + typ(token_type_ids)
+            return m["LayerNorm"](x.reshape(B * L, -1))
+        word, pos, typ = (e._parameters["weight"].numpy() for e in tables)
         ln = _plain_ln(m["LayerNorm"])
         if ln is not None:
             # float32 tables: the three rows summed and normalised in one pass per token
@@ -157,11 +164,11 @@ class BertEmbeddings(Module):
             try:
                 x = _ops.embedding_layer_norm(
                     np.ascontiguousarray(input_ids),
-                    _table(m["word_embeddings"]),
+                    word,
                     _positions(B, L),
-                    _table(m["position_embeddings"]),
+                    pos,
                     np.ascontiguousarray(token_type_ids),
-                    _table(m["token_type_embeddings"]),
+                    typ,
                     ln[1],
                     ln[2],
                     ln[0].eps,
@@ -170,20 +177,16 @@ class BertEmbeddings(Module):
                 x = None
             if x is not None:
                 return x.reshape(B * L, -1)
-        word = self.word_embeddings.weight.numpy()
         try:
             x = _ops.embedding(input_ids, word)
         except IndexError as exc:
             raise IndexError(f"BertModel: input_ids: {exc}") from None
-        pos = np.broadcast_to(np.arange(L, dtype=np.int64), (B, L))
-        _ops.embedding(pos, self.position_embeddings.weight.numpy(), out=x, accumulate=True)
+        _ops.embedding(_positions(B, L), pos, out=x, accumulate=True)
         try:
-            _ops.embedding(
-                token_type_ids, self.token_type_embeddings.weight.numpy(), out=x, accumulate=True
-            )
+            _ops.embedding(token_type_ids, typ, out=x, accumulate=True)
         except IndexError as exc:
             raise IndexError(f"BertModel: token_type_ids: {exc}") from None
-        return self.LayerNorm(x.reshape(B * L, -1))
+        return m["LayerNorm"](x.reshape(B * L, -1))
 
 
 class BertSelfAttention(Module):
@@ -479,13 +482,6 @@ class BertModel(Module):
         pooler = m.get("pooler")
         pooled = pooler(hidden) if pooler is not None else None
         return BertModelOutput(hidden, pooled)
-
-
-def _table(embedding) -> np.ndarray | None:
-    """An ``Embedding``'s weight array (None for another module)."""
-    if type(embedding) is not Embedding:
-        return None
-    return embedding._parameters["weight"].numpy()
 
 
 @functools.lru_cache(maxsize=8)
