@@ -529,3 +529,24 @@ def test_rowdirect_matmul_matches_packed_path(isa, threads):
                 y0 = _packed_path(_gemm.matmul, a, b)
                 np.testing.assert_array_equal(y, y0)
                 _matmul_check(a, b, y)
+
+
+@pytest.mark.skipif(not _openmp_helpers.openmp_enabled(), reason="built without OpenMP")
+def test_matmul_pipelined_packing(isa, threads):
+    """Threaded row-direct matmul packs B in chunks of panels while the team computes the
+    chunks already packed (MC-row tiles per chunk from the chunk's own counter): bit-identical
+    to one thread and to the packed-A path, for many chunks, a partial last chunk and panel,
+    fewer rows than one MC block, negative row strides and float64."""
+    rng = np.random.default_rng(18)
+    for m, k, n in ((600, 50, 1001), (130, 300, 259), (64, 129, 100), (1000, 7, 1999)):
+        for dt in (np.float32, np.float64):
+            big = rng.standard_normal((m, k + 2)).astype(dt)
+            b = rng.standard_normal((k, n)).astype(dt)
+            for a in (big[:, :k], big[::-1, 1:k + 1]):
+                threads(1)
+                y1 = _gemm.matmul(a, b)
+                threads(2)
+                y2 = _gemm.matmul(a, b)
+                np.testing.assert_array_equal(y2, y1, err_msg=f"{m} {k} {n}")
+                np.testing.assert_array_equal(y2, _packed_path(_gemm.matmul, a, b))
+                _matmul_check(a, b, y2)

@@ -408,6 +408,86 @@ static void mk_mm_release(void *buf) {
     if (buf != mk_tl_bbuf) free(buf);
 }
 
+/* Spin until *flag is nonzero (pause, then yield: the thread it waits for may need this
+ * core). */
+static void mk_mm_wait(const size_t *flag) {
+    for (unsigned spins = 0; !__atomic_load_n(flag, __ATOMIC_ACQUIRE); spins++) {
+        if (spins < 4096) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+/* Panels per chunk of the pipelined matmul (at most MK_MM_PIPE_MAX chunks), and how many
+ * chunks packing may run ahead of the chunk being computed. */
+#define MK_MM_PIPE_CHUNK 4
+#define MK_MM_PIPE_MAX 256
+#define MK_MM_PIPE_AHEAD 2
+
+/* The row-direct matmul on a team of nt threads, packing B pipelined with the compute:
+ * B is packed in chunks of panels, claimed in order from a shared counter up to
+ * MK_MM_PIPE_AHEAD chunks past the one being computed; as soon as chunk j is packed, the
+ * threads compute it in MC-row tiles from its own counter, and a thread moves on to chunk
+ * j + 1 without waiting for the others. Every element is computed by the same kernel call
+ * sequence over the whole K as in mk_gemm_run, so the result is bit-identical to it.
+ * Returns the time the master spent waiting for packed chunks (ns). */
+static long long mk_mm_pipelined(const mk_gemm_problem *pr, const void *b, ptrdiff_t rsb,
+                                 ptrdiff_t csb, int nt, long long *master_done, int *status) {
+    const mk_gemm_config *cfg = pr->cfg;
+    const size_t nr = cfg->nr, mr = cfg->mr, ws = cfg->wsize;
+    const size_t panels = (pr->n + nr - 1) / nr;
+    size_t cp = (panels + MK_MM_PIPE_MAX - 1) / MK_MM_PIPE_MAX;
+    if (cp < MK_MM_PIPE_CHUNK) cp = MK_MM_PIPE_CHUNK;
+    const size_t nch = (panels + cp - 1) / cp;
+    const size_t rows_per = (cfg->mc + mr - 1) / mr * mr;
+    const size_t units = (pr->m + rows_per - 1) / rows_per;
+    size_t ready[MK_MM_PIPE_MAX], next[MK_MM_PIPE_MAX], claimed = 0;
+    memset(ready, 0, nch * sizeof ready[0]);
+    memset(next, 0, nch * sizeof next[0]);
+    long long waited = 0;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num();
+        int rc = 0;
+        for (size_t j = 0; j < nch; j++) {
+            for (;;) { /* pack ahead */
+                size_t ch = __atomic_load_n(&claimed, __ATOMIC_RELAXED);
+                if (ch >= nch || ch > j + MK_MM_PIPE_AHEAD) break;
+                if (!__atomic_compare_exchange_n(&claimed, &ch, ch + 1, 0, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED))
+                    continue;
+                const size_t p0 = ch * cp, n0 = p0 * nr;
+                mk_gemm_pack(cfg, mk_min(cp * nr, pr->n - n0), pr->k,
+                             (const unsigned char *)b + (ptrdiff_t)n0 * csb * (ptrdiff_t)ws,
+                             rsb, csb, NULL, (unsigned char *)pr->packed + p0 * pr->ps, 1);
+                __atomic_store_n(&ready[ch], 1, __ATOMIC_RELEASE);
+            }
+            if (!__atomic_load_n(&ready[j], __ATOMIC_ACQUIRE)) {
+                const long long w0 = t == 0 ? mk_gemm_now_ns() : 0;
+                mk_mm_wait(&ready[j]);
+                if (t == 0) waited += mk_gemm_now_ns() - w0;
+            }
+            const size_t p0 = j * cp, p1 = mk_min(panels, p0 + cp);
+            for (;;) {
+                const size_t u = __atomic_fetch_add(&next[j], 1, __ATOMIC_RELAXED);
+                if (u >= units) break;
+                const size_t m0 = u * rows_per;
+                if (mk_gemm_range(pr, m0, mk_min(pr->m, m0 + rows_per), p0, p1) != 0) rc = -1;
+            }
+        }
+        if (rc != 0) {
+#pragma omp atomic write
+            *status = -1;
+        }
+        if (t == 0) *master_done = mk_gemm_now_ns();
+    }
+    return waited;
+}
+
 int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
                    ptrdiff_t rsa, ptrdiff_t csa, const void *b, ptrdiff_t rsb, ptrdiff_t csb,
                    void *c, size_t ldc, int nthreads) {
@@ -431,6 +511,13 @@ int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, cons
     }
     mk_gemm_problem pr;
     mk_gemm_problem_init(&pr, cfg, m, n, k, a, rsa, csa, packed, c, ldc, &ep);
+    if (pr.rowdirect && mk_gemm_row_tiles(&pr, nt)) {
+        waited = mk_mm_pipelined(&pr, b, rsb, csb, nt, &master_done, &status);
+        const long long end = mk_gemm_now_ns();
+        mk_gemm_contention_account(start, end, waited + (end - master_done));
+        mk_mm_release(packed);
+        return status;
+    }
     const size_t chunks = (panels + MK_MM_PACK_CHUNK - 1) / MK_MM_PACK_CHUNK;
     size_t packed_chunks = 0;
 #pragma omp parallel num_threads(nt)

@@ -187,7 +187,9 @@ int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, co
  * any sign, compute-dtype storage): matmul. With more than one thread, ONE parallel region
  * packs B (chunks of panels taken from a shared counter; a thread goes on as soon as every
  * chunk is packed, with no barrier that would wait for a thread not yet scheduled; it
- * yields its core after a short spin) and then computes tiles taken from a shared counter.
+ * yields its core after a short spin) and then computes tiles taken from a shared counter;
+ * on the row-direct path with row tiles, packing is pipelined with the compute instead:
+ * chunk j + 1 .. j + 2 are packed while the team computes MC-row tiles of chunk j.
  * Subject to the contention back-off below. The packed B (the mk_gemm_pack layout, zero
  * bias) goes to a buffer the calling thread keeps between calls (up to 32 MiB; a larger one
  * is freed after the call). Returns 0, or -1 when a buffer could not be allocated (C is
