@@ -42,18 +42,28 @@ def per_call(fn, number):
     return (time.perf_counter() - t0) / number
 
 
-def interleaved(funcs, *, rounds=15, number=1000, warmup=1):
+def interleaved(funcs, *, rounds=15, number=1000, warmup=1, pause=0.0):
     """Time each callable in ``funcs`` (name -> fn), alternating between them each round.
+
+    Each round starts one library later than the last (the order rotates), so what a library
+    leaves behind for the next one (worker threads still spinning, caches it evicted) falls on
+    every library alike. With ``pause`` > 0, each library's turn starts after that many
+    seconds of untimed sleep, which lets the previous library's spinning workers park (the
+    conv, model and BERT suites: two OpenMP runtimes and onnxruntime's pool share the cores).
 
     Returns name -> {"seconds": median seconds per call, "low", "high": quartiles}.
     """
     for fn in funcs.values():
         for _ in range(warmup):
             per_call(fn, max(1, number // 10))
-    samples = {name: [] for name in funcs}
-    for _ in range(rounds):
-        for name, fn in funcs.items():
-            samples[name].append(per_call(fn, number))
+    names = list(funcs)
+    samples = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            if pause:
+                time.sleep(pause)
+            samples[name].append(per_call(funcs[name], number))
     out = {}
     for name, values in samples.items():
         values.sort()

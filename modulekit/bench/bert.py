@@ -21,8 +21,8 @@ import warnings
 import numpy as np
 
 import modulekit as mk
-from modulekit.bench._timing import report, with_ratios
-from modulekit.bench.conv import settled_interleaved
+from modulekit.bench._timing import interleaved, report, with_ratios
+from modulekit.bench.conv import PAUSE
 from modulekit.models.bert import BertModel
 
 CONFIG = dict(
@@ -128,7 +128,7 @@ def run(quick=False):
             number = max(1, 2048 // work) if not quick else max(1, 256 // work)
             # a pause before each library's turn lets the previous one's spinning worker
             # threads park (onnxruntime's take a core for tens of ms after a run)
-            res = settled_interleaved(funcs, rounds=3 if quick else 9, number=number)
+            res = interleaved(funcs, rounds=3 if quick else 9, number=number, pause=PAUSE)
             case = _case(batch, seq)
             flops = _flops(batch, seq)
             for impl, stats in res.items():

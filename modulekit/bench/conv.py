@@ -22,15 +22,14 @@ calls 10-30x slower at random.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 
 import numpy as np
 
-from modulekit.bench._timing import per_call
+from modulekit.bench._timing import interleaved
 
 SUITE = "conv"
+PAUSE = 0.05  # seconds before each library's turn (see above)
 
 # case, C_in, C_out, kernel, stride, padding, groups, H
 CASES = [
@@ -41,27 +40,6 @@ CASES = [
     ("conv3x3 256->256 14x14", 256, 256, 3, 1, 1, 1, 14),
     ("conv3x3 512->512 7x7", 512, 512, 3, 1, 1, 1, 7),
 ]
-
-
-def settled_interleaved(funcs, rounds, number, settle=0.05):
-    """Interleaved timing (name -> callable) with a pause before each library's turn.
-
-    Returns name -> {"seconds": median per call, "low", "high": quartiles}; the pause is not
-    timed. It lets the previous library's spinning worker threads park.
-    """
-    for fn in funcs.values():
-        per_call(fn, 2)
-    samples = {name: [] for name in funcs}
-    for _ in range(rounds):
-        for name, fn in funcs.items():
-            time.sleep(settle)
-            samples[name].append(per_call(fn, number))
-    out = {}
-    for name, values in samples.items():
-        values.sort()
-        q = len(values) // 4
-        out[name] = {"seconds": statistics.median(values), "low": values[q], "high": values[-1 - q]}
-    return out
 
 
 def threads():
@@ -171,7 +149,7 @@ def _invres_rows(rng, torch, quick):
     sess = _onnx_invres(we, be, wd, bd, wp, bp, s)
     if sess is not None:
         funcs["onnxruntime"] = lambda: sess.run(None, {"x": x})[0]
-    res = settled_interleaved(funcs, rounds=3 if quick else 9, number=3 if quick else 15)
+    res = interleaved(funcs, rounds=3 if quick else 9, number=3 if quick else 15, pause=PAUSE)
     return [
         dict(
             suite=SUITE,
@@ -218,7 +196,7 @@ def run(quick=False):
         sess = _onnx_conv(w, b, s, p, g)
         if sess is not None:
             funcs["onnxruntime"] = lambda sess=sess, x=x: sess.run(None, {"x": x})[0]
-        res = settled_interleaved(funcs, rounds=3 if quick else 9, number=3 if quick else 15)
+        res = interleaved(funcs, rounds=3 if quick else 9, number=3 if quick else 15, pause=PAUSE)
         for impl, stats in res.items():
             rows.append(
                 dict(

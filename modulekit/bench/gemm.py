@@ -35,7 +35,8 @@ _STRIP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 
 def _timeit(fns, repeats, min_time, gap):
-    """Median seconds per call of each callable, repeats interleaved across callables.
+    """Median seconds per call of each callable, repeats interleaved across callables (the
+    order rotating from one repeat to the next).
 
     Each repeat starts with an untimed call and is followed by a pause of at least ``gap``
     seconds and until the thread pool the peer leaves spinning (OpenBLAS spins ~2^28 cycles,
@@ -49,9 +50,10 @@ def _timeit(fns, repeats, min_time, gap):
         dt = max(time.perf_counter() - t0, 1e-7)
         inner.append(max(1, int(min_time / dt)))
     samples = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, f in enumerate(fns):
-            n = inner[i]
+    for r in range(repeats):
+        k = r % len(fns)  # each repeat starts one callable later (see _timing.interleaved)
+        for i in [*range(k, len(fns)), *range(k)]:
+            f, n = fns[i], inner[i]
             f()
             t0 = time.perf_counter()
             for _ in range(n):

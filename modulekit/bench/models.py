@@ -19,7 +19,8 @@ import sys
 
 import numpy as np
 
-from modulekit.bench.conv import settled_interleaved, threads
+from modulekit.bench._timing import interleaved
+from modulekit.bench.conv import PAUSE, threads
 
 SUITE = "models"
 _TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests")
@@ -97,7 +98,7 @@ def run(quick=False):
                 funcs["onnxruntime"] = lambda s=sess, x=x: s.run(None, {"x": x})[0]
             number = 1 if batch == 32 else (3 if quick else 10)
             rounds = 3 if quick else (5 if batch == 32 else 9)
-            res = settled_interleaved(funcs, rounds=rounds, number=number)
+            res = interleaved(funcs, rounds=rounds, number=number, pause=PAUSE)
             for impl, stats in res.items():
                 rows.append(
                     dict(
