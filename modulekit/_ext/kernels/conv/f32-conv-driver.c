@@ -449,12 +449,12 @@ int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const f
                 }
                 if (hi > s1) { /* conv rows [s1, hi): grid lanes [s1*Wq, (hi-1)*Wq + OW) */
                     const ptrdiff_t qa = (ptrdiff_t)s1 * Wq, qb = (ptrdiff_t)(hi - 1) * Wq + OW;
-                    for (int ch = 0; ch < nchunks; ch++) {
-                        const int p0 = ch * ppc, p1 = p0 + ppc < npg ? p0 + ppc : npg;
-                        for (ptrdiff_t q0 = qa; q0 < qb; q0 += nr) {
-                            const int nl = (int)(qb - q0 < nr ? qb - q0 : nr);
-                            const int ns = tile_segments(g, q0, nl, segs);
-                            for (int s = 0; s < ns; s++) segs[s].off -= (ptrdiff_t)s0 * OW;
+                    for (ptrdiff_t q0 = qa; q0 < qb; q0 += nr) {
+                        const int nl = (int)(qb - q0 < nr ? qb - q0 : nr);
+                        const int ns = tile_segments(g, q0, nl, segs);
+                        for (int s = 0; s < ns; s++) segs[s].off -= (ptrdiff_t)s0 * OW;
+                        for (int ch = 0; ch < nchunks; ch++) {
+                            const int p0 = ch * ppc, p1 = p0 + ppc < npg ? p0 + ppc : npg;
                             for (int p = p0; p < p1; p++) {
                                 const int rows = Cout - p * MK_CONV_MR < MK_CONV_MR
                                                      ? Cout - p * MK_CONV_MR : MK_CONV_MR;
