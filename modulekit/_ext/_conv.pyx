@@ -268,14 +268,17 @@ cdef class PackedConv2d:
         """Whether a non-Winograd call runs im2col + the lane-exact 1x1 GEMM
         (f32-conv-im2col.c): on AVX-512 with float32 weights, groups 1, not a direct 1x1
         convolution, output maps of at most 4096 pixels whose count is not a multiple of 16
-        (where the igemm's grid tiles waste lanes: 64 lanes for a 7x7 map, 240 for 14x14) and
+        (where the igemm's grid tiles waste lanes: 64 lanes for a 7x7 map, 240 for 14x14) or
+        from a strided 1x1 kernel (ResNet's 28x28 downsample: 53-58 -> 47-50 us, the
+        channel split of mk_conv1x1_f32 balancing its 17 tiles of 48 pixels), and
         at least 32 output channels (the copy is 1/Cout of the multiply-adds), one image (at
         batch 32 ResNet-18 measured about 4% slower with it). 'igemm' forces the phase-image
         igemm."""
         cdef Py_ssize_t hw = <Py_ssize_t>g.OH * g.OW
         return (isa >= MK_ISA_AVX512 and self._wtype == MK_W_F32 and self.groups == 1 and
                 g.N == 1 and
-                self._algorithm != "igemm" and self.out_channels >= 32 and hw % 16 != 0 and
+                self._algorithm != "igemm" and self.out_channels >= 32 and
+                (hw % 16 != 0 or (g.KH == 1 and g.KW == 1)) and
                 hw <= 4096 and not _direct_1x1(g))
 
     cdef int _winograd_tile(self, mk_conv_geom *g, int isa, int nthreads):

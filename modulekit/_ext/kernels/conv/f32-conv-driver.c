@@ -258,13 +258,30 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
         const int want = l1_chunks(panel, npg);
         if (want > nchunks) nchunks = want;
     }
+    if (!panel_major && nthreads > 1 && base_items * nchunks < 16 * nthreads) {
+        /* few items (a stride-2 3x3 on a 28x28 map at batch 1: 17 tiles): more panel chunks
+         * when that evens out the threads' shares (17 items on 2 threads: one does 9, 6%
+         * over the mean; 34: 17 each) */
+        int best = nchunks;
+        double best_ex = 2.0;
+        for (int c = nchunks; c <= npg && c <= 4 * nchunks; c++) {
+            const int it = base_items * ((npg + (npg + c - 1) / c - 1) / ((npg + c - 1) / c));
+            const double ex = (double)((it + nthreads - 1) / nthreads) * nthreads / it;
+            if (ex < best_ex - 0.01) {
+                best = c;
+                best_ex = ex;
+            }
+        }
+        nchunks = best;
+    }
     const int ppc = (npg + nchunks - 1) / nchunks; /* panels per chunk */
     nchunks = (npg + ppc - 1) / ppc;
     const int items = base_items * nchunks;
     /* dynamic scheduling (a preempted thread's items go to the others) in grains of about
-     * 1/8 of a thread's share, so small items do not pay one atomic each */
+     * 1/8 of a thread's share, so small items do not pay one atomic each; single items when
+     * there are few (a grain of 2 over 34 items would be 17 grains, uneven again) */
     int grain = items / (8 * (nthreads > 0 ? nthreads : 1));
-    if (grain < 1) grain = 1;
+    if (grain < 1 || items < 32 * nthreads) grain = 1;
 
     /* per-k input offsets (the indirection table), identical for every group and tile */
     fill_koff(g, cin_g, direct, koff);
