@@ -241,7 +241,8 @@ void mk_max_pool2d_rows_f32_avx512(const mk_conv_geom *g, const float *x, int yb
  * pooling pg (input OH x OW of g, unit column stride, column stride 1 or 2) that follows it,
  * AVX-512 only (f32-conv-driver.c): out (N, Cout, pg->OH, pg->OW) = max_pool(act(conv(x))),
  * bit-identical to mk_conv2d_f32 then mk_max_pool2d_f32. scratch: mk_conv_maxpool_scratch
- * floats; koff: C*KH*KW entries. Returns 0. */
+ * floats (per thread: a phase image, the band's conv rows, a pooling row); koff: C*KH*KW
+ * entries. Returns 0. */
 ptrdiff_t mk_conv_maxpool_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
                                   int nthreads);
 int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x,

@@ -364,7 +364,9 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
 
 /* ---- Convolution fused with the max pooling that follows it (AVX-512) ----------------------
  * ResNet's stem: conv 7x7/2 (+ folded BN + ReLU) -> max pool 3x3/2 turns a 3.2 MB map into a
- * 0.8 MB one. Here each thread takes a contiguous run of bands of B pooled rows; for a band it
+ * 0.8 MB one. Here each thread takes a contiguous run of bands of B pooled rows, with its own
+ * phase image whose rows it copies just before the first band that reads them (no barrier,
+ * the rows are in the core's L2: 4-5% faster than one shared phase image); for a band it
  * computes the convolution rows the band's windows read into a per-thread buffer of R rows x
  * Cout channels (about 256 KiB, in L2) and pools them straight into the output, so the full
  * convolution output is never written to memory and read back. A band keeps the rows it shares
@@ -392,15 +394,15 @@ static int maxpool_band_rows(const mk_conv_geom *pg, int B) {
 static ptrdiff_t maxpool_thread_floats(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
                                        int B) {
     const ptrdiff_t conv = (ptrdiff_t)Cout * maxpool_band_rows(pg, B) * g->OW;
-    return (conv + mk_max_pool2d_rows_buf_f32_avx512(pg) + 15) / 16 * 16;
+    return (mk_conv_phase_size(g, g->C) + 15) / 16 * 16 +
+           (conv + mk_max_pool2d_rows_buf_f32_avx512(pg) + 15) / 16 * 16;
 }
 
 ptrdiff_t mk_conv_maxpool_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
                                   int nthreads) {
     if (nthreads < 1) nthreads = 1;
     const int B = maxpool_band(g, pg, Cout, nthreads);
-    return mk_conv_phase_size(g, g->C) + 16 +
-           (ptrdiff_t)nthreads * maxpool_thread_floats(g, pg, Cout, B);
+    return (ptrdiff_t)nthreads * maxpool_thread_floats(g, pg, Cout, B);
 }
 
 int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x,
@@ -425,28 +427,24 @@ int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const f
     const ptrdiff_t psize = mk_conv_phase_size(g, g->C);
     const ptrdiff_t per = maxpool_thread_floats(g, pg, Cout, B);
     const int nb = mk_max_pool2d_rows_buf_f32_avx512(pg);
-    float *phase = scratch;
-    const int phase_parts = phase_split(g, nthreads);
-    const int phase_items = g->C * phase_parts;
+    /* phase rows past a conv row that its lanes (dropped grid columns included) read */
+    const int ph_reach = (g->KH - 1) * g->dy / g->sy + 2;
 
     fill_koff(g, g->C, 0, koff);
-    for (ptrdiff_t i = (ptrdiff_t)g->C * g->plane; i < psize; i++) phase[i] = 0.0f;
 
 #pragma omp parallel num_threads(nthreads)
     {
         const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-        float *conv = scratch + (psize + 15) / 16 * 16 + (ptrdiff_t)tid * per;
+        /* each thread its own phase image, rows copied just before the bands that read them
+         * (no barrier; the rows are in this core's L2 when the igemm reads them) */
+        float *phase = scratch + (ptrdiff_t)tid * per;
+        float *conv = phase + (psize + 15) / 16 * 16;
         float *pbuf = conv + (ptrdiff_t)Cout * crs;
+        for (ptrdiff_t i = (ptrdiff_t)g->C * g->plane; i < psize; i++) phase[i] = 0.0f;
         for (int i = 0; i < nb; i++) pbuf[i] = -INFINITY;
         mk_seg segs[MK_MAX_SEGS];
         for (int n = 0; n < g->N; n++) {
-#pragma omp for schedule(dynamic, 4)
-            for (int it = 0; it < phase_items; it++) {
-                const int c = it / phase_parts, part = it % phase_parts;
-                phase_channel_rows(g, x + n * g->sn + c * g->sc, phase + c * g->plane, 0.0f,
-                                   g->Hq * part / phase_parts, g->Hq * (part + 1) / phase_parts);
-            }
-            /* implicit barrier: the phase image is complete */
+            int ph_done = -1; /* phase rows [ph_lo, ph_done) copied for image n */
             float *oimg = out + (ptrdiff_t)n * Cout * pohw;
             const int b0 = nbands * tid / nt, b1 = nbands * (tid + 1) / nt;
             int s0 = 0, s1 = 0; /* conv rows [s0, s1) held, row r at conv + (r - s0) * OW */
@@ -465,6 +463,14 @@ int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const f
                     s0 = s1 = lo;
                 }
                 if (hi > s1) { /* conv rows [s1, hi): grid lanes [s1*Wq, (hi-1)*Wq + OW) */
+                    const int pa = ph_done < 0 ? s1 : ph_done;
+                    const int pb = hi - 1 + ph_reach < g->Hq ? hi - 1 + ph_reach : g->Hq;
+                    if (pb > pa) {
+                        for (int c = 0; c < g->C; c++)
+                            phase_channel_rows(g, x + n * g->sn + c * g->sc,
+                                               phase + c * g->plane, 0.0f, pa, pb);
+                        ph_done = pb;
+                    }
                     const ptrdiff_t qa = (ptrdiff_t)s1 * Wq, qb = (ptrdiff_t)(hi - 1) * Wq + OW;
                     for (ptrdiff_t q0 = qa; q0 < qb; q0 += nr) {
                         const int nl = (int)(qb - q0 < nr ? qb - q0 : nr);
@@ -487,7 +493,6 @@ int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const f
                     mk_max_pool2d_rows_f32_avx512(pg, conv + c * crs, s0, oimg + c * pohw, pbuf,
                                                   i0, i1);
             }
-#pragma omp barrier /* before the next image overwrites the phase image */
         }
     }
     return 0;
