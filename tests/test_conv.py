@@ -275,7 +275,8 @@ def test_bad_inputs(rng):
 
 
 # (batch, cin, cout, kernel, H, W, stride, padding, dilation): output maps whose pixel count
-# is not a multiple of 16, at least 32 output channels (the im2col path on AVX-512 at batch 1)
+# is not a multiple of 16 (or strided 1x1 convolutions), at least 32 output channels (the
+# im2col path on AVX-512 at batch 1)
 IM2COL_GEOMETRIES = [
     (1, 5, 37, 3, 13, 11, 2, 1, 1),  # 7x6 output, partial panel
     (1, 7, 32, 1, 14, 15, 2, 0, 1),  # ResNet downsample 1x1 stride 2, odd map
@@ -287,6 +288,8 @@ IM2COL_GEOMETRIES = [
     (1, 2, 32, 3, 70, 66, 2, 1, 1),  # 35x33 output: rows of more than 16 columns
     (1, 64, 64, 3, 2, 3, 1, 1, 1),  # 2x3 output, window wider than the input
     (1, 16, 64, 1, 1, 1, 1, 1, 1),  # 3x3 output of a padded 1x1 input
+    (1, 11, 40, 1, 16, 8, 2, 0, 1),  # strided 1x1 on an 8x4 map (a multiple of 16 pixels)
+    (2, 11, 40, 1, 16, 8, 2, 0, 1),  # the same at batch 2: the igemm
 ]
 
 
@@ -297,7 +300,8 @@ def test_im2col_path(isa, rng, geom):
     x, wt, b = make(rng, n, cin, cout, k, h, w, 1)
     packed = _conv.pack_conv2d(wt, b, stride=s, padding=p, dilation=d)
     oh, ow = packed.output_shape(x.shape)[2:]
-    expected = "im2col" if isa == "avx512" and (oh * ow) % 16 and n == 1 else "igemm"
+    lanes = (oh * ow) % 16 or k == 1
+    expected = "im2col" if isa == "avx512" and lanes and n == 1 else "igemm"
     assert packed.algorithm_for(x.shape) == expected
     ref_shape = reference(x, wt, b, s, p, d, 1).shape
     residual = rng.standard_normal(ref_shape).astype(np.float32)

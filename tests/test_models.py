@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 tnn = torch.nn
 
 from modulekit import models  # noqa: E402
+from modulekit import nn as mnn  # noqa: E402
 
 
 # ------------------------------------------------------------------ torch reference models
@@ -227,3 +228,59 @@ def test_resnet18_train_mode_matches_torch():
         atol=1e-5,
     )
     assert int(model.bn1.num_batches_tracked.numpy()) == 8
+
+
+def test_resnet_stem_conv_maxpool_fused_and_hooks():
+    """initialize() plans the stem's conv -> max pool as one fused call; a hook on the pool
+    runs it unfused (and sees the call); both give the same bits."""
+    torch.manual_seed(0)
+    tmodel = randomize(TResNet(TBasicBlock, [2, 2, 2, 2]))
+    model = models.resnet18()
+    model.load_state_dict(roundtrip(tmodel))
+    model.eval()
+    assert model._stem_plan is None
+    model.initialize()
+    assert model._stem_plan is not None and model._stem_fused()
+    x = np.random.default_rng(3).standard_normal((1, 3, 45, 51)).astype(np.float32)
+    fused = model(x)
+    seen = []
+    handle = model.maxpool.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    assert not model._stem_fused()
+    unfused = model(x)
+    assert seen == [(1, 64, 12, 13)]
+    np.testing.assert_array_equal(fused, unfused)
+    handle.remove()
+    assert model._stem_fused()
+    with torch.no_grad():
+        ref = tmodel(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(fused, ref, rtol=0, atol=1e-4)
+    model.maxpool = mnn.MaxPool2d(2, 2)  # a replaced module: the plan no longer applies
+    assert not model._stem_fused()
+
+
+def test_sequential_conv_bn_relu_maxpool_fused():
+    tseq = tnn.Sequential(tnn.Conv2d(3, 20, 5, 2, 2), tnn.BatchNorm2d(20), tnn.ReLU(),
+                          tnn.MaxPool2d(3, 2, 1), tnn.Conv2d(20, 9, 3), tnn.MaxPool2d(2))
+    randomize(tseq)
+    tseq.eval()
+    seq = mnn.Sequential(mnn.Conv2d(3, 20, 5, 2, 2), mnn.BatchNorm2d(20), mnn.ReLU(),
+                         mnn.MaxPool2d(3, 2, 1), mnn.Conv2d(20, 9, 3), mnn.MaxPool2d(2))
+    seq.load_state_dict(roundtrip(tseq))
+    seq.eval().initialize()
+    steps = seq._fused_plan[1]
+    assert [len(s) for s in steps] == [4, 2]  # conv+bn+relu+pool, conv+pool
+    x = np.random.default_rng(4).standard_normal((2, 3, 33, 29)).astype(np.float32)
+    with torch.no_grad():
+        ref = tseq(torch.from_numpy(x)).numpy()
+    y = seq(x)
+    np.testing.assert_allclose(y, ref, rtol=0, atol=1e-4)
+    seen = []
+    seq[3].register_forward_hook(lambda m, i, o: seen.append(1))
+    # a hooked step runs module by module (the norm unfolded: rounding differs a little)
+    np.testing.assert_allclose(seq(x), y, rtol=0, atol=1e-5)
+    assert seen == [1]
+    seq.train()
+    tseq.train()
+    with torch.no_grad():
+        ref = tseq(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(seq(x), ref, rtol=1e-4, atol=1e-4)

@@ -158,3 +158,64 @@ def test_pool_errors():
         _conv.batch_norm_inference(x, np.ones(3), np.ones(3))
     with pytest.raises(TypeError, match="kernel_size"):
         _conv.max_pool2d(x, "3")
+
+
+# ---- convolution fused with the max pooling after it (PackedConv2d.forward_maxpool) ----------
+FUSED_CASES = [  # N, Cin, H, W, Cout, kernel, stride, padding, pool k, s, p, d, ceil_mode
+    (1, 3, 224, 224, 64, 7, 2, 3, 3, 2, 1, 1, False),  # ResNet's stem
+    (2, 3, 37, 41, 13, 7, 2, 3, 3, 2, 1, 1, False),
+    (1, 5, 29, 31, 17, 3, 1, 1, 3, 2, 1, 1, True),
+    (3, 4, 23, 19, 9, 3, 2, 0, 2, 2, 0, 1, False),
+    (1, 2, 17, 18, 8, 5, 1, 2, 3, 1, 1, 1, False),
+    (1, 3, 45, 47, 24, 7, 2, 3, 2, 1, 0, 1, True),
+    (2, 1, 11, 13, 1, 3, 1, 1, 3, 2, 1, 2, True),
+    (1, 3, 30, 30, 7, 3, 2, 1, (3, 2), (1, 2), (1, 0), 1, False),
+    (1, 6, 19, 23, 11, 1, 2, 0, 3, 3, 1, 1, False),
+]
+
+
+@pytest.mark.parametrize("case", FUSED_CASES, ids=lambda c: "-".join(map(str, c)))
+@pytest.mark.parametrize("act", [None, "relu", "hardswish"])
+def test_conv_maxpool_fused(isa, rng, case, act):
+    n, cin, h, w, cout, k, s, p, pk, ps, pp, pd, ceil = case
+    x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
+    wt = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    packed = _conv.pack_conv2d(wt, b, s, p)
+    alg = packed.maxpool_algorithm_for(x.shape, pk, ps, pp, pd, ceil)
+    fused = isa == "avx512" and (ps if isinstance(ps, int) else ps[1]) in (1, 2)
+    assert alg == ("igemm-maxpool" if fused else packed.algorithm_for(x.shape) + "+max_pool2d")
+    y = packed.forward_maxpool(x, act, pk, ps, pp, pd, ceil)
+    # bit-identical to the two steps
+    two = _conv.max_pool2d(packed.forward(x, act), pk, ps, pp, pd, ceil)
+    assert y.shape == two.shape and y.dtype == np.float32
+    np.testing.assert_array_equal(y, two)
+    # and torch's
+    acts = {None: lambda t: t, "relu": F.relu, "hardswish": F.hardswish}
+    conv = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(wt).double(),
+                    torch.from_numpy(b).double(), s, p)
+    ref = F.max_pool2d(acts[act](conv), pk, ps, pp, pd, ceil).numpy()
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_conv_maxpool_fused_nan_views_unbatched(isa, rng):
+    x = rng.standard_normal((2, 3, 40, 36)).astype(np.float32)
+    x[0, 1, 17, 9] = np.nan
+    wt = rng.standard_normal((16, 3, 7, 7)).astype(np.float32)
+    packed = _conv.pack_conv2d(wt, None, 2, 3)
+    y = packed.forward_maxpool(x, "relu", 3, 2, 1)
+    two = _conv.max_pool2d(packed.forward(x, "relu"), 3, 2, 1)
+    np.testing.assert_array_equal(y, two)  # NaNs in the same places
+    assert np.isnan(y[0]).any() and not np.isnan(y[1]).any()
+    xv = rng.standard_normal((3, 50, 44)).astype(np.float32)[:, ::2, 1::2]  # strided, 3-D
+    y = packed.forward_maxpool(xv, None, 3, 2, 1)
+    two = _conv.max_pool2d(packed.forward(xv), 3, 2, 1)
+    assert y.shape == two.shape == (16, 7, 6)
+    np.testing.assert_array_equal(y, two)
+    # float16 weights and forced igemm run the two steps; same bits as those
+    h = _conv.pack_conv2d(wt, None, 2, 3, storage="float16")
+    assert h.maxpool_algorithm_for(x.shape, 3, 2, 1).endswith("+max_pool2d")
+    np.testing.assert_array_equal(h.forward_maxpool(x, "relu", 3, 2, 1),
+                                  _conv.max_pool2d(h.forward(x, "relu"), 3, 2, 1))
+    with pytest.raises(ValueError, match="max_pool2d"):
+        packed.forward_maxpool(x, "relu", 3, 2, 2)  # padding more than half the window

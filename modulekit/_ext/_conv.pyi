@@ -33,6 +33,25 @@ class PackedConv2d:
     @property
     def winograd_nbytes(self) -> int: ...
     def algorithm_for(self, input_shape: tuple[int, int, int, int]) -> str: ...
+    def maxpool_algorithm_for(
+        self,
+        input_shape: tuple[int, int, int, int],
+        kernel_size: int | tuple[int, int] = ...,
+        stride: int | tuple[int, int] | None = ...,
+        padding: int | tuple[int, int] = ...,
+        dilation: int | tuple[int, int] = ...,
+        ceil_mode: bool = ...,
+    ) -> str: ...
+    def forward_maxpool(
+        self,
+        x: ArrayLike,
+        activation: str | None = ...,
+        kernel_size: int | tuple[int, int] = ...,
+        stride: int | tuple[int, int] | None = ...,
+        padding: int | tuple[int, int] = ...,
+        dilation: int | tuple[int, int] = ...,
+        ceil_mode: bool = ...,
+    ) -> np.ndarray: ...
     # end Winograd
     def output_shape(self, input_shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]: ...
     def unpack(self) -> tuple[np.ndarray, np.ndarray | None]: ...

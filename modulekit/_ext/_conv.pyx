@@ -269,14 +269,17 @@ cdef class PackedConv2d:
         """Whether a non-Winograd call runs im2col + the lane-exact 1x1 GEMM
         (f32-conv-im2col.c): on AVX-512 with float32 weights, groups 1, not a direct 1x1
         convolution, output maps of at most 4096 pixels whose count is not a multiple of 16
-        (where the igemm's grid tiles waste lanes: 64 lanes for a 7x7 map, 240 for 14x14) and
+        (where the igemm's grid tiles waste lanes: 64 lanes for a 7x7 map, 240 for 14x14) or
+        from a strided 1x1 kernel (ResNet's 28x28 downsample: 53-58 -> 47-50 us, the
+        channel split of mk_conv1x1_f32 balancing its 17 tiles of 48 pixels), and
         at least 32 output channels (the copy is 1/Cout of the multiply-adds), one image (at
         batch 32 ResNet-18 measured about 4% slower with it). 'igemm' forces the phase-image
         igemm."""
         cdef Py_ssize_t hw = <Py_ssize_t>g.OH * g.OW
         return (isa >= MK_ISA_AVX512 and self._wtype == MK_W_F32 and self.groups == 1 and
                 g.N == 1 and
-                self._algorithm != "igemm" and self.out_channels >= 32 and hw % 16 != 0 and
+                self._algorithm != "igemm" and self.out_channels >= 32 and
+                (hw % 16 != 0 or (g.KH == 1 and g.KW == 1)) and
                 hw <= 4096 and not _direct_1x1(g))
 
     cdef int _winograd_tile(self, mk_conv_geom *g, int isa, int nthreads):
@@ -371,23 +374,9 @@ cdef class PackedConv2d:
     def __call__(self, x, activation=None, residual=None):
         return self.forward(x, activation, residual)
 
-    def forward(self, x, activation=None, residual=None):
-        """Convolve ``x`` and return ``act(conv(x) + bias + residual)`` as a new ndarray.
-
-        Parameters
-        ----------
-        x : array_like, shape (N, C_in, H, W) or (C_in, H, W)
-            Any strides; cast to the compute dtype (float32, or float64 for float64 weights).
-        activation : {None, 'relu', 'relu6', 'silu', 'hardswish'}
-            Fused after the bias and the residual.
-        residual : array_like, optional
-            Same shape as the output; added before the activation.
-
-        Returns
-        -------
-        ndarray, shape (N, C_out, OH, OW) (or (C_out, OH, OW) for a 3-D input)
-        """
-        cdef int act = _act_code(activation)
+    cdef tuple _geometry(self, x, mk_conv_geom *gp):
+        """The input as a 4-D array of the compute dtype, whether it was 3-D, and the
+        output shape; fills *gp (phase geometry included)."""
         dtype = self.compute_dtype
         xa = _as_input(x, "conv2d", dtype)
         unbatched = xa.ndim == 3
@@ -415,6 +404,103 @@ cdef class PackedConv2d:
         oshape = self.output_shape(xa.shape)
         g.OH, g.OW = oshape[2], oshape[3]
         mk_conv_geometry(&g)
+        gp[0] = g
+        return xa, unbatched, oshape
+
+    cdef bint _maxpool_fused(self, mk_conv_geom *g, mk_conv_geom *pg, int isa):
+        """Whether forward_maxpool runs the fused kernel (mk_conv2d_maxpool_f32): on AVX-512,
+        float32 weights, groups 1, where the phase-image igemm would run (not Winograd,
+        im2col or the direct 1x1 paths), pooling column stride 1 or 2."""
+        return (isa >= MK_ISA_AVX512 and self._wtype == MK_W_F32 and self.groups == 1 and
+                not self.depthwise and self._algorithm != "igemm" and
+                self._winograd_tile(g, isa, effective_threads()) == 0 and
+                not self._im2col(g, isa) and not _direct_1x1(g) and pg.sx in (1, 2))
+
+    def forward_maxpool(self, x, activation=None, kernel_size=2, stride=None, padding=0,
+                        dilation=1, ceil_mode=False):
+        """``max_pool2d(act(conv(x) + bias), kernel_size, stride, padding, dilation,
+        ceil_mode)``, fused where :meth:`maxpool_algorithm_for` says 'igemm-maxpool'.
+
+        The fused kernel computes the convolution in bands of rows into per-thread buffers
+        and pools them straight into the output (the convolution output never goes to
+        memory); the result is bit-identical to :meth:`forward` then :func:`max_pool2d`,
+        which is what runs elsewhere.
+
+        Returns
+        -------
+        ndarray, shape (N, C_out, PH, PW) (or (C_out, PH, PW) for a 3-D input)
+        """
+        cdef int act = _act_code(activation)
+        cdef mk_conv_geom g, pg
+        xa, unbatched, oshape = self._geometry(x, &g)
+        cdef int isa = <int>active_isa()
+        cdef int nthreads = effective_threads()
+        k = _pair(kernel_size, "kernel_size", "max_pool2d")
+        s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
+            else _pair(stride, "stride", "max_pool2d")
+        p = _pair(padding, "padding", "max_pool2d")
+        d = _pair(dilation, "dilation", "max_pool2d")
+        _check_pool_args("max_pool2d", k, s, p, d)
+        _conv_pool_geom(&pg, oshape, k, s, p, d, ceil_mode)
+        if self.storage == "float64" or not self._maxpool_fused(&g, &pg, isa):
+            y = self.forward(xa, activation)
+            y = max_pool2d(y, k, s, p, d, ceil_mode)
+            return y[0] if unbatched else y
+        cdef cnp.ndarray out = np.empty((g.N, self.out_channels, pg.OH, pg.OW), np.float32)
+        cdef cnp.ndarray xin = xa
+        cdef cnp.ndarray scratch = _scratch(
+            mk_conv_maxpool_scratch(&g, &pg, self.out_channels, nthreads))
+        cdef cnp.ndarray koff = np.empty(g.C * g.KH * g.KW, np.intp)
+        cdef cnp.ndarray packed = self._packed
+        with nogil:
+            mk_conv2d_maxpool_f32(&g, &pg, <const float *>cnp.PyArray_DATA(xin),
+                                  self.out_channels,
+                                  <const float *>cnp.PyArray_DATA(packed),
+                                  <float *>cnp.PyArray_DATA(scratch),
+                                  <Py_ssize_t *>cnp.PyArray_DATA(koff),
+                                  <float *>cnp.PyArray_DATA(out), act, isa, nthreads)
+        return out[0] if unbatched else out
+
+    def maxpool_algorithm_for(self, input_shape, kernel_size=2, stride=None, padding=0,
+                              dilation=1, ceil_mode=False):
+        """What :meth:`forward_maxpool` runs for an (N, C_in, H, W) contiguous input here:
+        'igemm-maxpool' (the fused kernel) or ``algorithm_for(input_shape) + '+max_pool2d'``.
+        """
+        cdef mk_conv_geom g, pg
+        n, c, h, w = (int(v) for v in input_shape)
+        xa = np.empty((n, c, h, w), self.compute_dtype)
+        _, _, oshape = self._geometry(xa, &g)
+        k = _pair(kernel_size, "kernel_size", "max_pool2d")
+        s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
+            else _pair(stride, "stride", "max_pool2d")
+        p = _pair(padding, "padding", "max_pool2d")
+        d = _pair(dilation, "dilation", "max_pool2d")
+        _check_pool_args("max_pool2d", k, s, p, d)
+        _conv_pool_geom(&pg, oshape, k, s, p, d, ceil_mode)
+        if self.storage != "float64" and self._maxpool_fused(&g, &pg, <int>active_isa()):
+            return "igemm-maxpool"
+        return self.algorithm_for(input_shape) + "+max_pool2d"
+
+    def forward(self, x, activation=None, residual=None):
+        """Convolve ``x`` and return ``act(conv(x) + bias + residual)`` as a new ndarray.
+
+        Parameters
+        ----------
+        x : array_like, shape (N, C_in, H, W) or (C_in, H, W)
+            Any strides; cast to the compute dtype (float32, or float64 for float64 weights).
+        activation : {None, 'relu', 'relu6', 'silu', 'hardswish'}
+            Fused after the bias and the residual.
+        residual : array_like, optional
+            Same shape as the output; added before the activation.
+
+        Returns
+        -------
+        ndarray, shape (N, C_out, OH, OW) (or (C_out, OH, OW) for a 3-D input)
+        """
+        cdef int act = _act_code(activation)
+        dtype = self.compute_dtype
+        cdef mk_conv_geom g
+        xa, unbatched, oshape = self._geometry(x, &g)
         out = np.empty(oshape, dtype)
         res = None
         if residual is not None:
@@ -507,6 +593,15 @@ cdef class PackedConv2d:
             mk_conv2d_f32(g, <const float *>xp, groups, cout, wp, self._wtype, widep, php,
                           <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                           <const float *>rp, act, isa, nthreads)
+
+
+cdef void _conv_pool_geom(mk_conv_geom *pg, tuple oshape, k, s, p, d, ceil_mode) except *:
+    """The max pooling geometry over a contiguous convolution output of shape oshape."""
+    pg.N, pg.C, pg.H, pg.W = oshape
+    pg.sw, pg.sh = 1, pg.W
+    pg.sc = <Py_ssize_t>pg.H * pg.W
+    pg.sn = pg.C * pg.sc
+    _fill_pool_window(pg, k, s, p, d, ceil_mode, "max_pool2d")
 
 
 cdef bint _direct_1x1(mk_conv_geom *g):
@@ -866,6 +961,11 @@ def _check_pool_args(what, k, s, p, d):
 
 cdef void _fill_pool_geom(mk_conv_geom *g, cnp.ndarray x, k, s, p, d, ceil_mode, what) except *:
     _fill_input_geom(g, x)
+    _fill_pool_window(g, k, s, p, d, ceil_mode, what)
+
+
+cdef void _fill_pool_window(mk_conv_geom *g, k, s, p, d, ceil_mode, what) except *:
+    """The window fields and output size of a pooling over g's input fields."""
     g.KH, g.KW = k
     g.sy, g.sx = s
     g.pt, g.pl = p

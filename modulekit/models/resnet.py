@@ -7,7 +7,13 @@ import numpy as np
 from modulekit import nn
 from modulekit.module import Module
 from modulekit.nn.modules.batchnorm import BatchNorm2d
-from modulekit.nn.modules.conv import Conv2d, conv_bn_act, prefold
+from modulekit.nn.modules.conv import (
+    Conv2d,
+    _plain_maxpool,
+    conv_bn_act,
+    conv_bn_act_maxpool,
+    prefold,
+)
 from modulekit.nn.modules.pooling import AdaptiveAvgPool2d, MaxPool2d
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet", "resnet18", "resnet50"]
@@ -121,17 +127,40 @@ class ResNet(Module):
         layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
+    #: (conv1, bn1, relu, maxpool) when initialize() planned the stem's conv -> max pool as
+    #: one fused call (the modules it was planned for), else None
+    _stem_plan = None
+
     def _fusions(self):
         yield self.conv1, self.bn1, "relu"
 
+    def _fuse(self) -> None:
+        """Plan the stem: Conv2d + BatchNorm2d + ReLU + MaxPool2d as one fused call (the
+        max pool reads the convolution's row bands from per-thread buffers), used while those
+        modules are unchanged, in eval mode and none of them has hooks."""
+        stem = (self.conv1, self.bn1, self.relu, self.maxpool)
+        ok = (isinstance(self.conv1, Conv2d) and isinstance(self.bn1, BatchNorm2d) and
+              _plain_maxpool(self.maxpool))
+        self.__dict__["_stem_plan"] = stem if ok else None
+
+    def _stem_fused(self) -> bool:
+        plan = self._stem_plan
+        return (plan is not None and plan[0] is self.conv1 and plan[1] is self.bn1 and
+                plan[2] is self.relu and plan[3] is self.maxpool and not self.bn1.training and
+                not any(m._has_hooks for m in plan))
+
     def initialize(self):
-        """Pack every layer and, in eval mode, fold each Conv2d + BatchNorm2d pair now."""
+        """Pack every layer, plan the stem's fused conv -> max pool and, in eval mode, fold
+        each Conv2d + BatchNorm2d pair now."""
         super().initialize()
         return prefold(self)
 
     def forward(self, x):
-        x = conv_bn_act(self.conv1, self.bn1, "relu", x)
-        x = self.maxpool(x)
+        if self._stem_fused():
+            x = conv_bn_act_maxpool(self.conv1, self.bn1, "relu", self.maxpool, x)
+        else:
+            x = conv_bn_act(self.conv1, self.bn1, "relu", x)
+            x = self.maxpool(x)
         x = self.layer1(x)
         x = self.layer2(x)
         x = self.layer3(x)

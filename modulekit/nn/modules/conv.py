@@ -17,7 +17,7 @@ from modulekit.nn._random import default_generator
 from modulekit.nn.modules._packed import PackedWeightLayer
 from modulekit.nn.modules.batchnorm import BatchNorm2d
 
-__all__ = ["Conv2d", "apply_activation", "conv_bn_act", "prefold"]
+__all__ = ["Conv2d", "apply_activation", "conv_bn_act", "conv_bn_act_maxpool", "prefold"]
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -199,7 +199,9 @@ class Conv2d(PackedWeightLayer):
 
     def _fusable(self, following) -> int:
         """In a Sequential: absorb a following BatchNorm2d (folded into the weights in eval
-        mode) and/or a following ReLU/ReLU6/SiLU/Hardswish (the kernel's epilogue)."""
+        mode) and/or a following ReLU/ReLU6/SiLU/Hardswish (the kernel's epilogue), and then
+        a MaxPool2d (pooled straight from the convolution's row bands, see
+        ``PackedConv2d.forward_maxpool``)."""
         n = 0
         if following and isinstance(following[0], BatchNorm2d):
             n = 1
@@ -207,18 +209,29 @@ class Conv2d(PackedWeightLayer):
         epilogue = nxt._epilogue if nxt is not None else None
         if epilogue is not None and epilogue[0] in self._EPILOGUES:
             n += 1
+        if len(following) > n and _plain_maxpool(following[n]):
+            n += 1
         return n
 
     def _forward_fused(self, following, input) -> np.ndarray:
-        bn = following[0] if following[0]._epilogue is None else None
-        act = following[-1]._epilogue[0] if following[-1]._epilogue is not None else None
+        pool = following[-1] if _plain_maxpool(following[-1]) else None
+        if pool is not None:
+            following = following[:-1]
+        bn = following[0] if following and following[0]._epilogue is None else None
+        act = following[-1]._epilogue[0] if following and following[-1]._epilogue else None
+        if bn is not None and (bn.training or bn.running_mean is None):
+            y = conv_bn_act(self, bn, act, input)
+            return pool(y) if pool is not None else y
         if bn is not None:
-            return conv_bn_act(self, bn, act, input)
-        packed = self._packed  # a Conv2d and its activation: the kernel's epilogue
-        if packed is None:
-            self._pack()
+            packed = self._fused_packed(bn, act)
+        else:  # a Conv2d and its activation: the kernel's epilogue
             packed = self._packed
+            if packed is None:
+                self._pack()
+                packed = self._packed
         try:
+            if pool is not None:
+                return packed.forward_maxpool(input, act, *_maxpool_args(pool))
             return packed.forward(input, act)
         except ValueError as exc:
             raise self._error(exc) from None
@@ -264,6 +277,32 @@ class Conv2d(PackedWeightLayer):
                     self.__dict__["_fuse_hooked"] = True
             self._fused[key] = packed
         return packed
+
+
+def _plain_maxpool(module) -> bool:
+    """A MaxPool2d whose forward is MaxPool2d's own (one a convolution can absorb)."""
+    from modulekit.nn.modules.pooling import MaxPool2d
+
+    return isinstance(module, MaxPool2d) and type(module).forward is MaxPool2d.forward
+
+
+def _maxpool_args(pool) -> tuple:
+    """``PackedConv2d.forward_maxpool``'s pooling arguments for a MaxPool2d."""
+    return (pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
+
+
+def conv_bn_act_maxpool(conv: Conv2d, bn, activation, pool, input) -> np.ndarray:
+    """``pool(act(bn(conv(input))))`` with the pooling fused into the convolution in eval
+    mode (see :func:`conv_bn_act`; ``PackedConv2d.forward_maxpool`` chooses the fused kernel
+    or runs the two steps, with the same bits). ``pool`` is a MaxPool2d, called as a module
+    (its hooks run) in training mode."""
+    if bn.training or bn.running_mean is None:
+        return pool(conv_bn_act(conv, bn, activation, input))
+    try:
+        return conv._fused_packed(bn, activation).forward_maxpool(
+            input, activation, *_maxpool_args(pool))
+    except ValueError as exc:
+        raise conv._error(exc) from None
 
 
 def apply_activation(y: np.ndarray, activation) -> np.ndarray:

@@ -153,6 +153,46 @@ void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph
     phase_channel_rows(g, xc, ph, padv, 0, g->Hq);
 }
 
+/* per-k input offsets (the indirection table) into the phase image, or into x itself for the
+ * direct 1x1 path; identical for every group and tile */
+static void fill_koff(const mk_conv_geom *g, int cin_g, int direct, ptrdiff_t *koff) {
+    size_t k = 0;
+    for (int ci = 0; ci < cin_g; ci++)
+        for (int kh = 0; kh < g->KH; kh++)
+            for (int kw = 0; kw < g->KW; kw++, k++) {
+                if (direct) {
+                    koff[k] = ci * g->sc;
+                } else {
+                    const int ry = kh * g->dy, rx = kw * g->dx;
+                    koff[k] = ci * g->plane +
+                              (ptrdiff_t)((ry % g->sy) * g->sx + rx % g->sx) * g->Hq * g->Wq +
+                              (ptrdiff_t)(ry / g->sy) * g->Wq + rx / g->sx;
+                }
+            }
+}
+
+/* Row bands per channel of the phase copy: few channels (a network's first layer, 3 channels
+ * at 224x224) are split into bands so that every thread copies (in chunks of 4 items). */
+static int phase_split(const mk_conv_geom *g, int nthreads) {
+    int parts = 1;
+    if (g->C < 8 * nthreads) {
+        parts = (8 * nthreads + g->C - 1) / g->C;
+        if (parts > g->Hq) parts = g->Hq > 0 ? g->Hq : 1;
+    }
+    return parts;
+}
+
+/* Chunks of panels for short panels (small K: a 3-channel 7x7 stem has 4.7 KiB panels, 38 KiB
+ * for its 64 channels) whose set would not stay in L1 beside the tile's input rows: chunks of
+ * at most 24 KiB of panels (the stem: 2 chunks of 4 panels, about 5% faster); else 1. */
+static int l1_chunks(size_t panel, int npg) {
+    if (panel * sizeof(float) <= 16384 && (double)npg * panel * sizeof(float) > 32768) {
+        const int fit = (int)(24576 / (panel * sizeof(float)));
+        return (npg + fit - 1) / fit;
+    }
+    return 1;
+}
+
 /* Segments of the tile starting at grid lane q0 with nl lanes (see mk_seg). */
 static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *segs) {
     const int Wq = g->Wq, OW = g->OW;
@@ -214,39 +254,37 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
         nchunks = (4 * nthreads + base_items - 1) / base_items;
         if (nchunks > npg) nchunks = npg;
     }
-    if (!panel_major && !direct && panel * sizeof(float) <= 16384 &&
-        (double)npg * panel * sizeof(float) > 32768) {
-        /* short panels (small K: a 3-channel 7x7 stem has 4.7 KiB panels, 38 KiB for its 64
-         * channels) whose set would not stay in L1 beside the tile's input rows: chunks of at
-         * most 24 KiB of panels (the stem: 2 chunks of 4 panels, about 5% faster) */
-        const int fit = (int)(24576 / (panel * sizeof(float)));
-        const int want = (npg + fit - 1) / fit;
+    if (!panel_major && !direct) {
+        const int want = l1_chunks(panel, npg);
         if (want > nchunks) nchunks = want;
+    }
+    if (!panel_major && nthreads > 1 && base_items * nchunks < 16 * nthreads) {
+        /* few items (a stride-2 3x3 on a 28x28 map at batch 1: 17 tiles): more panel chunks
+         * when that evens out the threads' shares (17 items on 2 threads: one does 9, 6%
+         * over the mean; 34: 17 each) */
+        int best = nchunks;
+        double best_ex = 2.0;
+        for (int c = nchunks; c <= npg && c <= 4 * nchunks; c++) {
+            const int it = base_items * ((npg + (npg + c - 1) / c - 1) / ((npg + c - 1) / c));
+            const double ex = (double)((it + nthreads - 1) / nthreads) * nthreads / it;
+            if (ex < best_ex - 0.01) {
+                best = c;
+                best_ex = ex;
+            }
+        }
+        nchunks = best;
     }
     const int ppc = (npg + nchunks - 1) / nchunks; /* panels per chunk */
     nchunks = (npg + ppc - 1) / ppc;
     const int items = base_items * nchunks;
     /* dynamic scheduling (a preempted thread's items go to the others) in grains of about
-     * 1/8 of a thread's share, so small items do not pay one atomic each */
+     * 1/8 of a thread's share, so small items do not pay one atomic each; single items when
+     * there are few (a grain of 2 over 34 items would be 17 grains, uneven again) */
     int grain = items / (8 * (nthreads > 0 ? nthreads : 1));
-    if (grain < 1) grain = 1;
+    if (grain < 1 || items < 32 * nthreads) grain = 1;
 
     /* per-k input offsets (the indirection table), identical for every group and tile */
-    {
-        size_t k = 0;
-        for (int ci = 0; ci < cin_g; ci++)
-            for (int kh = 0; kh < g->KH; kh++)
-                for (int kw = 0; kw < g->KW; kw++, k++) {
-                    if (direct) {
-                        koff[k] = ci * g->sc;
-                    } else {
-                        const int ry = kh * g->dy, rx = kw * g->dx;
-                        koff[k] = ci * g->plane +
-                                  (ptrdiff_t)((ry % g->sy) * g->sx + rx % g->sx) * g->Hq * g->Wq +
-                                  (ptrdiff_t)(ry / g->sy) * g->Wq + rx / g->sx;
-                    }
-                }
-    }
+    fill_koff(g, cin_g, direct, koff);
 
     const float *wp = (const float *)packed;
     if (wtype != MK_W_F32) {
@@ -264,14 +302,8 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
         wp = wide;
     }
 
-    /* the phase copy in items of a channel's row band: few channels (a network's first layer,
-     * 3 channels at 224x224) are split into bands so that every thread copies (in chunks of
-     * 4 items) */
-    int phase_parts = 1;
-    if (g->C < 8 * nthreads) {
-        phase_parts = (8 * nthreads + g->C - 1) / g->C;
-        if (phase_parts > g->Hq) phase_parts = g->Hq > 0 ? g->Hq : 1;
-    }
+    /* the phase copy in items of a channel's row band (see phase_split) */
+    const int phase_parts = phase_split(g, nthreads);
     const int phase_items = g->C * phase_parts;
 
     if (!direct) { /* slack past the last channel: read only by dropped grid columns */
@@ -325,6 +357,142 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                 }
             }
             /* implicit barrier before the next image overwrites the phase image */
+        }
+    }
+    return 0;
+}
+
+/* ---- Convolution fused with the max pooling that follows it (AVX-512) ----------------------
+ * ResNet's stem: conv 7x7/2 (+ folded BN + ReLU) -> max pool 3x3/2 turns a 3.2 MB map into a
+ * 0.8 MB one. Here each thread takes a contiguous run of bands of B pooled rows, with its own
+ * phase image whose rows it copies just before the first band that reads them (no barrier,
+ * the rows are in the core's L2: 4-5% faster than one shared phase image); for a band it
+ * computes the convolution rows the band's windows read into a per-thread buffer of R rows x
+ * Cout channels (about 256 KiB, in L2) and pools them straight into the output, so the full
+ * convolution output is never written to memory and read back. A band keeps the rows it shares
+ * with the next one (row 2i+1 of a 3/2 pool), so only the first band of a thread recomputes
+ * one row. Every convolution lane is the same FMA chain as in mk_conv2d_f32 and the pooling is
+ * f32-maxpool-avx512.c's row walk, so the result is bit-identical to conv -> max_pool2d. */
+
+/* Pooled rows per band: R conv rows of Cout x OW floats in about 256 KiB, at most a thread's
+ * share of the pooled rows. */
+static int maxpool_band(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
+                        int nthreads) {
+    const int reach = (pg->KH - 1) * pg->dy + 1;
+    const double row = (double)Cout * g->OW * sizeof(float);
+    int B = (int)((262144.0 / row - reach) / pg->sy) + 1;
+    if (B < 1) B = 1;
+    const int per = (pg->OH + nthreads - 1) / nthreads;
+    if (B > per) B = per;
+    return B;
+}
+
+static int maxpool_band_rows(const mk_conv_geom *pg, int B) {
+    return (B - 1) * pg->sy + (pg->KH - 1) * pg->dy + 1;
+}
+
+static ptrdiff_t maxpool_thread_floats(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
+                                       int B) {
+    const ptrdiff_t conv = (ptrdiff_t)Cout * maxpool_band_rows(pg, B) * g->OW;
+    return (mk_conv_phase_size(g, g->C) + 15) / 16 * 16 +
+           (conv + mk_max_pool2d_rows_buf_f32_avx512(pg) + 15) / 16 * 16;
+}
+
+ptrdiff_t mk_conv_maxpool_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
+                                  int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    const int B = maxpool_band(g, pg, Cout, nthreads);
+    return (ptrdiff_t)nthreads * maxpool_thread_floats(g, pg, Cout, B);
+}
+
+int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x,
+                          int Cout, const float *wp, float *scratch, ptrdiff_t *koff,
+                          float *out, int act, int isa, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW;
+    mk_igemm_fn fn;
+    int nr;
+    mk_conv_igemm_lanes(isa, L, &fn, &nr);
+    const int npg = (Cout + MK_CONV_MR - 1) / MK_CONV_MR;
+    const size_t K = (size_t)g->C * g->KH * g->KW;
+    const size_t panel = MK_CONV_MR + K * MK_CONV_MR;
+    const int nchunks = l1_chunks(panel, npg);
+    const int ppc = (npg + nchunks - 1) / nchunks;
+    const int B = maxpool_band(g, pg, Cout, nthreads);
+    const int R = maxpool_band_rows(pg, B);
+    const int reach = (pg->KH - 1) * pg->dy + 1;
+    const int PH = pg->OH, OW = g->OW, Wq = g->Wq;
+    const int nbands = (PH + B - 1) / B;
+    const ptrdiff_t pohw = (ptrdiff_t)PH * pg->OW, crs = (ptrdiff_t)R * OW;
+    const ptrdiff_t psize = mk_conv_phase_size(g, g->C);
+    const ptrdiff_t per = maxpool_thread_floats(g, pg, Cout, B);
+    const int nb = mk_max_pool2d_rows_buf_f32_avx512(pg);
+    /* phase rows past a conv row that its lanes (dropped grid columns included) read */
+    const int ph_reach = (g->KH - 1) * g->dy / g->sy + 2;
+
+    fill_koff(g, g->C, 0, koff);
+
+#pragma omp parallel num_threads(nthreads)
+    {
+        const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+        /* each thread its own phase image, rows copied just before the bands that read them
+         * (no barrier; the rows are in this core's L2 when the igemm reads them) */
+        float *phase = scratch + (ptrdiff_t)tid * per;
+        float *conv = phase + (psize + 15) / 16 * 16;
+        float *pbuf = conv + (ptrdiff_t)Cout * crs;
+        for (ptrdiff_t i = (ptrdiff_t)g->C * g->plane; i < psize; i++) phase[i] = 0.0f;
+        for (int i = 0; i < nb; i++) pbuf[i] = -INFINITY;
+        mk_seg segs[MK_MAX_SEGS];
+        for (int n = 0; n < g->N; n++) {
+            int ph_done = -1; /* phase rows [ph_lo, ph_done) copied for image n */
+            float *oimg = out + (ptrdiff_t)n * Cout * pohw;
+            const int b0 = nbands * tid / nt, b1 = nbands * (tid + 1) / nt;
+            int s0 = 0, s1 = 0; /* conv rows [s0, s1) held, row r at conv + (r - s0) * OW */
+            for (int band = b0; band < b1; band++) {
+                const int i0 = band * B, i1 = i0 + B < PH ? i0 + B : PH;
+                int lo = i0 * pg->sy - pg->pt, hi = (i1 - 1) * pg->sy - pg->pt + reach;
+                if (lo < 0) lo = 0;
+                if (hi > g->OH) hi = g->OH;
+                if (lo >= s0 && lo < s1) { /* keep the rows shared with the previous band */
+                    if (lo > s0)
+                        for (int c = 0; c < Cout; c++)
+                            memmove(conv + c * crs, conv + c * crs + (ptrdiff_t)(lo - s0) * OW,
+                                    sizeof(float) * (size_t)(s1 - lo) * OW);
+                    s0 = lo;
+                } else {
+                    s0 = s1 = lo;
+                }
+                if (hi > s1) { /* conv rows [s1, hi): grid lanes [s1*Wq, (hi-1)*Wq + OW) */
+                    const int pa = ph_done < 0 ? s1 : ph_done;
+                    const int pb = hi - 1 + ph_reach < g->Hq ? hi - 1 + ph_reach : g->Hq;
+                    if (pb > pa) {
+                        for (int c = 0; c < g->C; c++)
+                            phase_channel_rows(g, x + n * g->sn + c * g->sc,
+                                               phase + c * g->plane, 0.0f, pa, pb);
+                        ph_done = pb;
+                    }
+                    const ptrdiff_t qa = (ptrdiff_t)s1 * Wq, qb = (ptrdiff_t)(hi - 1) * Wq + OW;
+                    for (ptrdiff_t q0 = qa; q0 < qb; q0 += nr) {
+                        const int nl = (int)(qb - q0 < nr ? qb - q0 : nr);
+                        const int ns = tile_segments(g, q0, nl, segs);
+                        for (int s = 0; s < ns; s++) segs[s].off -= (ptrdiff_t)s0 * OW;
+                        for (int ch = 0; ch < nchunks; ch++) {
+                            const int p0 = ch * ppc, p1 = p0 + ppc < npg ? p0 + ppc : npg;
+                            for (int p = p0; p < p1; p++) {
+                                const int rows = Cout - p * MK_CONV_MR < MK_CONV_MR
+                                                     ? Cout - p * MK_CONV_MR : MK_CONV_MR;
+                                fn(K, wp + (size_t)p * panel, phase + q0, koff, nl, rows,
+                                   conv + (ptrdiff_t)p * MK_CONV_MR * crs, crs, NULL, segs, ns,
+                                   act);
+                            }
+                        }
+                    }
+                    s1 = hi;
+                }
+                for (int c = 0; c < Cout; c++)
+                    mk_max_pool2d_rows_f32_avx512(pg, conv + c * crs, s0, oimg + c * pohw, pbuf,
+                                                  i0, i1);
+            }
         }
     }
     return 0;

@@ -22,29 +22,33 @@ static inline __mmask16 head16(ptrdiff_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n > 0 ? n : 0)) - 1);
 }
 
-MK_T512 static void pool_plane(const mk_conv_geom *g, const float *xp, float *o, float *buf) {
+/* Output rows [oh0, oh1) of one plane; input row h is read at xp + (h - ybase) * sh (the fused
+ * convolution + pooling of f32-conv-driver.c holds a band of rows from ybase on). */
+MK_T512 static void pool_rows(const mk_conv_geom *g, const float *xp, int ybase, float *o,
+                              float *buf, int oh0, int oh1) {
     const int W = g->W, sx = g->sx, OW = g->OW;
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
                                            28, 30);
     float *row = buf + g->pl;
-    for (int oh = 0; oh < g->OH; oh++) {
+    for (int oh = oh0; oh < oh1; oh++) {
         int h0 = oh * g->sy - g->pt;
         const int h1 = h0 + (g->KH - 1) * g->dy + 1 < g->H ? h0 + (g->KH - 1) * g->dy + 1 : g->H;
         while (h0 < 0) h0 += g->dy;
         /* (1) rows: row[w] = max over the window's rows (W columns, unit stride) */
-        const float *r0 = xp + h0 * g->sh;
+        const float *r0 = xp + (ptrdiff_t)(h0 - ybase) * g->sh;
         int w = 0;
         for (; w + 16 <= W; w += 16) {
             __m512 acc = _mm512_loadu_ps(r0 + w);
             for (int h = h0 + g->dy; h < h1; h += g->dy)
-                acc = maxnan16(_mm512_loadu_ps(xp + h * g->sh + w), acc);
+                acc = maxnan16(_mm512_loadu_ps(xp + (ptrdiff_t)(h - ybase) * g->sh + w), acc);
             _mm512_storeu_ps(row + w, acc);
         }
         if (w < W) {
             const __mmask16 m = head16(W - w);
             __m512 acc = _mm512_maskz_loadu_ps(m, r0 + w);
             for (int h = h0 + g->dy; h < h1; h += g->dy)
-                acc = maxnan16(_mm512_maskz_loadu_ps(m, xp + h * g->sh + w), acc);
+                acc = maxnan16(
+                    _mm512_maskz_loadu_ps(m, xp + (ptrdiff_t)(h - ybase) * g->sh + w), acc);
             _mm512_mask_storeu_ps(row + w, m, acc);
         }
         /* (2)+(3) columns: out[ow] = max_j buf[ow*sx + j*dx], 16 outputs per step */
@@ -64,17 +68,29 @@ MK_T512 static void pool_plane(const mk_conv_geom *g, const float *xp, float *o,
     }
 }
 
+static int pool_buf_size(const mk_conv_geom *g) {
+    /* the row buffer: -inf padding, the row, and room for the last 16-output step's reads
+     * ((OW rounded up to 16) * sx + reach + 16 floats) */
+    const int OW16 = (g->OW + 15) / 16 * 16;
+    int nb = OW16 * g->sx + (g->KW - 1) * g->dx + 16;
+    if (nb < g->pl + g->W + 16) nb = g->pl + g->W + 16;
+    return nb;
+}
+
+int mk_max_pool2d_rows_buf_f32_avx512(const mk_conv_geom *g) { return pool_buf_size(g); }
+
+void mk_max_pool2d_rows_f32_avx512(const mk_conv_geom *g, const float *xp, int ybase, float *o,
+                                   float *buf, int oh0, int oh1) {
+    pool_rows(g, xp, ybase, o, buf, oh0, oh1);
+}
+
 /* Unit input column stride and column stride 1 or 2 (else returns 0: the caller runs pool.c). */
 int mk_max_pool2d_f32_avx512(const mk_conv_geom *g, const float *x, float *out, int nthreads) {
     if (g->sw != 1 || (g->sx != 1 && g->sx != 2)) return 0;
     const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
     const int planes = g->N * g->C;
     if ((double)planes * ohw * g->KH * g->KW < 3e4) nthreads = 1;
-    /* the row buffer: -inf padding, the row, and room for the last 16-output step's reads
-     * ((OW rounded up to 16) * sx + reach + 16 floats) */
-    const int OW16 = (g->OW + 15) / 16 * 16;
-    int nb = OW16 * g->sx + (g->KW - 1) * g->dx + 16;
-    if (nb < g->pl + g->W + 16) nb = g->pl + g->W + 16;
+    const int nb = pool_buf_size(g);
     int ok = 1;
 #pragma omp parallel num_threads(nthreads)
     {
@@ -89,8 +105,8 @@ int mk_max_pool2d_f32_avx512(const mk_conv_geom *g, const float *x, float *out, 
         if (ok) {
 #pragma omp for schedule(dynamic, 4)
             for (int pc = 0; pc < planes; pc++)
-                pool_plane(g, x + (pc / g->C) * g->sn + (pc % g->C) * g->sc,
-                           out + (ptrdiff_t)pc * ohw, buf);
+                pool_rows(g, x + (pc / g->C) * g->sn + (pc % g->C) * g->sc, 0,
+                          out + (ptrdiff_t)pc * ohw, buf, 0, g->OH);
         }
         free(buf);
     }
