@@ -420,3 +420,73 @@ def test_inverted_residual_channel_split_agrees(rng, cin, t, cout, hw, stride, n
     finally:
         modulekit.set_num_threads(before)
     np.testing.assert_array_equal(one, many)
+
+
+# The global average pool fused into a convolution (PackedConv2d.forward_mean): the lane-exact
+# 1x1 path averages each thread's channels in the kernel, every other path the stored output;
+# both in mk_mean_rows_f32's order, so they equal spatial_mean(forward(x)) bit for bit.
+@pytest.mark.parametrize(
+    "n,cin,cout,h,w,k",
+    [(1, 320, 1280, 7, 7, 1), (2, 17, 37, 3, 5, 1), (1, 8, 64, 14, 14, 1), (3, 5, 19, 16, 16, 1),
+     (1, 4, 3, 1, 1, 1), (2, 6, 11, 9, 13, 3), (1, 3, 33, 5, 17, 1)],
+)
+def test_forward_mean(isa, rng, n, cin, cout, h, w, k):
+    x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
+    wt = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    packed = _conv.pack_conv2d(wt, b, padding=k // 2)
+    r = rng.standard_normal((n, cout, h, w)).astype(np.float32)
+    for act, res in ((None, None), ("relu6", None), ("relu", r)):
+        y = packed.forward(x, act, res)
+        mean = packed.forward_mean(x, act, res)
+        assert mean.shape == (n, cout) and mean.dtype == np.float32
+        np.testing.assert_array_equal(mean, _conv.spatial_mean(y))
+        ref = reference(x, wt, b, 1, (k // 2,) * 4, act, res, groups=1).mean((2, 3))
+        np.testing.assert_allclose(mean, ref, rtol=1e-5, atol=1e-5)
+    # unbatched input, a channel-sliced view
+    np.testing.assert_array_equal(packed.forward_mean(x[0]), packed.forward_mean(x[:1])[0])
+    big = rng.standard_normal((n, cin + 2, h, w)).astype(np.float32)
+    np.testing.assert_array_equal(
+        packed.forward_mean(big[:, 1 : 1 + cin]), _conv.spatial_mean(packed.forward(big[:, 1:-1]))
+    )
+
+
+def test_spatial_mean(rng):
+    for shape in [(1, 1, 1, 1), (2, 3, 1, 17), (1, 5, 7, 7), (2, 4, 4, 4), (1, 2, 33, 3)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = _conv.spatial_mean(x)
+        assert got.dtype == np.float32 and got.shape == shape[:2]
+        np.testing.assert_allclose(got, x.astype(np.float64).mean((2, 3)), rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(_conv.spatial_mean(x[:, :, ::1, ::1].copy()), got)
+        x64 = x.astype(np.float64)
+        got64 = _conv.spatial_mean(x64)
+        assert got64.dtype == np.float64
+        np.testing.assert_allclose(got64, x64.mean((2, 3)), rtol=1e-12)
+    # non-contiguous input
+    x = rng.standard_normal((2, 6, 5, 9)).astype(np.float32)
+    np.testing.assert_array_equal(_conv.spatial_mean(x[:, ::2, :, ::2]),
+                                  _conv.spatial_mean(np.ascontiguousarray(x[:, ::2, :, ::2])))
+    with pytest.raises(ValueError):
+        _conv.spatial_mean(x[0])
+
+
+def test_mobilenetv2_pooled_head_hooks(rng):
+    """A hook on the last feature layer, its children or the classifier sees its call (the
+    fused pool and the direct classifier call step aside); the output does not change."""
+    from modulekit.models import mobilenetv2 as mm
+
+    model = mm.MobileNetV2(num_classes=7).eval().initialize()
+    x = rng.standard_normal((1, 3, 40, 40)).astype(np.float32)
+    want = model(x)
+    for target in (model.features[-1], model.features[-1][0], model.features[-1][2],
+                   model.classifier, model.classifier[0], model.classifier[1]):
+        calls = []
+        h = target.register_forward_hook(lambda *a, c=calls: c.append(1))
+        got = model(x)
+        h.remove()
+        np.testing.assert_array_equal(got, want)
+        if target is not model.features[-1][0] and target is not model.features[-1][2]:
+            assert calls == [1], target
+    # train mode: dropout and batch statistics, the plain path (shape only)
+    model.train()
+    assert model(rng.standard_normal((2, 3, 40, 40)).astype(np.float32)).shape == (2, 7)

@@ -227,11 +227,14 @@ class MobileNetV2(Module):
     def _fused_features(self, x):
         """``features(x)`` with every block's checks done first, in one loop, then the
         layers: the fused blocks' kernels called directly (``InvertedResidual._fused_kernel``),
-        the other layers as modules. None (run ``features`` as usual) when ``features`` is not
-        a plain Sequential, has hooks or trains, when a layer run as a module has hooks (its
-        hook could change a later block), for a non-ndarray or non-4-D input, or with
-        ``FUSE_MIN_BYTES`` set. The same calls as the usual path, so the same result; it
-        saves about 4 us per block at batch 1 (the checks' interpreter code stays hot).
+        the other layers as modules; and, when the last layer is a Conv2dNormActivation that
+        can run folded (``_pooled_head``), the global average pool fused into it. Returns
+        ``(y, pooled)``: ``pooled`` True when ``y`` is already the (N, C) channel means. None
+        (run ``features`` as usual) when ``features`` is not a plain Sequential, has hooks or
+        trains, when a layer run as a module has hooks (its hook could change a later block),
+        for a non-ndarray or non-4-D input, or with ``FUSE_MIN_BYTES`` set. The same kernels
+        as the usual path, so the same result; it saves about 4 us per block at batch 1 (the
+        checks' interpreter code stays hot).
         """
         feats = self._modules["features"]
         if (
@@ -249,19 +252,71 @@ class MobileNetV2(Module):
                 return None
             k = m._fused_kernel() if type(m) is InvertedResidual else None
             steps.append(m if k is None else k)
+        head = _pooled_head(steps[-1]) if steps else None
+        if head is not None:
+            steps.pop()
         for step in steps:
             x = step(x)
-        return x
+        if head is None:
+            return x, False
+        conv, packed = head
+        try:
+            return packed.forward_mean(x, "relu6"), True
+        except ValueError as exc:
+            raise conv._error(exc) from None
+
+    def _classify(self, x):
+        """``classifier(x)``: Dropout (identity in eval mode) and Linear called directly when
+        the classifier is the plain eval-mode pair with no hooks, as a module otherwise."""
+        cls = self._modules["classifier"]
+        if type(cls) is nn.Sequential and not cls._has_hooks and not cls.training:
+            mods = tuple(cls._modules.values())
+            if (
+                len(mods) == 2
+                and type(mods[0]) is nn.Dropout
+                and type(mods[1]) is nn.Linear
+                and not mods[0]._has_hooks
+                and not mods[0].training
+                and not mods[1]._has_hooks
+            ):
+                return mods[1].forward(x)
+        return cls(x)
 
     def forward(self, x):
-        y = self._fused_features(x)
-        x = self.features(x) if y is None else y
-        # global average pool: a row sum per channel (einsum's vectorised contiguous reduction:
-        # ~6 us for 1280 x 7 x 7 in a loop, against ~30 us for a window-walking pool; about
-        # 45 us right after the blocks, its code cold)
-        n, c = x.shape[0], x.shape[1]
-        x = np.einsum("ncp->nc", np.reshape(x, (n, c, -1))) / np.float32(x.shape[2] * x.shape[3])
-        return self.classifier(x)
+        fused = self._fused_features(x)
+        if fused is None:
+            x, pooled = self.features(x), False
+        else:
+            x, pooled = fused
+        if not pooled:
+            # global average pool: each channel's mean over its pixels, in the order the
+            # fused pool (PackedConv2d.forward_mean) uses, so both paths agree bit for bit
+            x = _conv.spatial_mean(x)
+        return self._classify(x)
+
+
+def _pooled_head(m):
+    """``(conv, packed)`` when ``m``, the last feature layer, is a Conv2dNormActivation with a
+    ReLU6 that runs folded (eval mode, running statistics, no hooks on it or its children):
+    its global average pool can be fused in (``PackedConv2d.forward_mean``); None otherwise."""
+    if type(m) is not Conv2dNormActivation or m._has_hooks:
+        return None
+    mods = m._modules
+    if len(mods) != 3:
+        return None
+    conv, bn, act = mods["0"], mods["1"], mods["2"]
+    if (
+        type(conv) is not Conv2d
+        or type(bn) is not BatchNorm2d
+        or type(act) is not nn.ReLU6
+        or conv._has_hooks
+        or bn._has_hooks
+        or act._has_hooks
+        or bn.training
+        or bn.running_mean is None
+    ):
+        return None
+    return conv, conv._fused_packed(bn, "relu6")
 
 
 def mobilenet_v2(num_classes: int = 1000) -> MobileNetV2:
