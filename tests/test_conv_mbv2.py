@@ -607,3 +607,17 @@ def test_mobilenetv2_plan_cast_and_batch(rng):
     assert y64.dtype == np.float64
     np.testing.assert_array_equal(y64, _unfused(model, x.astype(np.float64)))
     np.testing.assert_allclose(y64, y32, rtol=1e-4, atol=1e-4)
+
+
+def test_mobilenetv2_pickles_after_a_forward(rng):
+    """The plans (kernel objects) stay out of a pickle; the copy re-plans, same output."""
+    import pickle
+
+    model = _mbv2_random(rng)
+    x = rng.standard_normal((1, 3, 40, 40)).astype(np.float32)
+    y = model(x)
+    twin = pickle.loads(pickle.dumps(model))
+    assert "_forward_plan" not in twin.__dict__
+    assert "_invres_plan" not in twin.features[3].__dict__
+    np.testing.assert_array_equal(twin(x), y)
+    np.testing.assert_array_equal(model(x), y)

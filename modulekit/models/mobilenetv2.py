@@ -86,6 +86,11 @@ class InvertedResidual(Module):
         mods = list(self.conv._modules.values())
         yield mods[-2], mods[-1], None
 
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_invres_plan", None)  # kernel objects, re-planned on demand
+        return state
+
     def _plan_block(self):
         """Plan the fused call: the block's structure (children and grandchildren, checked on
         every call), every module in it (for hooks and the training flag), the norms, and the
@@ -219,6 +224,11 @@ class MobileNetV2(Module):
         self.classifier = nn.Sequential(
             nn.Dropout(p=dropout), nn.Linear(self.last_channel, num_classes)
         )
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_forward_plan", None)  # kernel objects, re-planned on demand
+        return state
 
     def initialize(self):
         """Pack every layer and, in eval mode, fold each Conv2d + BatchNorm2d pair now."""
