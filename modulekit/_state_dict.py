@@ -358,12 +358,16 @@ class StateDictMixin:
     def _commit_load(copies, repacks, extras, assign: bool, backup: bool):
         """Write the validated values; return a function undoing the writes when ``backup``
         (or when a write fails half way, which it undoes and re-raises)."""
+        from modulekit.module import _bump_epoch  # (module.py imports this file)
+
+        _bump_epoch()  # new tensors or values: what the tree computes may change
         saved_tensors = []
         saved_entries = []
         saved_dicts = []
         saved_extras = []
 
         def undo():
+            _bump_epoch()
             for tensor, old in saved_tensors:
                 np.copyto(tensor.numpy(), old)
             for registry, name, old in reversed(saved_entries):

@@ -53,6 +53,29 @@ from modulekit.hooks import RemovableHandle
 
 __all__ = ["Module", "LoadResult", "StateDictError", "StateDictTypeError"]
 
+#: The structure epoch: a process-wide count of changes that can alter what some module's
+#: forward computes beyond its input, bumped by every attribute assignment or deletion on a
+#: Module (children, parameters, buffers, flags such as ``training``), by registering a
+#: child/parameter/buffer, by adding or removing a forward hook, by ``train``/``eval``,
+#: ``load_state_dict``, ``to`` (and the casts) and ``initialize``, and by the containers'
+#: own edits (``del``, ``insert``, ``clear``). A model that plans its forward (MobileNetV2)
+#: keeps the plan while the epoch is the one it planned at: one integer compared per call,
+#: instead of re-checking every module. Not covered: writes into the registries' dicts or
+#: into a tensor's memory behind the Module API (``m._modules[k] = ...``,
+#: ``bn.running_mean.numpy()[:] = ...``), as for the folded Conv+BN kernels.
+_epoch = 0
+
+
+def _bump_epoch() -> None:
+    """Advance the structure epoch (see ``_epoch``): plans made before are stale."""
+    global _epoch
+    _epoch += 1
+
+
+def structure_epoch() -> int:
+    """The current structure epoch (see ``_epoch``)."""
+    return _epoch
+
 # torch device families: a string naming one of these is a device (and refused unless "cpu").
 _DEVICE_TYPES = frozenset(
     "cpu cuda mps xpu ipu mtia hpu xla meta vulkan hip maia lazy ve fpga ort mkldnn opengl "
@@ -185,6 +208,7 @@ class Module(StateDictMixin):
                     "(a modulekit Tensor, an array of real numbers of a modulekit data type, "
                     "or None expected)"
                 )
+        _bump_epoch()
         self._buffers[name] = tensor
         if persistent:
             self._non_persistent_buffers.discard(name)
@@ -201,6 +225,7 @@ class Module(StateDictMixin):
                 f"cannot assign '{type(param).__name__}' object to parameter '{name}' "
                 "(modulekit.Parameter or None required)"
             )
+        _bump_epoch()
         self._parameters[name] = param
 
     def add_module(self, name: str, module: Module | None) -> None:
@@ -210,6 +235,7 @@ class Module(StateDictMixin):
         if "_modules" not in self.__dict__:
             raise self._not_initialized("child module", name)
         self._check_new_name("module", name, "_modules")
+        _bump_epoch()
         self._modules[name] = module
         self.__dict__["_scoped_call"] = True
 
@@ -239,6 +265,7 @@ class Module(StateDictMixin):
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __setattr__(self, name: str, value: Any) -> None:
+        _bump_epoch()
         d = self.__dict__
         params = d.get("_parameters")
         if isinstance(value, Parameter):
@@ -288,6 +315,7 @@ class Module(StateDictMixin):
             d["_modules"].pop(name, None)
 
     def __delattr__(self, name: str) -> None:
+        _bump_epoch()
         d = self.__dict__
         if "_parameters" in d:
             if name in d["_parameters"]:
@@ -326,6 +354,7 @@ class Module(StateDictMixin):
         return state
 
     def __setstate__(self, state: dict) -> None:
+        _bump_epoch()
         d = self.__dict__
         self._init_hook_registries(d)
         d.update(state)
@@ -353,6 +382,7 @@ class Module(StateDictMixin):
         return self.forward(*args, **kwargs)
 
     def _refresh_hooks_flag(self) -> None:
+        _bump_epoch()  # a forward hook was added or removed
         d = self.__dict__
         d["_has_hooks"] = bool(d["_forward_pre_hooks"] or d["_forward_hooks"])
         d["_scoped_call"] = bool(d["_has_hooks"] or d["_modules"])
@@ -649,6 +679,7 @@ class Module(StateDictMixin):
         return self
 
     def _cast_floating(self, dtype: DataType) -> None:
+        _bump_epoch()
         for module in self.modules():
             for registry in (module._parameters, module._buffers):
                 for tensor in registry.values():
@@ -797,7 +828,9 @@ class Module(StateDictMixin):
             module._pack()
             module._fuse()
 
+        _bump_epoch()
         visit(self)
+        _bump_epoch()
         _warm_threads()
         return self
 

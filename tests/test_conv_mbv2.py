@@ -9,6 +9,7 @@ fallback elsewhere) and float64 (its own direct loop).
 import numpy as np
 import pytest
 
+from modulekit import nn
 from modulekit._ext import _conv
 
 torch = pytest.importorskip("torch")
@@ -420,3 +421,203 @@ def test_inverted_residual_channel_split_agrees(rng, cin, t, cout, hw, stride, n
     finally:
         modulekit.set_num_threads(before)
     np.testing.assert_array_equal(one, many)
+
+
+# The global average pool fused into a convolution (PackedConv2d.forward_mean): the lane-exact
+# 1x1 path averages each thread's channels in the kernel, every other path the stored output;
+# both in mk_mean_rows_f32's order, so they equal spatial_mean(forward(x)) bit for bit.
+@pytest.mark.parametrize(
+    "n,cin,cout,h,w,k",
+    [(1, 320, 1280, 7, 7, 1), (2, 17, 37, 3, 5, 1), (1, 8, 64, 14, 14, 1), (3, 5, 19, 16, 16, 1),
+     (1, 4, 3, 1, 1, 1), (2, 6, 11, 9, 13, 3), (1, 3, 33, 5, 17, 1)],
+)
+def test_forward_mean(isa, rng, n, cin, cout, h, w, k):
+    x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
+    wt = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    packed = _conv.pack_conv2d(wt, b, padding=k // 2)
+    r = rng.standard_normal((n, cout, h, w)).astype(np.float32)
+    for act, res in ((None, None), ("relu6", None), ("relu", r)):
+        y = packed.forward(x, act, res)
+        mean = packed.forward_mean(x, act, res)
+        assert mean.shape == (n, cout) and mean.dtype == np.float32
+        np.testing.assert_array_equal(mean, _conv.spatial_mean(y))
+        ref = reference(x, wt, b, 1, (k // 2,) * 4, act, res, groups=1).mean((2, 3))
+        np.testing.assert_allclose(mean, ref, rtol=1e-5, atol=1e-5)
+    # unbatched input, a channel-sliced view
+    np.testing.assert_array_equal(packed.forward_mean(x[0]), packed.forward_mean(x[:1])[0])
+    big = rng.standard_normal((n, cin + 2, h, w)).astype(np.float32)
+    np.testing.assert_array_equal(
+        packed.forward_mean(big[:, 1 : 1 + cin]), _conv.spatial_mean(packed.forward(big[:, 1:-1]))
+    )
+
+
+def test_spatial_mean(rng):
+    for shape in [(1, 1, 1, 1), (2, 3, 1, 17), (1, 5, 7, 7), (2, 4, 4, 4), (1, 2, 33, 3)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = _conv.spatial_mean(x)
+        assert got.dtype == np.float32 and got.shape == shape[:2]
+        np.testing.assert_allclose(got, x.astype(np.float64).mean((2, 3)), rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(_conv.spatial_mean(x[:, :, ::1, ::1].copy()), got)
+        x64 = x.astype(np.float64)
+        got64 = _conv.spatial_mean(x64)
+        assert got64.dtype == np.float64
+        np.testing.assert_allclose(got64, x64.mean((2, 3)), rtol=1e-12)
+    # non-contiguous input
+    x = rng.standard_normal((2, 6, 5, 9)).astype(np.float32)
+    np.testing.assert_array_equal(_conv.spatial_mean(x[:, ::2, :, ::2]),
+                                  _conv.spatial_mean(np.ascontiguousarray(x[:, ::2, :, ::2])))
+    with pytest.raises(ValueError):
+        _conv.spatial_mean(x[0])
+
+
+def test_mobilenetv2_pooled_head_hooks(rng):
+    """A hook on the last feature layer, its children or the classifier sees its call (the
+    fused pool and the direct classifier call step aside); the output does not change."""
+    from modulekit.models import mobilenetv2 as mm
+
+    model = mm.MobileNetV2(num_classes=7).eval().initialize()
+    x = rng.standard_normal((1, 3, 40, 40)).astype(np.float32)
+    want = model(x)
+    for target in (model.features[-1], model.features[-1][0], model.features[-1][2],
+                   model.classifier, model.classifier[0], model.classifier[1]):
+        calls = []
+        h = target.register_forward_hook(lambda *a, c=calls: c.append(1))
+        got = model(x)
+        h.remove()
+        np.testing.assert_array_equal(got, want)
+        if target is not model.features[-1][0] and target is not model.features[-1][2]:
+            assert calls == [1], target
+    # train mode: dropout and batch statistics, the plain path (shape only)
+    model.train()
+    assert model(rng.standard_normal((2, 3, 40, 40)).astype(np.float32)).shape == (2, 7)
+
+
+def _mbv2_random(rng, num_classes=10):
+    from modulekit.models import mobilenetv2 as mm
+
+    model = mm.MobileNetV2(num_classes=num_classes)
+    state = {}
+    for k, v in model.state_dict().items():
+        a = np.asarray(v)
+        if k.endswith("running_var") or (k.endswith("weight") and a.ndim == 1):
+            state[k] = rng.uniform(0.5, 1.5, a.shape).astype(a.dtype)
+        elif a.dtype.kind == "f" and a.ndim > 1:  # fan-in scaled: activations stay O(1)
+            fan_in = a[0].size
+            state[k] = (rng.standard_normal(a.shape) * 1.5 / np.sqrt(fan_in)).astype(a.dtype)
+        elif a.dtype.kind == "f":
+            state[k] = (rng.standard_normal(a.shape) * 0.05).astype(a.dtype)
+    model.load_state_dict(state, strict=False)
+    return model.eval().initialize()
+
+
+def _unfused(model, x):
+    """The model run layer by layer as modules (no plan, no fused blocks or pool)."""
+    from modulekit.models import mobilenetv2 as mm
+
+    saved = mm.FUSE_MIN_BYTES
+    mm.FUSE_MIN_BYTES = 1 << 62
+    try:
+        return model(x)
+    finally:
+        mm.FUSE_MIN_BYTES = saved
+
+
+def _double(m, a, o):
+    return o * 2
+
+
+def _new_bn(c):
+    bn = nn.BatchNorm2d(c)
+    bn.load_state_dict(
+        {"running_mean": np.full(c, 0.1, np.float32), "running_var": np.full(c, 2.0, np.float32),
+         "weight": np.full(c, 1.2, np.float32), "bias": np.full(c, 0.1, np.float32)},
+        strict=False,
+    )
+    return bn.eval()
+
+
+PLAN_MUTATIONS = {
+    # name: (mutation, whether the output must change)
+    "replace a block": (lambda m: m.features.__setitem__(5, nn.Identity()), True),
+    "delete a block": (lambda m: m.features.__delitem__(5), True),
+    "hook on a block": (lambda m: m.features[5].register_forward_hook(_double), True),
+    "hook inside a block": (lambda m: m.features[5].conv[1].register_forward_hook(_double), True),
+    "pre-hook on features": (
+        lambda m: m.features.register_forward_pre_hook(lambda mod, a: (a[0] * 0.5,)), True
+    ),
+    "hook on the last layer": (lambda m: m.features[-1].register_forward_hook(_double), True),
+    "hook on the classifier Linear": (
+        lambda m: m.classifier[1].register_forward_hook(_double), True
+    ),
+    "norm replaced": (lambda m: m.features[5].conv[1].__setitem__(1, _new_bn(192)), True),
+    "norm without statistics": (
+        lambda m: setattr(m.features[5].conv[1][1], "running_mean", None), True
+    ),
+    "last norm replaced": (lambda m: m.features[-1].__setitem__(1, _new_bn(1280)), True),
+    "reload": (lambda m: m.load_state_dict(_mbv2_random(np.random.default_rng(9)).state_dict()),
+               True),
+    "new classifier": (lambda m: m.classifier.__setitem__(1, nn.Linear(1280, 10)), True),
+    "classifier train mode (dropout on)": (lambda m: m.classifier.train(), True),
+    "block in train mode": (lambda m: m.features[5].train(), True),
+    "initialize again": (lambda m: m.initialize(), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLAN_MUTATIONS))
+def test_mobilenetv2_plan_follows_mutations(rng, name):
+    """The forward plan is reused while nothing changes, and every change that alters what
+    the model computes is seen by the next call: the output equals the layers run one by
+    one (bit for bit where both run the same kernels, eval mode)."""
+    from modulekit import module as mod
+
+    model = _mbv2_random(rng)
+    x = rng.standard_normal((1, 3, 48, 40)).astype(np.float32)
+    before = model(x)
+    np.testing.assert_array_equal(before, _unfused(model, x))
+    np.testing.assert_array_equal(model(x), before)  # re-plans (FUSE_MIN_BYTES changed)
+    plan = model.__dict__["_forward_plan"]
+    assert plan[2] is not None
+    epoch = mod.structure_epoch()
+    np.testing.assert_array_equal(model(x), before)
+    assert model.__dict__["_forward_plan"] is plan and mod.structure_epoch() == epoch
+    mutate, changes = PLAN_MUTATIONS[name]
+    mutate(model)
+    if "train" in name:
+        # dropout and batch statistics: compare shapes and that the plan stepped aside
+        y = model(x)
+        assert y.shape == before.shape and not np.array_equal(y, before)
+        return
+    after = model(x)
+    np.testing.assert_array_equal(after, _unfused(model, x))
+    assert np.array_equal(after, before) != changes
+    np.testing.assert_array_equal(model(x), after)
+
+
+def test_mobilenetv2_plan_cast_and_batch(rng):
+    """A cast to float64 re-plans (float64 layers, the NumPy mean); other batch sizes and
+    input sizes reuse the plan; non-ndarray input runs the layers."""
+    model = _mbv2_random(rng)
+    x = rng.standard_normal((2, 3, 40, 56)).astype(np.float32)
+    y32 = model(x)
+    np.testing.assert_array_equal(model(x[:1]), _unfused(model, x[:1]))
+    np.testing.assert_array_equal(model(x.tolist()), y32)
+    model.to(np.float64)
+    y64 = model(x.astype(np.float64))
+    assert y64.dtype == np.float64
+    np.testing.assert_array_equal(y64, _unfused(model, x.astype(np.float64)))
+    np.testing.assert_allclose(y64, y32, rtol=1e-4, atol=1e-4)
+
+
+def test_mobilenetv2_pickles_after_a_forward(rng):
+    """The plans (kernel objects) stay out of a pickle; the copy re-plans, same output."""
+    import pickle
+
+    model = _mbv2_random(rng)
+    x = rng.standard_normal((1, 3, 40, 40)).astype(np.float32)
+    y = model(x)
+    twin = pickle.loads(pickle.dumps(model))
+    assert "_forward_plan" not in twin.__dict__
+    assert "_invres_plan" not in twin.features[3].__dict__
+    np.testing.assert_array_equal(twin(x), y)
+    np.testing.assert_array_equal(model(x), y)

@@ -79,6 +79,10 @@ cdef extern from "conv/conv.h" nogil:
     void mk_conv1x1_f32(int N, int K, Py_ssize_t HW, const float *x, Py_ssize_t sn,
                         Py_ssize_t sc, int M, const float *wp, Py_ssize_t *koff, float *out,
                         const float *res, int act, int nthreads)
+    void mk_conv1x1_mean_f32(int N, int K, Py_ssize_t HW, const float *x, Py_ssize_t sn,
+                             Py_ssize_t sc, int M, const float *wp, Py_ssize_t *koff,
+                             float *out, const float *res, int act, float *mean, int nthreads)
+    void mk_mean_rows_f32(const float *x, Py_ssize_t rows, Py_ssize_t L, float *mean)
     # small output maps: im2col + the lane-exact 1x1 GEMM (f32-conv-im2col.c)
     Py_ssize_t mk_conv_im2col_size(const mk_conv_geom *g)
     int mk_conv2d_im2col_f32(const mk_conv_geom *g, const float *x, int Cout, const float *wp,
@@ -103,4 +107,6 @@ cdef class PackedConv2d:
     cdef bint _im2col(self, mk_conv_geom *g, int isa)
     cdef tuple _geometry(self, x, mk_conv_geom *gp)
     cdef bint _maxpool_fused(self, mk_conv_geom *g, mk_conv_geom *pg, int isa)
-    cdef _run(self, mk_conv_geom *g, cnp.ndarray x, cnp.ndarray out, cnp.ndarray res, int act)
+    cdef _run(self, mk_conv_geom *g, cnp.ndarray x, cnp.ndarray out, cnp.ndarray res, int act,
+              float *mean=*)
+    cdef _forward(self, x, activation, residual, bint want_mean)

@@ -61,6 +61,9 @@ class PackedConv2d:
     def __call__(
         self, x: ArrayLike, activation: _Act = None, residual: ArrayLike | None = None
     ) -> np.ndarray: ...
+    def forward_mean(
+        self, x: ArrayLike, activation: _Act = None, residual: ArrayLike | None = None
+    ) -> np.ndarray: ...
 
 def pack_conv2d(
     weight: ArrayLike,
@@ -113,6 +116,7 @@ def batch_norm_inference(
 # --- MobileNetV2 inverted-residual block (kernels/conv/f32-invres-driver.c) ---
 INVRES_BAND_BYTES: int
 
+def spatial_mean(x: ArrayLike) -> np.ndarray: ...
 def inverted_residual(
     x: ArrayLike,
     expand: PackedConv2d | None,

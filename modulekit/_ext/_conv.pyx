@@ -497,6 +497,30 @@ cdef class PackedConv2d:
         -------
         ndarray, shape (N, C_out, OH, OW) (or (C_out, OH, OW) for a 3-D input)
         """
+        return self._forward(x, activation, residual, False)
+
+    def forward_mean(self, x, activation=None, residual=None):
+        """Each channel's mean over the pixels of ``forward(x, activation, residual)``: a
+        convolution with a global average pool fused in.
+
+        Where the convolution runs f32-conv1x1-driver.c (a 1x1 stride-1 layer on a small map,
+        AVX-512: MobileNetV2's last layer) each thread averages the channels it has just
+        written, while they are in its caches; elsewhere the mean runs over the stored output
+        (:func:`spatial_mean`), in the same summation order, so both agree bit for bit.
+
+        Parameters
+        ----------
+        x, activation, residual
+            As :meth:`forward`.
+
+        Returns
+        -------
+        ndarray, shape (N, C_out) (or (C_out,) for a 3-D input)
+        """
+        return self._forward(x, activation, residual, True)
+
+    cdef _forward(self, x, activation, residual, bint want_mean):
+        """:meth:`forward`, or (``want_mean``) :meth:`forward_mean`."""
         cdef int act = _act_code(activation)
         dtype = self.compute_dtype
         cdef mk_conv_geom g
@@ -513,10 +537,30 @@ cdef class PackedConv2d:
                     f"shape {tuple(out.shape)}"
                 )
             res = np.ascontiguousarray(res)
-        self._run(&g, xa, out, res, act)
-        return out[0] if unbatched else out
+        cdef cnp.ndarray mean
+        cdef float *mp
+        cdef const float *op
+        cdef Py_ssize_t rows
+        if not want_mean:
+            self._run(&g, xa, out, res, act)
+            return out[0] if unbatched else out
+        if dtype != np.float32:
+            self._run(&g, xa, out, res, act)
+            mean = spatial_mean(out)
+        else:
+            mean = np.empty(oshape[:2], np.float32)
+            mp = <float *>cnp.PyArray_DATA(mean)
+            if self._run(&g, xa, out, res, act, mp) is not True:
+                op = <const float *>cnp.PyArray_DATA(out)
+                rows = <Py_ssize_t>g.N * self.out_channels
+                with nogil:
+                    mk_mean_rows_f32(op, rows, <Py_ssize_t>g.OH * g.OW, mp)
+        return mean[0] if unbatched else mean
 
-    cdef _run(self, mk_conv_geom *g, cnp.ndarray x, cnp.ndarray out, cnp.ndarray res, int act):
+    cdef _run(self, mk_conv_geom *g, cnp.ndarray x, cnp.ndarray out, cnp.ndarray res, int act,
+              float *mean=NULL):
+        """Run the kernel for ``x`` into ``out``; True when it also wrote the channel means
+        into ``mean`` (the lane-exact 1x1 path), None otherwise (then ``mean`` is untouched)."""
         cdef int nthreads = effective_threads()
         cdef int isa = <int>active_isa()
         cdef void *xp = cnp.PyArray_DATA(x)
@@ -578,10 +622,11 @@ cdef class PackedConv2d:
         if direct and _conv1x1_lanes(g, groups, cout, self._wtype, isa):
             koff = np.empty(g.C, np.intp)
             with nogil:
-                mk_conv1x1_f32(g.N, g.C, <Py_ssize_t>g.H * g.W, <const float *>xp, g.sn, g.sc,
-                               cout, <const float *>wp, <Py_ssize_t *>cnp.PyArray_DATA(koff),
-                               <float *>op, <const float *>rp, act, nthreads)
-            return
+                mk_conv1x1_mean_f32(g.N, g.C, <Py_ssize_t>g.H * g.W, <const float *>xp, g.sn,
+                                    g.sc, cout, <const float *>wp,
+                                    <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
+                                    <const float *>rp, act, mean, nthreads)
+            return True if mean != NULL else None
         if not direct:
             phase = _scratch(mk_conv_phase_size(g, g.C))
             php = <float *>cnp.PyArray_DATA(phase)
@@ -988,6 +1033,34 @@ cdef void _fill_pool_window(mk_conv_geom *g, k, s, p, d, ceil_mode, what) except
 #: one band, no short last band and the longest pixel runs). Measured on MobileNetV2's blocks
 #: (1 MiB L2): 4 rows at 112x112, 8 at 56x56, whole images from 28x28 down.
 INVRES_BAND_BYTES = 512 * 1024
+
+
+def spatial_mean(x):
+    """Each channel's mean over its pixels (a global average pool, flattened).
+
+    float32 input: ``mk_mean_rows_f32``'s fixed summation order (the order
+    :meth:`PackedConv2d.forward_mean` uses, so the two agree bit for bit); other dtypes:
+    NumPy's contiguous row sum divided by the pixel count.
+
+    Parameters
+    ----------
+    x : array_like, shape (N, C, H, W)
+
+    Returns
+    -------
+    ndarray, shape (N, C), x's floating dtype (float32 for other dtypes)
+    """
+    xa = np.asarray(x)
+    _check_4d(xa, "spatial_mean")
+    cdef Py_ssize_t n = xa.shape[0], c = xa.shape[1], hw = xa.shape[2] * xa.shape[3]
+    if xa.dtype != np.float32 and xa.dtype.kind == "f":
+        return np.einsum("ncp->nc", np.reshape(xa, (n, c, hw))) / xa.dtype.type(hw)
+    cdef cnp.ndarray xc = np.ascontiguousarray(xa, dtype=np.float32)
+    cdef cnp.ndarray mean = np.empty((n, c), np.float32)
+    with nogil:
+        mk_mean_rows_f32(<const float *>cnp.PyArray_DATA(xc), n * c, hw,
+                         <float *>cnp.PyArray_DATA(mean))
+    return mean
 
 
 def _invres_fusable(expand, dw, project):

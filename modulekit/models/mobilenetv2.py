@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from modulekit import module as _module
 from modulekit import nn
 from modulekit._ext import _conv
 from modulekit.module import Module
@@ -84,6 +85,11 @@ class InvertedResidual(Module):
     def _fusions(self):
         mods = list(self.conv._modules.values())
         yield mods[-2], mods[-1], None
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_invres_plan", None)  # kernel objects, re-planned on demand
+        return state
 
     def _plan_block(self):
         """Plan the fused call: the block's structure (children and grandchildren, checked on
@@ -219,28 +225,34 @@ class MobileNetV2(Module):
             nn.Dropout(p=dropout), nn.Linear(self.last_channel, num_classes)
         )
 
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_forward_plan", None)  # kernel objects, re-planned on demand
+        return state
+
     def initialize(self):
         """Pack every layer and, in eval mode, fold each Conv2d + BatchNorm2d pair now."""
         super().initialize()
         return prefold(self)
 
-    def _fused_features(self, x):
-        """``features(x)`` with every block's checks done first, in one loop, then the
-        layers: the fused blocks' kernels called directly (``InvertedResidual._fused_kernel``),
-        the other layers as modules. None (run ``features`` as usual) when ``features`` is not
-        a plain Sequential, has hooks or trains, when a layer run as a module has hooks (its
-        hook could change a later block), for a non-ndarray or non-4-D input, or with
-        ``FUSE_MIN_BYTES`` set. The same calls as the usual path, so the same result; it
-        saves about 4 us per block at batch 1 (the checks' interpreter code stays hot).
-        """
+    def _plan_forward(self):
+        """Check every layer now and plan the forward: ``(steps, head, classify)`` with
+        ``steps`` the features' layers before the last (the fused blocks' kernels,
+        ``InvertedResidual._fused_kernel``, the other layers as modules), ``head`` the last
+        layer as ``(conv, packed)`` when the global average pool can be fused into it
+        (``_pooled_head``) or the layer itself, and ``classify`` the classifier's Linear's
+        ``forward`` when the classifier is the plain eval-mode Dropout + Linear with no hooks
+        (Dropout is the identity then), the classifier otherwise. None (run ``features`` as
+        usual) when ``features`` is not a plain non-empty Sequential, has hooks or trains,
+        when a layer run as a module has hooks (its hook could change a later block), or with
+        ``FUSE_MIN_BYTES`` set."""
         feats = self._modules["features"]
         if (
             type(feats) is not nn.Sequential
             or feats._has_hooks
             or feats.training
             or FUSE_MIN_BYTES
-            or type(x) is not np.ndarray
-            or x.ndim != 4
+            or not feats._modules
         ):
             return None
         steps = []
@@ -249,19 +261,85 @@ class MobileNetV2(Module):
                 return None
             k = m._fused_kernel() if type(m) is InvertedResidual else None
             steps.append(m if k is None else k)
-        for step in steps:
-            x = step(x)
-        return x
+        last = steps.pop()
+        head = _pooled_head(last) or last
+        cls = self._modules["classifier"]
+        classify = cls
+        if type(cls) is nn.Sequential and not cls._has_hooks and not cls.training:
+            mods = tuple(cls._modules.values())
+            if (
+                len(mods) == 2
+                and type(mods[0]) is nn.Dropout
+                and type(mods[1]) is nn.Linear
+                and not mods[0]._has_hooks
+                and not mods[0].training
+                and not mods[1]._has_hooks
+            ):
+                classify = mods[1].forward
+        return tuple(steps), head, classify
 
     def forward(self, x):
-        y = self._fused_features(x)
-        x = self.features(x) if y is None else y
-        # global average pool: a row sum per channel (einsum's vectorised contiguous reduction:
-        # ~6 us for 1280 x 7 x 7 in a loop, against ~30 us for a window-walking pool; about
-        # 45 us right after the blocks, its code cold)
-        n, c = x.shape[0], x.shape[1]
-        x = np.einsum("ncp->nc", np.reshape(x, (n, c, -1))) / np.float32(x.shape[2] * x.shape[3])
-        return self.classifier(x)
+        """The features, the global average pool and the classifier.
+
+        The layers are checked once and the result kept (``_plan_forward``) while the
+        structure epoch (``modulekit.module._epoch``: any change to a module, a hook, the
+        training flag, a reload or a cast advances it) and ``FUSE_MIN_BYTES`` are the ones it
+        was planned with, so a call
+        compares one integer instead of re-checking every block between the blocks' kernels
+        (microseconds each, the checks' objects cold after each block's megabytes). The plan
+        runs the same kernels as the layers themselves (the fused blocks' kernels, the global
+        average pool fused into the last 1x1 convolution, ``PackedConv2d.forward_mean``, in
+        the order ``_conv.spatial_mean`` uses), so the result is the same bit for bit. Input
+        that is not a 4-D ndarray runs the layers as modules.
+        """
+        if type(x) is np.ndarray and x.ndim == 4:
+            d = self.__dict__
+            epoch = _module._epoch
+            plan = d.get("_forward_plan")
+            if plan is None or plan[0] != epoch or plan[1] != FUSE_MIN_BYTES:
+                plan = (epoch, FUSE_MIN_BYTES, self._plan_forward())
+                d["_forward_plan"] = plan
+            plan = plan[2]
+            if plan is not None:
+                steps, head, classify = plan
+                for step in steps:
+                    x = step(x)
+                if type(head) is tuple:
+                    try:
+                        x = head[1].forward_mean(x, "relu6")
+                    except ValueError as exc:
+                        raise head[0]._error(exc) from None
+                else:
+                    x = _conv.spatial_mean(head(x))
+                return classify(x)
+        x = self.features(x)
+        # global average pool: each channel's mean over its pixels, in the order the fused
+        # pool (PackedConv2d.forward_mean) uses, so both paths agree bit for bit
+        return self.classifier(_conv.spatial_mean(x))
+
+
+def _pooled_head(m):
+    """``(conv, packed)`` when ``m``, the last feature layer, is a Conv2dNormActivation with a
+    ReLU6 that runs folded (eval mode, running statistics, no hooks on it or its children):
+    its global average pool can be fused in (``PackedConv2d.forward_mean``); None otherwise."""
+    if type(m) is not Conv2dNormActivation or m._has_hooks:
+        return None
+    mods = m._modules
+    if len(mods) != 3:
+        return None
+    conv, bn, act = mods["0"], mods["1"], mods["2"]
+    if (
+        type(conv) is not Conv2d
+        or type(bn) is not BatchNorm2d
+        or type(act) is not nn.ReLU6
+        or conv._has_hooks
+        or bn._has_hooks
+        or act._has_hooks
+        or bn.training
+        or bn.running_mean is None
+    ):
+        return None
+    return conv, conv._fused_packed(bn, "relu6")
 
 
 def mobilenet_v2(num_classes: int = 1000) -> MobileNetV2:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 
 from modulekit._ext._gemm import linear_chain
-from modulekit.module import Module, _addindent
+from modulekit.module import Module, _addindent, _bump_epoch
 from modulekit.nn.modules.linear import Linear
 
 __all__ = ["ModuleDict", "ModuleList", "Sequential"]
@@ -107,6 +107,7 @@ class _IndexedContainer(Module):
     """Shared by Sequential and ModuleList: children filed under "0", "1", ..."""
 
     def _renumber(self) -> None:
+        _bump_epoch()
         modules = list(self._modules.values())
         self._modules.clear()
         self._modules.update((str(i), m) for i, m in enumerate(modules))
@@ -159,6 +160,7 @@ class _IndexedContainer(Module):
             raise IndexError(f"Index out of range: {index}")
         if index < 0:
             index += n
+        _bump_epoch()
         modules = list(self._modules.values())
         modules.insert(index, module)
         self._modules.clear()
@@ -356,6 +358,7 @@ class ModuleDict(Module):
         self.add_module(key, module)
 
     def __delitem__(self, key: str) -> None:
+        _bump_epoch()
         del self._modules[key]
 
     def __len__(self) -> int:
@@ -369,6 +372,7 @@ class ModuleDict(Module):
 
     def clear(self) -> None:
         """Remove every entry."""
+        _bump_epoch()
         self._modules.clear()
 
     def pop(self, key: str) -> Module:

@@ -215,6 +215,14 @@ void mk_conv1x1_band_f32(size_t K, const float *wp, int M, const float *b, const
 void mk_conv1x1_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t sn, ptrdiff_t sc,
                     int M, const float *wp, ptrdiff_t *koff, float *out, const float *res,
                     int act, int nthreads);
+/* The same, and (mean != NULL) each output channel's mean over its pixels (N x M floats,
+ * mk_mean_rows_f32's order): a global average pool fused into the convolution. */
+void mk_conv1x1_mean_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t sn,
+                         ptrdiff_t sc, int M, const float *wp, ptrdiff_t *koff, float *out,
+                         const float *res, int act, float *mean, int nthreads);
+/* mean[r] = mean of the L floats at x + r*L, r < rows; a fixed summation order (16 lanes, then
+ * pairwise, then the leftover floats), any ISA. */
+void mk_mean_rows_f32(const float *x, ptrdiff_t rows, ptrdiff_t L, float *mean);
 /* --- end inverted-residual block ----------------------------------------------------------- */
 
 /* Small output maps (f32-conv-im2col.c), AVX-512 only: the K x OH*OW window matrix (K = C*KH*KW)

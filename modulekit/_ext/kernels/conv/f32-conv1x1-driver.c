@@ -85,12 +85,35 @@ void mk_conv1x1_band_f32(size_t K, const float *wp, int M, const float *b, const
     }
 }
 
+/* Row means: mean[r] = (sum of the L floats at x + r*L) / L, for r in [0, rows). The sum runs
+ * in 16 independent lanes (lane j adds the floats j, j+16, j+32, ...; written so that the
+ * compiler can vectorise it without reassociating), then the lanes pairwise (8 adds, 4, 2,
+ * 1), then the < 16 leftover floats in order: a fixed order on every ISA, so a fused mean
+ * (mk_conv1x1_mean_f32) and this one over the stored output agree bit for bit. */
+void mk_mean_rows_f32(const float *x, ptrdiff_t rows, ptrdiff_t L, float *mean) {
+    const ptrdiff_t L16 = L / 16 * 16;
+    const float inv = 1.0f / (float)L;
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        const float *row = x + r * L;
+        float acc[16] = {0};
+        for (ptrdiff_t q = 0; q < L16; q += 16)
+            for (int j = 0; j < 16; j++) acc[j] += row[q + j];
+        for (int w = 8; w >= 1; w /= 2)
+            for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+        float s = acc[0];
+        for (ptrdiff_t q = L16; q < L; q++) s += row[q];
+        mean[r] = s * inv;
+    }
+}
+
 /* Whole convolution: x (N, K, HW) with image stride sn and channel stride sc (pixels
  * contiguous), packed panels (K -> M, float32), out (N, M, HW) C-contiguous, res the same or
- * NULL. koff: K entries of scratch. */
-void mk_conv1x1_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t sn, ptrdiff_t sc,
-                    int M, const float *wp, ptrdiff_t *koff, float *out, const float *res,
-                    int act, int nthreads) {
+ * NULL. koff: K entries of scratch. mean (N x M floats) or NULL: each output channel's mean
+ * over its HW pixels (mk_mean_rows_f32), computed by the thread that wrote the channels while
+ * they are still in its L1/L2 (a global average pool fused into the convolution). */
+void mk_conv1x1_mean_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t sn,
+                         ptrdiff_t sc, int M, const float *wp, ptrdiff_t *koff, float *out,
+                         const float *res, int act, float *mean, int nthreads) {
     for (int k = 0; k < K; k++) koff[k] = k * sc;
     const int npairs = (M + 2 * MK_CONV_MR - 1) / (2 * MK_CONV_MR);
     if (2.0 * N * (double)HW * M * K < 4e5) nthreads = 1;
@@ -102,7 +125,19 @@ void mk_conv1x1_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t sn, pt
     for (int it = 0; it < items; it++) {
         const int n = it / nchunks, ch = it % nchunks;
         const int pp0 = npairs * ch / nchunks, pp1 = npairs * (ch + 1) / nchunks;
-        mk_conv1x1_band_f32((size_t)K, wp, M, x + n * sn, koff, HW, out + (ptrdiff_t)n * M * HW,
-                            HW, res ? res + (ptrdiff_t)n * M * HW : NULL, act, pp0, pp1);
+        float *o = out + (ptrdiff_t)n * M * HW;
+        mk_conv1x1_band_f32((size_t)K, wp, M, x + n * sn, koff, HW, o, HW,
+                            res ? res + (ptrdiff_t)n * M * HW : NULL, act, pp0, pp1);
+        if (mean) {
+            const int m0 = 2 * MK_CONV_MR * pp0;
+            const int m1 = 2 * MK_CONV_MR * pp1 < M ? 2 * MK_CONV_MR * pp1 : M;
+            mk_mean_rows_f32(o + (ptrdiff_t)m0 * HW, m1 - m0, HW, mean + (ptrdiff_t)n * M + m0);
+        }
     }
+}
+
+void mk_conv1x1_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t sn, ptrdiff_t sc,
+                    int M, const float *wp, ptrdiff_t *koff, float *out, const float *res,
+                    int act, int nthreads) {
+    mk_conv1x1_mean_f32(N, K, HW, x, sn, sc, M, wp, koff, out, res, act, NULL, nthreads);
 }
