@@ -164,6 +164,25 @@ def test_conv_bn_fusion(rng, act):
         tbn.running_mean.mul_(2)
         ref = fns[act](tbn(tconv(torch.from_numpy(x))) + torch.from_numpy(res)).numpy()
     np.testing.assert_allclose(conv_bn_act(conv, bn, act, x, res), ref, rtol=1e-4, atol=1e-4)
+    # the norm's tensors or eps replaced by assignment are folded again too
+    with torch.no_grad():
+        tbn.running_var.mul_(3)
+        tbn.weight.add_(1)
+        tbn.eps = 1e-2
+        ref = fns[act](tbn(tconv(torch.from_numpy(x))) + torch.from_numpy(res)).numpy()
+    bn.running_var = mk.Tensor(tbn.running_var.numpy().copy())
+    bn.weight = mk.Parameter(tbn.weight.detach().numpy().copy())
+    bn.eps = 1e-2
+    np.testing.assert_allclose(conv_bn_act(conv, bn, act, x, res), ref, rtol=1e-4, atol=1e-4)
+    # and in a fused Sequential (Conv2d + BatchNorm2d run as one kernel)
+    seq = nn.Sequential(conv, bn).eval().initialize()
+    seq(x)
+    with torch.no_grad():
+        tbn.running_mean.sub_(1)
+        ref = tbn(tconv(torch.from_numpy(x))).numpy()
+    bn.running_mean = mk.Tensor(tbn.running_mean.numpy().copy())
+    np.testing.assert_allclose(seq(x), ref, rtol=1e-4, atol=1e-4)
+
 
 
 @pytest.mark.parametrize(

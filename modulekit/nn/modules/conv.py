@@ -64,7 +64,7 @@ class Conv2d(PackedWeightLayer):
     compute in float64.
     """
 
-    _fused = None  # {(id(bn), activation): PackedConv2d} built by conv_bn_act in eval mode
+    _fused = None  # {(id(bn), activation): (PackedConv2d, bn's tensors and eps)} (conv_bn_act)
 
     def __init__(
         self,
@@ -242,13 +242,19 @@ class Conv2d(PackedWeightLayer):
 
     def _fused_packed(self, bn, activation):
         """The convolution with ``bn`` (eval statistics) folded in, cached until the weights
-        or the norm's tensors are reloaded / re-cast (``load_state_dict``, ``to``)."""
+        or the norm's tensors are reloaded / re-cast (``load_state_dict``, ``to``), or the
+        norm's tensors or ``eps`` are replaced (``bn.running_var = Tensor(...)``). Writes
+        into a tensor's memory in place are not seen."""
         key = (id(bn), activation)
+        b, p = bn._buffers, bn._parameters
+        sources = (b.get("running_mean"), b.get("running_var"), p.get("weight"),
+                   p.get("bias"), bn.eps)
         cache = self._fused
         if cache is not None:
-            packed = cache.get(key)
-            if packed is not None:
-                return packed
+            hit = cache.get(key)
+            if hit is not None and all(x is y for x, y in zip(hit[1][:4], sources)) \
+                    and hit[1][4] == sources[4]:
+                return hit[0]
         if self._packed is None:
             self._pack()
         with self._pack_lock:
@@ -275,7 +281,7 @@ class Conv2d(PackedWeightLayer):
                     # invalidates the folded weights
                     self.register_load_state_dict_post_hook(self._clear_fused)
                     self.__dict__["_fuse_hooked"] = True
-            self._fused[key] = packed
+            self._fused[key] = (packed, sources)  # (the tensors held: no id reuse)
         return packed
 
 
