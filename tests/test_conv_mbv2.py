@@ -213,6 +213,18 @@ def test_inverted_residual_plan_reuse(isa, rng):
         _conv.InvertedResidualPlan(pe, pd, pe)
 
 
+def _random_state(model, rng):
+    """Random float tensors for ``model`` (running variances in [0.5, 1.5])."""
+    state = {}
+    for k, v in model.state_dict().items():
+        a = np.asarray(v)
+        if k.endswith("running_var"):
+            state[k] = rng.uniform(0.5, 1.5, a.shape).astype(a.dtype)
+        elif a.dtype.kind == "f":
+            state[k] = (rng.standard_normal(a.shape) * 0.1).astype(a.dtype)
+    return state
+
+
 def test_mobilenetv2_block_plan_follows_changes(rng):
     """A block's fused plan is checked on every call: a norm losing its running statistics,
     a replaced layer or a hook on a layer after fused calls make the block run layer by
@@ -221,14 +233,7 @@ def test_mobilenetv2_block_plan_follows_changes(rng):
     from modulekit.models import mobilenetv2 as mm
 
     model = mm.MobileNetV2(num_classes=10)
-    state = {}
-    for k, v in model.state_dict().items():
-        a = np.asarray(v)
-        if k.endswith("running_var"):
-            state[k] = rng.uniform(0.5, 1.5, a.shape).astype(a.dtype)
-        elif a.dtype.kind == "f":
-            state[k] = (rng.standard_normal(a.shape) * 0.1).astype(a.dtype)
-    model.load_state_dict(state, strict=False)
+    model.load_state_dict(_random_state(model, rng), strict=False)
     model.eval().initialize()
     x = rng.standard_normal((1, 3, 40, 40)).astype(np.float32)
     saved = mm.FUSE_MIN_BYTES
@@ -293,25 +298,14 @@ def test_mobilenetv2_fused_blocks_match_unfused(rng):
     from modulekit.models import mobilenetv2 as mm
 
     model = mm.MobileNetV2(num_classes=10)
-
-    def random_state():
-        state = {}
-        for k, v in model.state_dict().items():
-            a = np.asarray(v)
-            if k.endswith("running_var"):
-                state[k] = rng.uniform(0.5, 1.5, a.shape).astype(a.dtype)
-            elif a.dtype.kind == "f":
-                state[k] = (rng.standard_normal(a.shape) * 0.1).astype(a.dtype)
-        return state
-
-    model.load_state_dict(random_state(), strict=False)
+    model.load_state_dict(_random_state(model, rng), strict=False)
     model.eval().initialize()
     x = rng.standard_normal((2, 3, 64, 48)).astype(np.float32)
     saved = mm.FUSE_MIN_BYTES
     try:
         for reload in (False, True):
             if reload:  # new weights after a fused forward: the folded kernels follow them
-                model.load_state_dict(random_state(), strict=False)
+                model.load_state_dict(_random_state(model, rng), strict=False)
             mm.FUSE_MIN_BYTES = 0
             fused = model(x)
             mm.FUSE_MIN_BYTES = 1 << 62

@@ -435,13 +435,8 @@ cdef class PackedConv2d:
         xa, unbatched, oshape = self._geometry(x, &g)
         cdef int isa = <int>active_isa()
         cdef int nthreads = effective_threads()
-        k = _pair(kernel_size, "kernel_size", "max_pool2d")
-        s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
-            else _pair(stride, "stride", "max_pool2d")
-        p = _pair(padding, "padding", "max_pool2d")
-        d = _pair(dilation, "dilation", "max_pool2d")
-        _check_pool_args("max_pool2d", k, s, p, d)
-        _conv_pool_geom(&pg, oshape, k, s, p, d, ceil_mode)
+        k, s, p, d = _conv_pool_geom(&pg, oshape, kernel_size, stride, padding, dilation,
+                                     ceil_mode)
         if self.storage == "float64" or not self._maxpool_fused(&g, &pg, isa):
             y = self.forward(xa, activation)
             y = max_pool2d(y, k, s, p, d, ceil_mode)
@@ -470,13 +465,7 @@ cdef class PackedConv2d:
         n, c, h, w = (int(v) for v in input_shape)
         xa = np.empty((n, c, h, w), self.compute_dtype)
         _, _, oshape = self._geometry(xa, &g)
-        k = _pair(kernel_size, "kernel_size", "max_pool2d")
-        s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
-            else _pair(stride, "stride", "max_pool2d")
-        p = _pair(padding, "padding", "max_pool2d")
-        d = _pair(dilation, "dilation", "max_pool2d")
-        _check_pool_args("max_pool2d", k, s, p, d)
-        _conv_pool_geom(&pg, oshape, k, s, p, d, ceil_mode)
+        _conv_pool_geom(&pg, oshape, kernel_size, stride, padding, dilation, ceil_mode)
         if self.storage != "float64" and self._maxpool_fused(&g, &pg, <int>active_isa()):
             return "igemm-maxpool"
         return self.algorithm_for(input_shape) + "+max_pool2d"
@@ -640,13 +629,22 @@ cdef class PackedConv2d:
                           <const float *>rp, act, isa, nthreads)
 
 
-cdef void _conv_pool_geom(mk_conv_geom *pg, tuple oshape, k, s, p, d, ceil_mode) except *:
-    """The max pooling geometry over a contiguous convolution output of shape oshape."""
+cdef tuple _conv_pool_geom(mk_conv_geom *pg, tuple oshape, kernel_size, stride, padding,
+                           dilation, ceil_mode):
+    """Fill *pg, the max pooling geometry over a contiguous convolution output of shape
+    oshape, from max_pool2d's arguments (checked); returns them as pairs (k, s, p, d)."""
+    k = _pair(kernel_size, "kernel_size", "max_pool2d")
+    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
+        else _pair(stride, "stride", "max_pool2d")
+    p = _pair(padding, "padding", "max_pool2d")
+    d = _pair(dilation, "dilation", "max_pool2d")
+    _check_pool_args("max_pool2d", k, s, p, d)
     pg.N, pg.C, pg.H, pg.W = oshape
     pg.sw, pg.sh = 1, pg.W
     pg.sc = <Py_ssize_t>pg.H * pg.W
     pg.sn = pg.C * pg.sc
     _fill_pool_window(pg, k, s, p, d, ceil_mode, "max_pool2d")
+    return k, s, p, d
 
 
 cdef bint _direct_1x1(mk_conv_geom *g):
