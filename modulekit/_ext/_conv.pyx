@@ -633,12 +633,7 @@ cdef tuple _conv_pool_geom(mk_conv_geom *pg, tuple oshape, kernel_size, stride, 
                            dilation, ceil_mode):
     """Fill *pg, the max pooling geometry over a contiguous convolution output of shape
     oshape, from max_pool2d's arguments (checked); returns them as pairs (k, s, p, d)."""
-    k = _pair(kernel_size, "kernel_size", "max_pool2d")
-    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
-        else _pair(stride, "stride", "max_pool2d")
-    p = _pair(padding, "padding", "max_pool2d")
-    d = _pair(dilation, "dilation", "max_pool2d")
-    _check_pool_args("max_pool2d", k, s, p, d)
+    k, s, p, d = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
     pg.N, pg.C, pg.H, pg.W = oshape
     pg.sw, pg.sh = 1, pg.W
     pg.sc = <Py_ssize_t>pg.H * pg.W
@@ -862,12 +857,7 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     kernel, as torch requires.
     """
     xa, unbatched = _pool_input(x, "max_pool2d")
-    k = _pair(kernel_size, "kernel_size", "max_pool2d")
-    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
-        else _pair(stride, "stride", "max_pool2d")
-    p = _pair(padding, "padding", "max_pool2d")
-    d = _pair(dilation, "dilation", "max_pool2d")
-    _check_pool_args("max_pool2d", k, s, p, d)
+    k, s, p, d = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
     cdef mk_conv_geom g
     _fill_pool_geom(&g, xa, k, s, p, d, ceil_mode, "max_pool2d")
     cdef cnp.ndarray xin = xa
@@ -890,11 +880,7 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, divisor_override=None):
     """2-D average pooling as ``torch.nn.functional.avg_pool2d``."""
     xa, unbatched = _pool_input(x, "avg_pool2d")
-    k = _pair(kernel_size, "kernel_size", "avg_pool2d")
-    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
-        else _pair(stride, "stride", "avg_pool2d")
-    p = _pair(padding, "padding", "avg_pool2d")
-    _check_pool_args("avg_pool2d", k, s, p, (1, 1))
+    k, s, p, _ = _pool_args("avg_pool2d", kernel_size, stride, padding, 1)
     cdef int divisor = 0
     if divisor_override is not None:
         divisor = int(divisor_override)
@@ -993,13 +979,21 @@ def batch_norm_inference(x, scale, shift, activation=None):
     return out
 
 
-def _check_pool_args(what, k, s, p, d):
+def _pool_args(what, kernel_size, stride, padding, dilation):
+    """A pooling's arguments as checked pairs ``(k, s, p, d)``; ``stride`` None (or empty)
+    is ``kernel_size``, as torch has it."""
+    k = _pair(kernel_size, "kernel_size", what)
+    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
+        else _pair(stride, "stride", what)
+    p = _pair(padding, "padding", what)
+    d = _pair(dilation, "dilation", what)
     if min(k) < 1 or min(s) < 1 or min(d) < 1:
         raise ValueError(
             f"{what}: kernel_size {k}, stride {s} and dilation {d} must be positive")
     if min(p) < 0 or p[0] > k[0] // 2 or p[1] > k[1] // 2:
         raise ValueError(
             f"{what}: padding {p} must be non-negative and at most half the kernel size {k}")
+    return k, s, p, d
 
 
 cdef void _fill_pool_geom(mk_conv_geom *g, cnp.ndarray x, k, s, p, d, ceil_mode, what) except *:
