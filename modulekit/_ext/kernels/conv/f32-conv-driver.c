@@ -416,8 +416,6 @@ int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const f
     const int npg = (Cout + MK_CONV_MR - 1) / MK_CONV_MR;
     const size_t K = (size_t)g->C * g->KH * g->KW;
     const size_t panel = MK_CONV_MR + K * MK_CONV_MR;
-    const int nchunks = l1_chunks(panel, npg);
-    const int ppc = (npg + nchunks - 1) / nchunks;
     const int B = maxpool_band(g, pg, Cout, nthreads);
     const int R = maxpool_band_rows(pg, B);
     const int reach = (pg->KH - 1) * pg->dy + 1;
@@ -444,7 +442,7 @@ int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const f
         for (int i = 0; i < nb; i++) pbuf[i] = -INFINITY;
         mk_seg segs[MK_MAX_SEGS];
         for (int n = 0; n < g->N; n++) {
-            int ph_done = -1; /* phase rows [ph_lo, ph_done) copied for image n */
+            int ph_done = -1; /* phase rows below ph_done copied for image n (-1: none yet) */
             float *oimg = out + (ptrdiff_t)n * Cout * pohw;
             const int b0 = nbands * tid / nt, b1 = nbands * (tid + 1) / nt;
             int s0 = 0, s1 = 0; /* conv rows [s0, s1) held, row r at conv + (r - s0) * OW */
@@ -476,15 +474,11 @@ int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const f
                         const int nl = (int)(qb - q0 < nr ? qb - q0 : nr);
                         const int ns = tile_segments(g, q0, nl, segs);
                         for (int s = 0; s < ns; s++) segs[s].off -= (ptrdiff_t)s0 * OW;
-                        for (int ch = 0; ch < nchunks; ch++) {
-                            const int p0 = ch * ppc, p1 = p0 + ppc < npg ? p0 + ppc : npg;
-                            for (int p = p0; p < p1; p++) {
-                                const int rows = Cout - p * MK_CONV_MR < MK_CONV_MR
-                                                     ? Cout - p * MK_CONV_MR : MK_CONV_MR;
-                                fn(K, wp + (size_t)p * panel, phase + q0, koff, nl, rows,
-                                   conv + (ptrdiff_t)p * MK_CONV_MR * crs, crs, NULL, segs, ns,
-                                   act);
-                            }
+                        for (int p = 0; p < npg; p++) {
+                            const int rows = Cout - p * MK_CONV_MR < MK_CONV_MR
+                                                 ? Cout - p * MK_CONV_MR : MK_CONV_MR;
+                            fn(K, wp + (size_t)p * panel, phase + q0, koff, nl, rows,
+                               conv + (ptrdiff_t)p * MK_CONV_MR * crs, crs, NULL, segs, ns, act);
                         }
                     }
                     s1 = hi;
