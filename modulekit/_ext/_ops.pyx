@@ -290,6 +290,20 @@ def gelu(x, str approximate="none", out=None):
     return Y
 
 
+cdef void _check_ids(object ids, Py_ssize_t rows) except *:
+    """Raise IndexError naming the first value of ``ids`` (a C-contiguous int64 ndarray) that
+    is not a row of a table of ``rows`` rows."""
+    cdef cnp.ndarray I = <cnp.ndarray>ids
+    cdef ptrdiff_t bad
+    with nogil:
+        bad = mk_ids_first_bad(<const int64_t *>cnp.PyArray_DATA(I), cnp.PyArray_SIZE(I), rows)
+    if bad >= 0:
+        raise IndexError(
+            f"embedding: index {int(ids.reshape(-1)[bad])} at position "
+            f"{tuple(int(i) for i in np.unravel_index(bad, ids.shape))} is out of range for a "
+            f"table of {rows} rows (valid: 0 to {rows - 1})")
+
+
 def embedding(ids, table, out=None, bint accumulate=False):
     """Rows of ``table`` picked by ``ids``: ``out[..., :] (+)= table[ids[...], :]``.
 
@@ -341,15 +355,8 @@ def embedding(ids, table, out=None, bint accumulate=False):
             raise ValueError(
                 f"embedding: out must be a writable C-contiguous {rdt} array of shape {shape}")
         O = out
+    _check_ids(I, rows)
     cdef const int64_t *pi = <const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>I)
-    cdef ptrdiff_t bad
-    with nogil:
-        bad = mk_ids_first_bad(pi, n, rows)
-    if bad >= 0:
-        raise IndexError(
-            f"embedding: index {int(I.reshape(-1)[bad])} at position "
-            f"{tuple(int(i) for i in np.unravel_index(bad, I.shape))} is out of range for a table "
-            f"of {rows} rows (valid: 0 to {rows - 1})")
     if n == 0 or dim == 0:
         return O
     cdef const void *pt = cnp.PyArray_DATA(<cnp.ndarray>T)
@@ -408,17 +415,9 @@ def embedding_layer_norm(ids0, table0, ids1, table1, ids2, table2, weight, bias,
     cdef const int64_t *p0 = <const int64_t *>cnp.PyArray_DATA(I0)
     cdef const int64_t *p1 = <const int64_t *>cnp.PyArray_DATA(I1)
     cdef const int64_t *p2 = <const int64_t *>cnp.PyArray_DATA(I2)
-    cdef ptrdiff_t bad
-    cdef object ia, ta
-    for ia, ta in ((ids0, table0), (ids1, table1), (ids2, table2)):
-        with nogil:
-            bad = mk_ids_first_bad(<const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>ia), rows,
-                                   (<cnp.ndarray>ta).shape[0])
-        if bad >= 0:
-            raise IndexError(
-                f"embedding: index {int(ia.reshape(-1)[bad])} at position "
-                f"{tuple(int(i) for i in np.unravel_index(bad, ia.shape))} is out of range for "
-                f"a table of {ta.shape[0]} rows (valid: 0 to {ta.shape[0] - 1})")
+    _check_ids(I0, T0.shape[0])
+    _check_ids(I1, T1.shape[0])
+    _check_ids(I2, T2.shape[0])
     shape = ids0.shape + (n,)
     cdef cnp.ndarray out = np.empty(shape, dtype=_F32)
     if rows == 0:
