@@ -345,6 +345,30 @@ def test_isa_switch_repacks():
     check(p, x, first)
 
 
+def test_repacked_linear_collected_in_a_cycle(monkeypatch):
+    """A re-packed PackedLinear (it keeps the replaced buffers until it is freed) that is
+    garbage in a reference cycle frees them without error: the collector must not clear the
+    list __dealloc__ reads."""
+    import gc
+
+    rng = np.random.default_rng(12)
+    p, x = make(rng, 9, 50, 30)
+    for name in ISAS:  # each ISA switch re-packs and retires the old buffer
+        previous = _isa.set_isa(name)
+        try:
+            p.forward(x)
+        finally:
+            _isa.set_isa(previous)
+    p.forward(x)
+    errors = []
+    monkeypatch.setattr("sys.unraisablehook", errors.append)
+    cycle = [p]
+    cycle.append(cycle)
+    del p, cycle
+    gc.collect()
+    assert errors == []
+
+
 @pytest.mark.skipif(not _openmp_helpers.openmp_enabled(), reason="built without OpenMP")
 @pytest.mark.parametrize("storage", ["float32", "float64", "float16"])
 def test_threads_same_result(isa, storage, threads):

@@ -9,6 +9,7 @@ call. Every check happens here, before the C kernels run without the GIL.
 """
 import numpy as np
 
+cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
 from cpython.dict cimport PyDict_GetItem, PyDict_Next
@@ -142,6 +143,8 @@ cdef cnp.ndarray _input_rows(object x, int typenum, object compute_dtype,
     return arr
 
 
+# no tp_clear: __dealloc__ reads _retired, which a cycle collection would set to None first
+@cython.no_gc_clear
 cdef class PackedLinear:
     """A Linear weight packed for the GEMM microkernels; create with :func:`pack_linear`.
 
