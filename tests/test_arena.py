@@ -101,12 +101,13 @@ def test_size_classes_reuse_nearby_sizes_only_within_class():
 
 
 def test_small_arrays_use_default_allocator_behind_header():
+    live = memory.stats()["live_bytes"]  # (scratch caches of earlier tests may hold blocks)
     m = Alloc(lambda: np.arange(SMALL, dtype=np.int64))
     a = m()
     assert get_handler_name(a) == ARENA
     assert _arena._block_capacity(a) == 0
     np.testing.assert_array_equal(a, np.arange(SMALL))
-    assert memory.stats()["live_bytes"] == 0
+    assert memory.stats()["live_bytes"] == live
 
 
 def test_calloc_reuse_gives_zeros():

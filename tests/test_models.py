@@ -284,3 +284,75 @@ def test_sequential_conv_bn_relu_maxpool_fused():
     with torch.no_grad():
         ref = tseq(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(seq(x), ref, rtol=1e-4, atol=1e-4)
+
+
+HOOK_CASES = {
+    "resnet18": ["conv1", "relu", "layer1.0.conv1", "layer1.0.bn2", "layer1.1.relu",
+                 "layer2.0.downsample", "layer3.0.downsample.1"],
+    "resnet50": ["layer1.0.conv2", "layer1.0.relu", "layer2.0.downsample.0", "layer4.2.bn3"],
+    "mobilenet_v2": ["features.0.0", "features.0.2", "features.1.conv", "features.2.conv.0.2",
+                     "features.4.conv.2", "features.18.1", "classifier.1"],
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_model_hooks_see_every_call_as_torch(name):
+    """A forward hook on any module inside a model (a convolution or norm folded into a fused
+    block, an activation run as a kernel epilogue, a downsample Sequential) fires as often as
+    on torch's module of the same name, and what it returns replaces the module's output."""
+    tbuild, mbuild, _ = CASES[name]
+    torch.manual_seed(0)
+    tmodel = randomize(tbuild())
+    model = mbuild()
+    model.load_state_dict(roundtrip(tmodel))
+    model.eval().initialize()
+    x = np.random.default_rng(4).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    fused = model(x)
+
+    def count_all(root, counts):
+        handles = []
+        for path, m in root.named_modules():
+            counts[path] = 0
+
+            def hook(m, i, o, path=path):
+                counts[path] += 1
+
+            handles.append(m.register_forward_hook(hook))
+        return handles
+
+    tcounts, mcounts = {}, {}
+    th, mh = count_all(tmodel, tcounts), count_all(model, mcounts)
+    with torch.no_grad():
+        ref = tmodel(torch.from_numpy(x)).numpy()
+    hooked = model(x)
+    assert {k: v for k, v in mcounts.items() if v} == {k: v for k, v in tcounts.items() if v}
+    np.testing.assert_allclose(hooked, ref, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(fused, ref, rtol=0, atol=1e-4)
+    for h in th + mh:
+        h.remove()
+
+    # a hook that changes what a module returns (a module the fused paths run as a kernel):
+    # its parent's output follows, as in torch
+    def parent_output(root, path, mutate):
+        module = root.get_submodule(path)
+        parent = root.get_submodule(path.rpartition(".")[0])
+        seen = []
+        handles = [parent.register_forward_hook(
+            lambda m, i, o: seen.append(o.numpy() if torch.is_tensor(o) else o))]
+        if mutate:
+            handles.append(module.register_forward_hook(lambda m, i, o: o * 0.5))
+        if root is tmodel:
+            with torch.no_grad():
+                tmodel(torch.from_numpy(x))
+        else:
+            model(x)
+        for h in handles:
+            h.remove()
+        return seen[0]
+
+    for path in HOOK_CASES[name]:
+        plain = parent_output(model, path, False)
+        got, ref = parent_output(model, path, True), parent_output(tmodel, path, True)
+        assert np.abs(got - plain).max() > 1e-3, path  # the hook does change the result
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4, err_msg=path)
+    np.testing.assert_array_equal(model(x), fused)  # hooks removed: the fused path again

@@ -57,7 +57,7 @@ class Conv2dNormActivation(nn.Sequential):
 
     def forward(self, x):
         mods = self._modules
-        return conv_bn_act(mods["0"], mods["1"], "relu6" if len(mods) > 2 else None, x)
+        return conv_bn_act(mods["0"], mods["1"], mods.get("2"), x)
 
 
 class InvertedResidual(Module):
@@ -186,13 +186,8 @@ class InvertedResidual(Module):
         y = self._fused_block(x)
         if y is not None:
             return y
-        mods = list(self.conv._modules.values())
-        y = x
-        for m in mods[:-2]:
-            y = m(y)
-        return conv_bn_act(
-            mods[-2], mods[-1], None, y, residual=x if self.use_res_connect else None
-        )
+        y = self.conv(x)  # layer by layer, as torch runs it (hooks see every call)
+        return x + y if self.use_res_connect else y
 
 
 class MobileNetV2(Module):

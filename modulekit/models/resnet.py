@@ -49,11 +49,9 @@ class BasicBlock(Module):
             yield self.downsample[0], self.downsample[1], None
 
     def forward(self, x):
-        identity = x
-        out = conv_bn_act(self.conv1, self.bn1, "relu", x)
-        if self.downsample is not None:
-            identity = conv_bn_act(self.downsample[0], self.downsample[1], None, x)
-        return conv_bn_act(self.conv2, self.bn2, "relu", out, residual=identity)
+        identity = x if self.downsample is None else self.downsample(x)
+        out = conv_bn_act(self.conv1, self.bn1, self.relu, x)
+        return conv_bn_act(self.conv2, self.bn2, self.relu, out, residual=identity)
 
 
 class Bottleneck(Module):
@@ -90,12 +88,10 @@ class Bottleneck(Module):
             yield self.downsample[0], self.downsample[1], None
 
     def forward(self, x):
-        identity = x
-        out = conv_bn_act(self.conv1, self.bn1, "relu", x)
-        out = conv_bn_act(self.conv2, self.bn2, "relu", out)
-        if self.downsample is not None:
-            identity = conv_bn_act(self.downsample[0], self.downsample[1], None, x)
-        return conv_bn_act(self.conv3, self.bn3, "relu", out, residual=identity)
+        identity = x if self.downsample is None else self.downsample(x)
+        out = conv_bn_act(self.conv1, self.bn1, self.relu, x)
+        out = conv_bn_act(self.conv2, self.bn2, self.relu, out)
+        return conv_bn_act(self.conv3, self.bn3, self.relu, out, residual=identity)
 
 
 class ResNet(Module):
@@ -159,8 +155,7 @@ class ResNet(Module):
         if self._stem_fused():
             x = conv_bn_act_maxpool(self.conv1, self.bn1, "relu", self.maxpool, x)
         else:
-            x = conv_bn_act(self.conv1, self.bn1, "relu", x)
-            x = self.maxpool(x)
+            x = self.maxpool(conv_bn_act(self.conv1, self.bn1, self.relu, x))
         x = self.layer1(x)
         x = self.layer2(x)
         x = self.layer3(x)

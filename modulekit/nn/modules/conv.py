@@ -298,15 +298,15 @@ def _maxpool_args(pool) -> tuple:
 
 
 def conv_bn_act_maxpool(conv: Conv2d, bn, activation, pool, input) -> np.ndarray:
-    """``pool(act(bn(conv(input))))`` with the pooling fused into the convolution in eval
-    mode (see :func:`conv_bn_act`; ``PackedConv2d.forward_maxpool`` chooses the fused kernel
-    or runs the two steps, with the same bits). ``pool`` is a MaxPool2d, called as a module
-    (its hooks run) in training mode."""
-    if bn.training or bn.running_mean is None:
+    """``pool(act(bn(conv(input))))`` with the pooling fused into the convolution where
+    :func:`conv_bn_act` would fold the norm (``PackedConv2d.forward_maxpool`` chooses the fused
+    kernel or runs the two steps, with the same bits); otherwise the steps run as
+    :func:`conv_bn_act` runs them and ``pool`` is called as a module (its hooks run)."""
+    name = _folded_activation(conv, bn, activation)
+    if name is False or pool._has_hooks or not _plain_maxpool(pool):
         return pool(conv_bn_act(conv, bn, activation, input))
     try:
-        return conv._fused_packed(bn, activation).forward_maxpool(
-            input, activation, *_maxpool_args(pool))
+        return conv._fused_packed(bn, name).forward_maxpool(input, name, *_maxpool_args(pool))
     except ValueError as exc:
         raise conv._error(exc) from None
 
@@ -328,23 +328,47 @@ def apply_activation(y: np.ndarray, activation) -> np.ndarray:
     )
 
 
+def _folded_activation(conv, bn, activation):
+    """The epilogue name (or None) with which ``activation(bn(conv(x)))`` runs as one folded
+    kernel, or False when it must run step by step: a norm in training mode or without
+    running statistics, a hook on any of the modules, a module that is not a plain Conv2d /
+    BatchNorm2d, or an activation the convolution's epilogue does not compute.
+    ``activation`` is an activation module (ReLU, ReLU6, SiLU, Hardswish), its epilogue's name
+    or None."""
+    if (bn.training or conv._has_hooks or bn._has_hooks or type(conv) is not Conv2d
+            or type(bn) is not BatchNorm2d or bn.running_mean is None):
+        return False
+    if activation is None or type(activation) is str:
+        return activation
+    epilogue = activation._epilogue
+    if activation._has_hooks or epilogue is None or epilogue[0] not in Conv2d._EPILOGUES:
+        return False
+    return epilogue[0]
+
+
 def conv_bn_act(conv: Conv2d, bn, activation=None, input=None, residual=None) -> np.ndarray:
     """``act(bn(conv(input)) + residual)``, with ``bn`` folded into ``conv`` in eval mode.
 
-    In eval mode (and when ``bn`` tracks running statistics) the norm is folded into the
-    convolution's packed weights once and the residual add and the activation
-    ('relu', 'relu6', 'silu', 'hardswish' or None) run in the kernel's epilogue. In training
-    mode the three steps run one by one, so the norm uses batch statistics and updates its
-    running estimates as torch does.
+    ``activation`` is the activation module (``nn.ReLU``, ``ReLU6``, ``SiLU``,
+    ``Hardswish``), its name ('relu', 'relu6', 'silu', 'hardswish') or None. In eval mode
+    (and when ``bn`` tracks running statistics) the norm is folded into the convolution's
+    packed weights once and the residual add and the activation run in the kernel's
+    epilogue. Otherwise (training mode, where the norm uses batch statistics and updates its
+    running estimates; a hook on the convolution, the norm or the activation module; a
+    replaced module) the steps run one by one as module calls, as in torch, so every hook
+    sees its call.
     """
-    if bn.training or bn.running_mean is None:
+    name = _folded_activation(conv, bn, activation)
+    if name is False:
         y = bn(conv(input))
         if residual is not None:
             y = y + np.asarray(residual, dtype=y.dtype)
-        return apply_activation(y, activation)
-    packed = conv._fused_packed(bn, activation)
+        if activation is None or type(activation) is str:
+            return apply_activation(y, activation)
+        return activation(y)
+    packed = conv._fused_packed(bn, name)
     try:
-        return packed.forward(input, activation, residual)
+        return packed.forward(input, name, residual)
     except ValueError as exc:
         raise conv._error(exc) from None
 
