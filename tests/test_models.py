@@ -230,32 +230,46 @@ def test_resnet18_train_mode_matches_torch():
     assert int(model.bn1.num_batches_tracked.numpy()) == 8
 
 
-def test_resnet_stem_conv_maxpool_fused_and_hooks():
-    """initialize() plans the stem's conv -> max pool as one fused call; a hook on the pool
-    runs it unfused (and sees the call); both give the same bits."""
+def test_resnet_forward_plan_and_hooks():
+    """In eval mode ResNet runs its folded kernels from a plan kept while the structure epoch
+    holds (the stem's conv -> max pool as one fused call); a hook, train() or a replaced
+    module runs the layers as modules, with the same bits."""
     torch.manual_seed(0)
     tmodel = randomize(TResNet(TBasicBlock, [2, 2, 2, 2]))
     model = models.resnet18()
     model.load_state_dict(roundtrip(tmodel))
-    model.eval()
-    assert model._stem_plan is None
-    model.initialize()
-    assert model._stem_plan is not None and model._stem_fused()
+    model.eval().initialize()
     x = np.random.default_rng(3).standard_normal((1, 3, 45, 51)).astype(np.float32)
     fused = model(x)
-    seen = []
-    handle = model.maxpool.register_forward_hook(lambda m, i, o: seen.append(o.shape))
-    assert not model._stem_fused()
-    unfused = model(x)
-    assert seen == [(1, 64, 12, 13)]
-    np.testing.assert_array_equal(fused, unfused)
-    handle.remove()
-    assert model._stem_fused()
+    assert model._forward_plan[1] is not None
     with torch.no_grad():
         ref = tmodel(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(fused, ref, rtol=0, atol=1e-4)
-    model.maxpool = mnn.MaxPool2d(2, 2)  # a replaced module: the plan no longer applies
-    assert not model._stem_fused()
+    seen = []
+    for path in ("maxpool", "layer3.1.bn2", "fc"):
+        handle = model.get_submodule(path).register_forward_hook(lambda m, i, o: seen.append(1))
+        y = model(x)
+        assert model._forward_plan[1] is None and seen.pop() == 1 and not seen
+        if path == "layer3.1.bn2":  # its block runs the norm unfolded
+            np.testing.assert_allclose(y, ref, rtol=0, atol=1e-4)
+        else:  # layer by layer, the same kernels: the same bits
+            np.testing.assert_array_equal(y, fused)
+        handle.remove()
+        np.testing.assert_array_equal(model(x), fused)
+        assert model._forward_plan[1] is not None
+    with pytest.raises(ValueError, match=r"Conv2d\(3, 64.*expected input with 3 channels"):
+        model(np.zeros((1, 4, 45, 51), np.float32))  # the plan's error names the layer
+    model.maxpool = mnn.MaxPool2d(2, 2)  # a replaced module: re-planned for it
+    tmodel.maxpool = tnn.MaxPool2d(2, 2)
+    with torch.no_grad():
+        ref = tmodel(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(model(x), ref, rtol=0, atol=1e-4)
+    model.layer2[1].relu = mnn.ReLU6()  # not what torch's block has: compare to the modules
+    tmodel.layer2[1].relu = tnn.ReLU6()
+    with torch.no_grad():
+        ref = tmodel(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(model(x), ref, rtol=0, atol=1e-4)
+    assert model._forward_plan[1] is None  # a block whose activation is not ReLU
 
 
 def test_sequential_conv_bn_relu_maxpool_fused():
@@ -356,3 +370,87 @@ def test_model_hooks_see_every_call_as_torch(name):
         assert np.abs(got - plain).max() > 1e-3, path  # the hook does change the result
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4, err_msg=path)
     np.testing.assert_array_equal(model(x), fused)  # hooks removed: the fused path again
+
+
+def _resnet_layers(model, x):
+    """ResNet run as its modules, one by one (no forward plan; the stem's norm folded)."""
+    from modulekit.nn.modules.conv import conv_bn_act
+
+    x = model.maxpool(conv_bn_act(model.conv1, model.bn1, model.relu, x))
+    x = model.layer4(model.layer3(model.layer2(model.layer1(x))))
+    x = model.avgpool(x)
+    return model.fc(np.reshape(x, (x.shape[0], -1)))
+
+
+def _double(m, a, o):
+    return o * 2
+
+
+def _bn(c, seed):
+    bn = mnn.BatchNorm2d(c)
+    r = np.random.default_rng(seed)
+    bn.load_state_dict({
+        "running_mean": r.standard_normal(c).astype(np.float32) * 0.1,
+        "running_var": r.random(c).astype(np.float32) + 0.5,
+        "weight": r.random(c).astype(np.float32) + 0.5,
+        "bias": r.standard_normal(c).astype(np.float32) * 0.1,
+    }, strict=False)
+    return bn.eval()
+
+
+RESNET_MUTATIONS = {
+    # name: (mutation, whether the output must change)
+    "replace a block": (lambda m: m.layer2.__setitem__(1, mnn.Identity()), True),
+    "delete a block": (lambda m: m.layer3.__delitem__(1), True),
+    "hook on a block": (lambda m: m.layer2[0].register_forward_hook(_double), True),
+    "hook inside a block": (lambda m: m.layer2[0].conv2.register_forward_hook(_double), True),
+    "hook on a downsample conv": (
+        lambda m: m.layer3[0].downsample[0].register_forward_hook(_double), True),
+    "pre-hook on a stage": (
+        lambda m: m.layer3.register_forward_pre_hook(lambda mod, a: (a[0] * 0.5,)), True),
+    "hook on the stem's norm": (lambda m: m.bn1.register_forward_hook(_double), True),
+    "hook on fc": (lambda m: m.fc.register_forward_hook(_double), True),
+    "norm replaced": (lambda m: setattr(m.layer2[0], "bn1", _bn(128, 1)), True),
+    "norm statistics replaced": (
+        lambda m: setattr(m.layer1[1].bn2, "running_var", _bn(64, 2).running_var), True),
+    "norm without statistics": (lambda m: setattr(m.layer1[0].bn1, "running_mean", None), True),
+    "activation replaced": (lambda m: setattr(m.layer4[1], "relu", mnn.SiLU()), True),
+    "stem pool replaced": (lambda m: setattr(m, "maxpool", mnn.MaxPool2d(2, 2)), True),
+    "reload": (lambda m: m.load_state_dict(
+        roundtrip(randomize(TResNet(TBasicBlock, [2, 2, 2, 2]), seed=5))), True),
+    "new fc": (lambda m: setattr(m, "fc", mnn.Linear(512, 10)), True),
+    "block in train mode": (lambda m: m.layer2[0].train(), True),
+    "initialize again": (lambda m: m.initialize(), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESNET_MUTATIONS))
+def test_resnet_plan_follows_mutations(name):
+    """ResNet's forward plan is reused while nothing changes, and every change that alters
+    what the model computes is seen by the next call: the output equals the modules run one
+    by one (bit for bit where both run the same kernels)."""
+    from modulekit import module as mod
+
+    torch.manual_seed(0)
+    model = models.resnet18()
+    model.load_state_dict(roundtrip(randomize(TResNet(TBasicBlock, [2, 2, 2, 2]))))
+    model.eval().initialize()
+    x = np.random.default_rng(6).standard_normal((1, 3, 40, 48)).astype(np.float32)
+    before = model(x)
+    model(x)  # planning folded nothing new: the plan now holds
+    plan = model.__dict__["_forward_plan"]
+    assert plan[1] is not None
+    epoch = mod.structure_epoch()
+    np.testing.assert_array_equal(model(x), before)
+    assert model.__dict__["_forward_plan"] is plan and mod.structure_epoch() == epoch
+    np.testing.assert_array_equal(_resnet_layers(model, x), before)
+    mutate, changes = RESNET_MUTATIONS[name]
+    mutate(model)
+    after = model(x)
+    if "train" in name:  # batch statistics: the plan stepped aside
+        assert model.__dict__["_forward_plan"][1] is None
+        assert not np.array_equal(after, before)
+        return
+    np.testing.assert_array_equal(after, _resnet_layers(model, x))
+    assert np.array_equal(after, before) != changes
+    np.testing.assert_array_equal(model(x), after)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from modulekit import module as _module
 from modulekit import nn
 from modulekit.module import Module
 from modulekit.nn.modules.batchnorm import BatchNorm2d
 from modulekit.nn.modules.conv import (
     Conv2d,
+    _folded_activation,
+    _maxpool_args,
     _plain_maxpool,
     conv_bn_act,
     conv_bn_act_maxpool,
@@ -123,45 +126,104 @@ class ResNet(Module):
         layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
-    #: (conv1, bn1, relu, maxpool) when initialize() planned the stem's conv -> max pool as
-    #: one fused call (the modules it was planned for), else None
-    _stem_plan = None
-
     def _fusions(self):
         yield self.conv1, self.bn1, "relu"
 
-    def _fuse(self) -> None:
-        """Plan the stem: Conv2d + BatchNorm2d + ReLU + MaxPool2d as one fused call (the
-        max pool reads the convolution's row bands from per-thread buffers), used while those
-        modules are unchanged, in eval mode and none of them has hooks."""
-        stem = (self.conv1, self.bn1, self.relu, self.maxpool)
-        ok = (isinstance(self.conv1, Conv2d) and isinstance(self.bn1, BatchNorm2d) and
-              _plain_maxpool(self.maxpool))
-        self.__dict__["_stem_plan"] = stem if ok else None
-
-    def _stem_fused(self) -> bool:
-        plan = self._stem_plan
-        return (plan is not None and plan[0] is self.conv1 and plan[1] is self.bn1 and
-                plan[2] is self.relu and plan[3] is self.maxpool and not self.bn1.training and
-                not any(m._has_hooks for m in plan))
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_forward_plan", None)  # kernel objects, re-planned on demand
+        return state
 
     def initialize(self):
-        """Pack every layer, plan the stem's fused conv -> max pool and, in eval mode, fold
-        each Conv2d + BatchNorm2d pair now."""
+        """Pack every layer and, in eval mode, fold each Conv2d + BatchNorm2d pair now."""
         super().initialize()
         return prefold(self)
 
+    def _plan_forward(self):
+        """Check every layer now and plan the forward as the folded kernels' calls:
+        ``(stem, pool, blocks, avgpool, fc)`` with ``stem`` the stem's folded kernel and
+        ``pool`` its max pool's arguments (``PackedConv2d.forward_maxpool``), ``blocks`` one
+        ``(downsample kernel or None, block kernels)`` per residual block, and the head's
+        ``forward`` methods. None (run the layers as modules) when a module inside the model
+        has hooks, trains or is not the type built here, or a norm has no running statistics,
+        where :func:`conv_bn_act` would not fold."""
+        m = self._modules
+        for module in self.modules():
+            if module is not self and (module._has_hooks or module.training):
+                return None
+        pool, avgpool, fc = m["maxpool"], m["avgpool"], m["fc"]
+        if (_folded_activation(m["conv1"], m["bn1"], m["relu"]) != "relu"
+                or not _plain_maxpool(pool) or type(avgpool) is not AdaptiveAvgPool2d
+                or type(fc) is not nn.Linear):
+            return None
+        blocks = []
+        for name in ("layer1", "layer2", "layer3", "layer4"):
+            layer = m[name]
+            if type(layer) is not nn.Sequential:
+                return None
+            for block in layer._modules.values():
+                if type(block) not in (BasicBlock, Bottleneck):
+                    return None
+                bm = block._modules
+                ds = block.downsample
+                if ds is not None:
+                    pair = tuple(ds._modules.values())
+                    if type(ds) is not nn.Sequential or len(pair) != 2 or \
+                            _folded_activation(pair[0], pair[1], None) is not None:
+                        return None
+                    ds = pair[0]._fused_packed(pair[1], None)
+                kernels = []
+                for i in range(1, 4 if type(block) is Bottleneck else 3):
+                    conv, bn = bm[f"conv{i}"], bm[f"bn{i}"]
+                    if _folded_activation(conv, bn, bm["relu"]) != "relu":
+                        return None
+                    kernels.append(conv._fused_packed(bn, "relu"))
+                blocks.append((ds, tuple(kernels)))
+        stem = m["conv1"]._fused_packed(m["bn1"], "relu")
+        return stem, _maxpool_args(pool), tuple(blocks), avgpool.forward, fc.forward
+
     def forward(self, x):
-        if self._stem_fused():
-            x = conv_bn_act_maxpool(self.conv1, self.bn1, "relu", self.maxpool, x)
-        else:
-            x = self.maxpool(conv_bn_act(self.conv1, self.bn1, self.relu, x))
+        """The stem (convolution, norm, ReLU and max pool as one fused call where
+        ``PackedConv2d.forward_maxpool`` can), the four stages, the pool and ``fc``.
+
+        In eval mode the layers are checked once and the folded kernels' calls kept
+        (``_plan_forward``) while the structure epoch (``modulekit.module._epoch``) is the
+        one they were planned at, so a call compares one integer instead of looking up and
+        checking each block's modules (about 3 us per block). The plan runs the kernels the
+        blocks run themselves, so the result is the same bit for bit. A hook or the training
+        flag anywhere inside, or input that is not a 4-D ndarray, runs the layers as modules.
+        """
+        if type(x) is np.ndarray and x.ndim == 4:
+            d = self.__dict__
+            plan = d.get("_forward_plan")
+            if plan is None or plan[0] != _module._epoch:
+                plan = (_module._epoch, self._plan_forward())
+                d["_forward_plan"] = plan
+            if plan[1] is not None:
+                try:
+                    return _run_plan(plan[1], x)
+                except ValueError:
+                    pass  # bad input: the layers below raise the error, naming the layer
+        x = conv_bn_act_maxpool(self.conv1, self.bn1, self.relu, self.maxpool, x)
         x = self.layer1(x)
         x = self.layer2(x)
         x = self.layer3(x)
         x = self.layer4(x)
         x = self.avgpool(x)
         return self.fc(np.reshape(x, (x.shape[0], -1)))
+
+
+def _run_plan(plan, x):
+    """ResNet's forward as ``ResNet._plan_forward`` planned it."""
+    stem, pool, blocks, avgpool, fc = plan
+    x = stem.forward_maxpool(x, "relu", *pool)
+    for ds, kernels in blocks:
+        identity = x if ds is None else ds.forward(x)
+        for k in kernels[:-1]:
+            x = k.forward(x, "relu")
+        x = kernels[-1].forward(x, "relu", identity)
+    x = avgpool(x)
+    return fc(np.reshape(x, (x.shape[0], -1)))
 
 
 def resnet18(num_classes: int = 1000) -> ResNet:
