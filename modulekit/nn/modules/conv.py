@@ -336,7 +336,7 @@ def _folded_activation(conv, bn, activation):
     ``activation`` is an activation module (ReLU, ReLU6, SiLU, Hardswish), its epilogue's name
     or None."""
     if (bn.training or conv._has_hooks or bn._has_hooks or type(conv) is not Conv2d
-            or type(bn) is not BatchNorm2d or bn.running_mean is None):
+            or type(bn) is not BatchNorm2d or bn._buffers.get("running_mean") is None):
         return False
     if activation is None or type(activation) is str:
         return activation
