@@ -422,7 +422,8 @@ def test_inverted_residual_channel_split_agrees(rng, cin, t, cout, hw, stride, n
 # as threads, or the channel split of one image): every row width against the 16-lane vectors,
 # one row or column, 256 pixels exactly and just past it (the row kernel again).
 @pytest.mark.parametrize(
-    "hw", [(1, 1), (1, 16), (16, 1), (3, 5), (7, 7), (5, 13), (11, 13), (14, 14), (16, 16), (17, 16)]
+    "hw",
+    [(1, 1), (1, 16), (16, 1), (3, 5), (7, 7), (5, 13), (11, 13), (14, 14), (16, 16), (17, 16)],
 )
 @pytest.mark.parametrize("cin,t,cout", [(8, 1, 8), (5, 6, 7), (24, 5, 24)])
 @pytest.mark.parametrize("n,threads", [(1, 1), (1, 2), (3, 2)])
