@@ -417,6 +417,33 @@ def test_inverted_residual_channel_split_agrees(rng, cin, t, cout, hw, stride, n
     np.testing.assert_array_equal(one, many)
 
 
+# Whole planes of at most 256 pixels and 8 columns at stride 1 (the 7x7 maps) run the flat
+# depthwise kernel when one band holds the plane (one thread, a batch of at least as many images
+# as threads, or the channel split of one image): row widths 1..8 against the 16-lane vectors,
+# 256 pixels exactly and just past it, and wider rows (the row kernel) beside them.
+@pytest.mark.parametrize(
+    "hw", [(1, 1), (16, 1), (3, 5), (7, 7), (11, 7), (32, 8), (33, 8), (5, 13), (14, 14)]
+)
+@pytest.mark.parametrize("cin,t,cout", [(8, 1, 8), (5, 6, 7), (24, 5, 24)])
+@pytest.mark.parametrize("n,threads", [(1, 1), (1, 2), (3, 2)])
+def test_inverted_residual_small_planes(isa, rng, hw, cin, t, cout, n, threads):
+    import modulekit
+
+    e, d, p, (pe, pd, pp) = _block(rng, cin, t, cout, 1)
+    x = rng.standard_normal((n, cin, *hw)).astype(np.float32)
+    residual = cin == cout
+    before = modulekit.get_num_threads()
+    try:
+        modulekit.set_num_threads(threads)
+        y = _conv.inverted_residual(x, pe, pd, pp, residual)
+        u = x if pe is None else pe.forward(x, "relu6")
+        u = pp.forward(pd.forward(u, "relu6"), None, x if residual else None)
+    finally:
+        modulekit.set_num_threads(before)
+    np.testing.assert_array_equal(y, u)  # the unfused layers (the row kernel), bit for bit
+    np.testing.assert_allclose(y, _torch_block(x, e, d, p, 1, residual), rtol=1e-4, atol=1e-4)
+
+
 # The global average pool fused into a convolution (PackedConv2d.forward_mean): the lane-exact
 # 1x1 path averages each thread's channels in the kernel, every other path the stored output;
 # both in mk_mean_rows_f32's order, so they equal spatial_mean(forward(x)) bit for bit.

@@ -1226,8 +1226,9 @@ cdef class InvertedResidualPlan:
         cdef cnp.npy_intp dims[4]
         dims[0], dims[1], dims[2], dims[3] = g.N, self._cout, g.OH, g.OW
         cdef cnp.ndarray out = cnp.PyArray_EMPTY(4, dims, cnp.NPY_FLOAT32, 0)
-        dims[0] = self._nscratch
-        cdef cnp.ndarray scratch = cnp.PyArray_EMPTY(1, dims, cnp.NPY_FLOAT32, 0)
+        # the calling thread's kept scratch: the same memory every block, so it is in the
+        # caches (a fresh allocation's lines are cold and their first writes read memory)
+        cdef cnp.ndarray scratch = _scratch(self._nscratch)
         dims[0] = self._cin + self._chid
         cdef cnp.ndarray koff = cnp.PyArray_EMPTY(1, dims, cnp.NPY_INTP, 0)
         cdef cnp.ndarray dwt = self.dw._packed

@@ -170,3 +170,66 @@ MK_T512 void mk_f32_dwconv2d_chw_3x3_avx512(const float *x, ptrdiff_t sh, int H,
         }
     }
 }
+
+/* Whole small planes (H*W <= 256), stride 1, one column and row of padding each side (OH = H,
+ * OW = W), channels [0, C): each plane is taken as one flat run of H*W pixels, 16 pixels a
+ * vector whatever the row width, and every tap is one zero-masked load at the flat offset
+ * (ky - 1)*W + (kx - 1), its mask dropping the lanes whose source is padding (first or last
+ * row or column) or past the plane: a 7x7 plane is 4 vectors (49 of 64 lanes used) instead of
+ * 7 rows of 7 lanes (16 lanes each). Measured (MobileNetV2's blocks, one thread): 2-3% faster
+ * on the 7x7 blocks, 4% slower on the 14x14 ones (13 vectors of 9 unaligned loads against 14
+ * rows loaded once and shifted in lanes), so the fused block runs it for rows of at most 8
+ * columns. The sums are the row kernel's, in its order (bias and kernel row 0,
+ * kernel rows 1 and 2 each from 0, then added in that order; a padding tap adds 0), so the
+ * result is the same bit for bit.
+ *   x   : plane c at x + c*xs, row y at + y*W (rows contiguous)                  input
+ *   w   : C x 9 taps; bias: C
+ *   out : plane c at out + c*os, row y at + y*W                                  output */
+MK_T512 void mk_f32_dwconv2d_flat_3x3_avx512(const float *x, ptrdiff_t xs, int H, int W,
+                                            int C, const float *w, const float *bias,
+                                            float *out, ptrdiff_t os, int act) {
+    const int L = H * W, nv = (L + 15) / 16;
+    __mmask16 in[16], top[16], bot[16], left[16], right[16];
+    for (int v = 0; v < nv; v++) {
+        unsigned a = 0, t = 0, b = 0, l = 0, r = 0;
+        for (int i = 0; i < 16; i++) {
+            const int p = 16 * v + i, col = p % W;
+            if (p >= L) break;
+            a |= 1u << i;
+            t |= (unsigned)(p >= W) << i;     /* a row above */
+            b |= (unsigned)(p < L - W) << i;  /* a row below */
+            l |= (unsigned)(col > 0) << i;    /* a column to the left */
+            r |= (unsigned)(col < W - 1) << i; /* a column to the right */
+        }
+        in[v] = (__mmask16)a;
+        top[v] = (__mmask16)(a & t);
+        bot[v] = (__mmask16)(a & b);
+        left[v] = (__mmask16)l;
+        right[v] = (__mmask16)r;
+    }
+    for (int c = 0; c < C; c++) {
+        const float *xc = x + c * xs, *wc = w + 9 * c;
+        float *oc = out + c * os;
+        __m512 wv[9];
+#pragma GCC unroll 9
+        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wc[t]);
+        const __m512 b0 = _mm512_set1_ps(bias[c]);
+        for (int v = 0; v < nv; v++) {
+            const float *p = xc + 16 * v;
+            const __mmask16 rows[3] = {top[v], in[v], bot[v]};
+            __m512 acc[3];
+#pragma GCC unroll 3
+            for (int ky = 0; ky < 3; ky++) {
+                const float *q = p + (ky - 1) * W;
+                __m512 s = ky == 0 ? b0 : _mm512_setzero_ps();
+                s = _mm512_fmadd_ps(wv[3 * ky + 0],
+                                    _mm512_maskz_loadu_ps(rows[ky] & left[v], q - 1), s);
+                s = _mm512_fmadd_ps(wv[3 * ky + 1], _mm512_maskz_loadu_ps(rows[ky], q), s);
+                acc[ky] = _mm512_fmadd_ps(wv[3 * ky + 2],
+                                          _mm512_maskz_loadu_ps(rows[ky] & right[v], q + 1), s);
+            }
+            const __m512 s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), acc[2]);
+            _mm512_mask_storeu_ps(oc + 16 * v, in[v], mk_act512(s, act));
+        }
+    }
+}
