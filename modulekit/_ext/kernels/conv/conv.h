@@ -97,6 +97,11 @@ ptrdiff_t mk_conv_phase_size(const mk_conv_geom *g, int channels);
 
 /* Phase image of one channel plane xc (strides sh, sw of g) into ph (g->plane floats). */
 void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv);
+/* One input row x (W floats, unit stride) split into its even and odd padded columns
+ * (r0[j] = padded 2j, r1[j] = padded 2j + 1, padded column p = input column p - pl; padv
+ * outside), Wq of each, AVX-512 (f32-conv-phase-avx512.c). */
+void mk_f32_phase_row_s2_avx512(const float *x, int W, int pl, float *r0, float *r1, int Wq,
+                                float padv);
 
 /* Full float32 convolution (all images).
  *   x      : input, strides in g                                         input

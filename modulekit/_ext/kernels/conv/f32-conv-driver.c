@@ -66,9 +66,10 @@ static int used_phase_cols(const mk_conv_geom *g, int b) {
 }
 
 /* Both column phases of row phase a for horizontal stride 2 in one pass over each input row
- * (unit column stride, left padding 0 or 1): even/odd padded columns to sub-images 0 and 1. */
+ * (unit column stride, any left padding): even/odd padded columns to sub-images 0 and 1, 16
+ * columns at a time on AVX-512 (f32-conv-phase-avx512.c). */
 static void split_rows_s2(const mk_conv_geom *g, const float *xc, float *sub0, int a,
-                          float padv, int i0, int i1) {
+                          float padv, int i0, int i1, int isa) {
     const int Hq = g->Hq, Wq = g->Wq, W = g->W, pl = g->pl;
     float *sub1 = sub0 + (ptrdiff_t)Hq * Wq;
     for (int i = i0; i < i1; i++) {
@@ -78,16 +79,18 @@ static void split_rows_s2(const mk_conv_geom *g, const float *xc, float *sub0, i
             for (int j = 0; j < Wq; j++) r0[j] = r1[j] = padv;
             continue;
         }
+        if (isa >= MK_ISA_AVX512) {
+            mk_f32_phase_row_s2_avx512(xc + y * g->sh, W, pl, r0, r1, Wq, padv);
+            continue;
+        }
         /* padded column p = x + pl; r0[j] = padded 2j, r1[j] = padded 2j+1 */
         const float *xr = xc + y * g->sh - pl; /* xr[p] = input column p - pl */
         int j = 0;
-        if (pl == 1) { /* padded 0 is padding, padded 1 is input column 0 */
-            r0[0] = padv;
-            r1[0] = W > 0 ? xr[1] : padv;
-            j = 1;
+        for (; j < Wq && 2 * j < pl; j++) { /* the left padding */
+            r0[j] = padv;
+            r1[j] = 2 * j + 1 - pl >= 0 && 2 * j + 1 - pl < W ? xr[2 * j + 1] : padv;
         }
-        const int jn = (W + pl) / 2; /* pairs (2j, 2j+1) fully inside the input */
-        for (; j < jn && j < Wq; j++) {
+        for (; j < Wq && 2 * j + 1 - pl < W; j++) { /* pairs fully inside the input */
             r0[j] = xr[2 * j];
             r1[j] = xr[2 * j + 1];
         }
@@ -101,15 +104,14 @@ static void split_rows_s2(const mk_conv_geom *g, const float *xc, float *sub0, i
 
 /* Rows [i0, i1) of every sub-image of one channel's phase image (see below). */
 static void phase_channel_rows(const mk_conv_geom *g, const float *xc, float *ph, float padv,
-                               int i0, int i1) {
+                               int i0, int i1, int isa) {
     const int sy = g->sy, sx = g->sx, Hq = g->Hq, Wq = g->Wq;
     for (int a = 0; a < sy; a++) {
         int used_a = 0; /* phases no kernel tap reads are left unwritten (1x1 stride 2) */
         for (int kh = 0; kh < g->KH && !used_a; kh++) used_a = (kh * g->dy) % sy == a;
         if (!used_a) continue;
-        if (sx == 2 && g->sw == 1 && g->pl <= 1 && used_phase_cols(g, 0) &&
-            used_phase_cols(g, 1)) {
-            split_rows_s2(g, xc, ph + (ptrdiff_t)(a * sx) * Hq * Wq, a, padv, i0, i1);
+        if (sx == 2 && g->sw == 1 && used_phase_cols(g, 0) && used_phase_cols(g, 1)) {
+            split_rows_s2(g, xc, ph + (ptrdiff_t)(a * sx) * Hq * Wq, a, padv, i0, i1, isa);
             continue;
         }
         for (int b = 0; b < sx; b++) {
@@ -150,7 +152,7 @@ static void phase_channel_rows(const mk_conv_geom *g, const float *xc, float *ph
 
 /* Phase image of one channel: sub-image (a, b) row i col j = padded input (i*sy+a, j*sx+b). */
 void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv) {
-    phase_channel_rows(g, xc, ph, padv, 0, g->Hq);
+    phase_channel_rows(g, xc, ph, padv, 0, g->Hq, MK_ISA_GENERIC);
 }
 
 /* per-k input offsets (the indirection table) into the phase image, or into x itself for the
@@ -322,7 +324,7 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                     const int c = it / phase_parts, part = it % phase_parts;
                     phase_channel_rows(g, x + n * g->sn + c * g->sc, phase + c * g->plane, 0.0f,
                                        g->Hq * part / phase_parts,
-                                       g->Hq * (part + 1) / phase_parts);
+                                       g->Hq * (part + 1) / phase_parts, isa);
                 }
                 /* implicit barrier: the phase image is complete */
                 bimg = phase;
@@ -466,7 +468,7 @@ int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const f
                     if (pb > pa) {
                         for (int c = 0; c < g->C; c++)
                             phase_channel_rows(g, x + n * g->sn + c * g->sc,
-                                               phase + c * g->plane, 0.0f, pa, pb);
+                                               phase + c * g->plane, 0.0f, pa, pb, isa);
                         ph_done = pb;
                     }
                     const ptrdiff_t qa = (ptrdiff_t)s1 * Wq, qb = (ptrdiff_t)(hi - 1) * Wq + OW;

@@ -29,6 +29,7 @@ MK_T512 static void pool_rows(const mk_conv_geom *g, const float *xp, int ybase,
     const int W = g->W, sx = g->sx, OW = g->OW;
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
                                            28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     float *row = buf + g->pl;
     for (int oh = oh0; oh < oh1; oh++) {
         int h0 = oh * g->sy - g->pt;
@@ -53,6 +54,27 @@ MK_T512 static void pool_rows(const mk_conv_geom *g, const float *xp, int ybase,
         }
         /* (2)+(3) columns: out[ow] = max_j buf[ow*sx + j*dx], 16 outputs per step */
         float *orow = o + (ptrdiff_t)oh * OW;
+        if (sx == 2 && g->KW == 3 && g->dx == 1) {
+            /* 3/2 windows: taps 0 and 1 are the even and odd columns E, O of the step's 32
+             * buffer columns, tap 2 is E shifted one lane with the next step's E: two loads
+             * and three shuffles per step instead of six loads and three permutes */
+            __m512 e = _mm512_permutex2var_ps(_mm512_loadu_ps(buf), even,
+                                              _mm512_loadu_ps(buf + 16));
+            __m512 od = _mm512_permutex2var_ps(_mm512_loadu_ps(buf), odd,
+                                               _mm512_loadu_ps(buf + 16));
+            for (int ow = 0; ow < OW; ow += 16) {
+                const float *bn = buf + (ptrdiff_t)2 * ow + 32;
+                const __m512 w0 = _mm512_loadu_ps(bn), w1 = _mm512_loadu_ps(bn + 16);
+                const __m512 en = _mm512_permutex2var_ps(w0, even, w1);
+                const __m512 t2 = _mm512_castsi512_ps(
+                    _mm512_alignr_epi32(_mm512_castps_si512(en), _mm512_castps_si512(e), 1));
+                const __m512 acc = maxnan16(t2, maxnan16(od, e));
+                _mm512_mask_storeu_ps(orow + ow, head16(OW - ow), acc);
+                e = en;
+                od = _mm512_permutex2var_ps(w0, odd, w1);
+            }
+            continue;
+        }
         for (int ow = 0; ow < OW; ow += 16) {
             const float *b0 = buf + (ptrdiff_t)ow * sx;
             __m512 acc = _mm512_set1_ps(-INFINITY);
@@ -70,9 +92,10 @@ MK_T512 static void pool_rows(const mk_conv_geom *g, const float *xp, int ybase,
 
 static int pool_buf_size(const mk_conv_geom *g) {
     /* the row buffer: -inf padding, the row, and room for the last 16-output step's reads
-     * ((OW rounded up to 16) * sx + reach + 16 floats) */
+     * ((OW rounded up to 16) * sx + reach + 16 floats; the 3/2 walk reads 32 floats past
+     * the last step's start) */
     const int OW16 = (g->OW + 15) / 16 * 16;
-    int nb = OW16 * g->sx + (g->KW - 1) * g->dx + 16;
+    int nb = OW16 * g->sx + (g->KW - 1) * g->dx + 32;
     if (nb < g->pl + g->W + 16) nb = g->pl + g->W + 16;
     return nb;
 }
