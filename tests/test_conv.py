@@ -302,6 +302,8 @@ def test_im2col_path(isa, rng, geom):
     oh, ow = packed.output_shape(x.shape)[2:]
     lanes = (oh * ow) % 16 or k == 1
     expected = "im2col" if isa == "avx512" and lanes and n == 1 else "igemm"
+    if expected == "igemm" and isa == "avx512" and cin <= 4:
+        expected = "igemm-rows"  # few input channels: the row-band igemm (same bits)
     assert packed.algorithm_for(x.shape) == expected
     ref_shape = reference(x, wt, b, s, p, d, 1).shape
     residual = rng.standard_normal(ref_shape).astype(np.float32)
