@@ -239,7 +239,8 @@ cdef class PackedConv2d:
     def algorithm_for(self, input_shape):
         """Name of what :meth:`forward` runs for an (N, C_in, H, W) contiguous input here:
         'igemm', 'im2col' (small output maps on AVX-512, see ``f32-conv-im2col.c``),
-        'winograd-2x2', 'winograd-4x4', 'depthwise' or 'float64'.
+        'igemm-rows' (at most 4 input channels on AVX-512: the igemm in row bands, see
+        ``mk_conv2d_rows_f32``), 'winograd-2x2', 'winograd-4x4', 'depthwise' or 'float64'.
 
         Depends on the instruction-set path and the thread count in effect.
         """
@@ -423,8 +424,8 @@ cdef class PackedConv2d:
 
     cdef bint _maxpool_fused(self, mk_conv_geom *g, mk_conv_geom *pg, int isa):
         """Whether forward_maxpool runs the fused kernel (mk_conv2d_rows_f32): on AVX-512,
-        float32 weights, groups 1, where the phase-image igemm would run (not Winograd,
-        im2col or the direct 1x1 paths), pooling column stride 1 or 2."""
+        float32 weights, groups 1, where the phase-image or row-band igemm would run (not
+        Winograd, im2col or the direct 1x1 paths), pooling column stride 1 or 2."""
         return (isa >= MK_ISA_AVX512 and self._wtype == MK_W_F32 and self.groups == 1 and
                 not self.depthwise and self._algorithm != "igemm" and
                 self._winograd_tile(g, isa, effective_threads()) == 0 and
