@@ -10,23 +10,15 @@
 #include "conv.h"
 #include "simd-act.h"
 
-/* Bits [lo, hi) of a 16-lane mask (clipped to the lanes). */
-static inline __mmask16 lanes16(int lo, int hi) {
-    if (lo < 0) lo = 0;
-    if (hi > 16) hi = 16;
-    if (hi <= lo) return 0;
-    return (__mmask16)((((uint32_t)1 << (hi - lo)) - 1) << lo);
-}
-
 /* Outputs [j, j + 16) (clipped to Wq) of both phases, reading only the columns inside the row
  * (padv elsewhere: masked-off lanes are not read, their addresses may lie outside the row). */
 MK_T512 static inline void split_step(const float *x, int W, int pl, float *r0, float *r1,
                                       int Wq, __m512 pv, __m512i even, __m512i odd, int j) {
     const int c0 = 2 * j - pl; /* input column of the first of the 32 padded columns */
-    const __mmask16 m0 = lanes16(-c0, W - c0), m1 = lanes16(-c0 - 16, W - c0 - 16);
+    const __mmask16 m0 = mk_lanes16(-c0, W - c0), m1 = mk_lanes16(-c0 - 16, W - c0 - 16);
     const __m512 v0 = _mm512_mask_loadu_ps(pv, m0, x + c0);
     const __m512 v1 = _mm512_mask_loadu_ps(pv, m1, x + c0 + 16);
-    const __mmask16 st = lanes16(0, Wq - j);
+    const __mmask16 st = mk_lanes16(0, Wq - j);
     _mm512_mask_storeu_ps(r0 + j, st, _mm512_permutex2var_ps(v0, even, v1));
     _mm512_mask_storeu_ps(r1 + j, st, _mm512_permutex2var_ps(v0, odd, v1));
 }
