@@ -302,6 +302,8 @@ def test_im2col_path(isa, rng, geom):
     oh, ow = packed.output_shape(x.shape)[2:]
     lanes = (oh * ow) % 16 or k == 1
     expected = "im2col" if isa == "avx512" and lanes and n == 1 else "igemm"
+    if expected == "igemm" and isa == "avx512" and cin <= 4:
+        expected = "igemm-rows"  # few input channels: the row-band igemm (same bits)
     assert packed.algorithm_for(x.shape) == expected
     ref_shape = reference(x, wt, b, s, p, d, 1).shape
     residual = rng.standard_normal(ref_shape).astype(np.float32)
@@ -333,3 +335,59 @@ def test_stem_panel_chunks(isa, rng, n):
                 rtol=1e-4,
                 atol=1e-4,
             )
+
+
+# ---- few input channels: the first convolution of a network ---------------------------------
+# (batch, cin, cout, kernel, H, W, stride, padding): 1-4 input channels, kernels 3/5/7, strides
+# 1 and 2, paddings 0 to 3 (stride 2 takes the one-pass split of each input row into its two
+# column phases, for any left padding), odd sizes, a 1x1 output
+FEW_CHANNEL_GEOMETRIES = [
+    (1, 3, 32, 3, 37, 41, 2, 1),  # MobileNetV2's features.0, small
+    (3, 3, 64, 7, 37, 41, 2, 3),  # ResNet's stem, small, batch 3
+    (1, 3, 16, 5, 29, 33, 2, 2),
+    (1, 1, 8, 3, 40, 35, 2, 0),
+    (1, 2, 24, 7, 45, 47, 2, 3),
+    (3, 4, 20, 5, 23, 19, 2, 1),
+    (1, 3, 32, 3, 37, 41, 1, 1),
+    (1, 3, 12, 7, 19, 17, 1, 3),
+    (1, 3, 8, 7, 7, 7, 2, 0),  # 1x1 output
+    (1, 3, 8, 3, 1, 1, 2, 1),  # 1x1 input and output
+    (1, 3, 40, 7, 70, 3, 2, 3),  # rows narrower than the padding
+    (1, 3, 9, 3, 5, 131, 2, 2),  # rows of several 16-column steps
+]
+
+
+@pytest.mark.parametrize("act", [None, "relu", "relu6", "residual"])
+@pytest.mark.parametrize("geom", FEW_CHANNEL_GEOMETRIES, ids=lambda g: "-".join(map(str, g)))
+def test_few_input_channels(isa, rng, geom, act):
+    """First-layer convolutions (1-4 input channels) against torch, on contiguous and strided
+    inputs, with each epilogue (relu, relu6, none, a residual add)."""
+    n, cin, cout, k, h, w, s, p = geom
+    x, wt, b = make(rng, n, cin, cout, k, h, w, 1)
+    x *= 3  # both sides of the ReLU6 clamp
+    packed = _conv.pack_conv2d(wt, b, stride=s, padding=p)
+    shape = reference(x, wt, b, s, p, 1, 1).shape
+    res = rng.standard_normal(shape).astype(np.float32) if act == "residual" else None
+    a = "relu" if act == "residual" else act
+    big = rng.standard_normal((n, cin + 2, 2 * h, w + 3)).astype(np.float32)
+    big[:, 1:cin + 1, ::2, 2:w + 2] = x
+    views = [x, big[:, 1:cin + 1, ::2, 2:w + 2], x[:, :, :, ::-1]]  # channel/row/column strides
+    for v in views:
+        y = packed.forward(v, a, res)
+        np.testing.assert_allclose(
+            y, reference(v.copy(), wt, b, s, p, 1, 1, a, res), rtol=1e-4, atol=1e-4
+        )
+
+
+@pytest.mark.parametrize("geom", FEW_CHANNEL_GEOMETRIES, ids=lambda g: "-".join(map(str, g)))
+def test_few_input_channels_maxpool(isa, rng, geom):
+    """The same convolutions fused with a 3/2 max pool (ResNet's stem): bit-identical to the two
+    steps and equal to torch, on contiguous and strided inputs."""
+    n, cin, cout, k, h, w, s, p = geom
+    x, wt, b = make(rng, n, cin, cout, k, h, w, 1)
+    packed = _conv.pack_conv2d(wt, b, stride=s, padding=p)
+    for v in (x, x[:, :, :, ::-1]):
+        y = packed.forward_maxpool(v, "relu", 3, 2, 1)
+        np.testing.assert_array_equal(y, _conv.max_pool2d(packed.forward(v, "relu"), 3, 2, 1))
+        conv = torch.from_numpy(reference(v.copy(), wt, b, s, p, 1, 1, "relu"))
+        np.testing.assert_allclose(y, F.max_pool2d(conv, 3, 2, 1).numpy(), rtol=1e-4, atol=1e-4)

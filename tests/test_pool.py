@@ -72,6 +72,25 @@ def test_max_pool2d_special_values(isa, rng, case):
         np.testing.assert_array_equal(np.signbit(y), np.signbit(ref))
 
 
+
+@pytest.mark.parametrize("pad,ceil", [(0, False), (1, False), (1, True), (0, True)])
+@pytest.mark.parametrize("w", [1, 2, 31, 33, 64, 97])
+def test_max_pool2d_3x3_stride2_widths(isa, rng, w, pad, ceil):
+    """The 3/2 window walk (even, odd and shifted-even columns of each 32-column step) and the
+    row passes run four output rows ahead of their column passes: widths around the vector
+    steps, output heights 1 to 9, NaN/inf/signed zeros, bit-identical to torch."""
+    if w < 3 - 2 * pad:
+        pytest.skip("window larger than the padded input")
+    for h in (3, 5, 8, 11, 18):
+        x = rng.standard_normal((1, 2, h, w)).astype(np.float32)
+        x[0, 0, ::3, ::5] = np.nan
+        x[0, 0, 1::4, 2::3] = np.inf
+        x[0, 1] = np.where(rng.random((h, w)) < 0.5, np.float32(-0.0), np.float32(0.0))
+        y = _conv.max_pool2d(x, 3, 2, pad, 1, ceil)
+        ref = F.max_pool2d(torch.from_numpy(x), 3, 2, pad, 1, ceil).numpy()
+        np.testing.assert_array_equal(y, ref)
+        np.testing.assert_array_equal(np.signbit(y), np.signbit(ref))
+
 AVG_CASES = [  # kernel, stride, padding, ceil_mode, count_include_pad, divisor, H, W
     (3, 2, 1, False, True, None, 9, 10),
     (3, 2, 1, True, True, None, 9, 10),

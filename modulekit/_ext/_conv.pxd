@@ -50,12 +50,13 @@ cdef extern from "conv/conv.h" nogil:
     void mk_max_pool2d_f64(const mk_conv_geom *g, const double *x, double *out, int nthreads)
     int mk_max_pool2d_f32_avx512(const mk_conv_geom *g, const float *x, float *out,
                                  int nthreads)
-    # convolution fused with the max pooling after it (f32-conv-driver.c, AVX-512)
-    Py_ssize_t mk_conv_maxpool_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
-                                       int nthreads)
-    int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x,
-                              int Cout, const float *wp, float *scratch, Py_ssize_t *koff,
-                              float *out, int act, int isa, int nthreads)
+    # row bands with a band-sized phase buffer: few input channels, and conv + max pool
+    # (f32-conv-driver.c)
+    Py_ssize_t mk_conv_rows_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
+                                    int nthreads)
+    int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x,
+                           int Cout, const float *wp, float *scratch, Py_ssize_t *koff,
+                           float *out, const float *res, int act, int isa, int nthreads)
     void mk_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out,
                            int count_include_pad, int divisor, int nthreads)
     void mk_avg_pool2d_f64(const mk_conv_geom *g, const double *x, double *out,
@@ -105,6 +106,7 @@ cdef class PackedConv2d:
     cdef dict _wino
     cdef int _winograd_tile(self, mk_conv_geom *g, int isa, int nthreads)
     cdef bint _im2col(self, mk_conv_geom *g, int isa)
+    cdef bint _rows(self, mk_conv_geom *g, int isa)
     cdef tuple _geometry(self, x, mk_conv_geom *gp)
     cdef bint _maxpool_fused(self, mk_conv_geom *g, mk_conv_geom *pg, int isa)
     cdef _run(self, mk_conv_geom *g, cnp.ndarray x, cnp.ndarray out, cnp.ndarray res, int act,

@@ -239,7 +239,8 @@ cdef class PackedConv2d:
     def algorithm_for(self, input_shape):
         """Name of what :meth:`forward` runs for an (N, C_in, H, W) contiguous input here:
         'igemm', 'im2col' (small output maps on AVX-512, see ``f32-conv-im2col.c``),
-        'winograd-2x2', 'winograd-4x4', 'depthwise' or 'float64'.
+        'igemm-rows' (at most 4 input channels on AVX-512: the igemm in row bands, see
+        ``mk_conv2d_rows_f32``), 'winograd-2x2', 'winograd-4x4', 'depthwise' or 'float64'.
 
         Depends on the instruction-set path and the thread count in effect.
         """
@@ -263,7 +264,21 @@ cdef class PackedConv2d:
             return f"winograd-{m}x{m}"
         if self._im2col(&g, isa):
             return "im2col"
+        if self._rows(&g, isa):
+            return "igemm-rows"
         return "igemm"
+
+    cdef bint _rows(self, mk_conv_geom *g, int isa):
+        """Whether a non-Winograd, non-im2col call runs the row-band igemm
+        (mk_conv2d_rows_f32): on AVX-512 with float32 weights, groups 1, for inputs of at
+        most 4 channels (a network's first layer), not a direct 1x1 convolution. Each thread
+        copies the phase rows of its bands of output rows into a band-sized buffer that stays
+        in its caches, where the whole-image phase image is as large as the input and is
+        written, synchronised and read back. Same sums as the igemm (bit-identical);
+        'igemm' forces the whole-image path."""
+        return (isa >= MK_ISA_AVX512 and self._wtype == MK_W_F32 and self.groups == 1 and
+                not self.depthwise and self._algorithm != "igemm" and g.C <= 4 and
+                not _direct_1x1(g))
 
     cdef bint _im2col(self, mk_conv_geom *g, int isa):
         """Whether a non-Winograd call runs im2col + the lane-exact 1x1 GEMM
@@ -408,9 +423,9 @@ cdef class PackedConv2d:
         return xa, unbatched, oshape
 
     cdef bint _maxpool_fused(self, mk_conv_geom *g, mk_conv_geom *pg, int isa):
-        """Whether forward_maxpool runs the fused kernel (mk_conv2d_maxpool_f32): on AVX-512,
-        float32 weights, groups 1, where the phase-image igemm would run (not Winograd,
-        im2col or the direct 1x1 paths), pooling column stride 1 or 2."""
+        """Whether forward_maxpool runs the fused kernel (mk_conv2d_rows_f32): on AVX-512,
+        float32 weights, groups 1, where the phase-image or row-band igemm would run (not
+        Winograd, im2col or the direct 1x1 paths), pooling column stride 1 or 2."""
         return (isa >= MK_ISA_AVX512 and self._wtype == MK_W_F32 and self.groups == 1 and
                 not self.depthwise and self._algorithm != "igemm" and
                 self._winograd_tile(g, isa, effective_threads()) == 0 and
@@ -444,16 +459,16 @@ cdef class PackedConv2d:
         cdef cnp.ndarray out = np.empty((g.N, self.out_channels, pg.OH, pg.OW), np.float32)
         cdef cnp.ndarray xin = xa
         cdef cnp.ndarray scratch = _scratch(
-            mk_conv_maxpool_scratch(&g, &pg, self.out_channels, nthreads))
+            mk_conv_rows_scratch(&g, &pg, self.out_channels, nthreads))
         cdef cnp.ndarray koff = np.empty(g.C * g.KH * g.KW, np.intp)
         cdef cnp.ndarray packed = self._packed
         with nogil:
-            mk_conv2d_maxpool_f32(&g, &pg, <const float *>cnp.PyArray_DATA(xin),
-                                  self.out_channels,
-                                  <const float *>cnp.PyArray_DATA(packed),
-                                  <float *>cnp.PyArray_DATA(scratch),
-                                  <Py_ssize_t *>cnp.PyArray_DATA(koff),
-                                  <float *>cnp.PyArray_DATA(out), act, isa, nthreads)
+            mk_conv2d_rows_f32(&g, &pg, <const float *>cnp.PyArray_DATA(xin),
+                               self.out_channels,
+                               <const float *>cnp.PyArray_DATA(packed),
+                               <float *>cnp.PyArray_DATA(scratch),
+                               <Py_ssize_t *>cnp.PyArray_DATA(koff),
+                               <float *>cnp.PyArray_DATA(out), NULL, act, isa, nthreads)
         return out[0] if unbatched else out
 
     def maxpool_algorithm_for(self, input_shape, kernel_size=2, stride=None, padding=0,
@@ -604,6 +619,15 @@ cdef class PackedConv2d:
                                      <float *>cnp.PyArray_DATA(wscratch),
                                      <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                                      <const float *>rp, act, nthreads)
+            return
+        if self._rows(g, isa):
+            wscratch = _scratch(mk_conv_rows_scratch(g, NULL, cout, nthreads))
+            koff = np.empty(g.C * g.KH * g.KW, np.intp)
+            with nogil:
+                mk_conv2d_rows_f32(g, NULL, <const float *>xp, cout, <const float *>wp,
+                                   <float *>cnp.PyArray_DATA(wscratch),
+                                   <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
+                                   <const float *>rp, act, isa, nthreads)
             return
         direct = _direct_1x1(g)
         cdef float *php = NULL

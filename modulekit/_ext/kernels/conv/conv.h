@@ -97,6 +97,11 @@ ptrdiff_t mk_conv_phase_size(const mk_conv_geom *g, int channels);
 
 /* Phase image of one channel plane xc (strides sh, sw of g) into ph (g->plane floats). */
 void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv);
+/* One input row x (W floats, unit stride) split into its even and odd padded columns
+ * (r0[j] = padded 2j, r1[j] = padded 2j + 1, padded column p = input column p - pl; padv
+ * outside), Wq of each, AVX-512 (f32-conv-phase-avx512.c). */
+void mk_f32_phase_row_s2_avx512(const float *x, int W, int pl, float *r0, float *r1, int Wq,
+                                float padv);
 
 /* Full float32 convolution (all images).
  *   x      : input, strides in g                                         input
@@ -245,17 +250,18 @@ int mk_max_pool2d_f32_avx512(const mk_conv_geom *g, const float *x, float *out, 
 int mk_max_pool2d_rows_buf_f32_avx512(const mk_conv_geom *g);
 void mk_max_pool2d_rows_f32_avx512(const mk_conv_geom *g, const float *x, int ybase, float *o,
                                    float *buf, int oh0, int oh1);
-/* Convolution (groups 1, float32 panels wp, g with its phase geometry) fused with the max
- * pooling pg (input OH x OW of g, unit column stride, column stride 1 or 2) that follows it,
- * AVX-512 only (f32-conv-driver.c): out (N, Cout, pg->OH, pg->OW) = max_pool(act(conv(x))),
- * bit-identical to mk_conv2d_f32 then mk_max_pool2d_f32. scratch: mk_conv_maxpool_scratch
- * floats (per thread: a phase image, the band's conv rows, a pooling row); koff: C*KH*KW
- * entries. Returns 0. */
-ptrdiff_t mk_conv_maxpool_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
-                                  int nthreads);
-int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x,
-                          int Cout, const float *wp, float *scratch, ptrdiff_t *koff,
-                          float *out, int act, int isa, int nthreads);
+/* Convolution (groups 1, float32 panels wp, g with its phase geometry) in row bands, each
+ * thread with a band-sized phase buffer (f32-conv-driver.c): the path of few input channels,
+ * and (pg != NULL) fused with the max pooling pg that follows it (input OH x OW of g, unit
+ * column stride, column stride 1 or 2; AVX-512 only): out (N, Cout, pg->OH, pg->OW) =
+ * max_pool(act(conv(x))), else out (N, Cout, OH, OW) = act(conv(x) + res). Bit-identical to
+ * mk_conv2d_f32 (then mk_max_pool2d_f32). scratch: mk_conv_rows_scratch floats; koff:
+ * C*KH*KW entries; res: NULL with pg. Returns 0. */
+ptrdiff_t mk_conv_rows_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
+                               int nthreads);
+int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x, int Cout,
+                       const float *wp, float *scratch, ptrdiff_t *koff, float *out,
+                       const float *res, int act, int isa, int nthreads);
 /* divisor: 0 = by window rule (count_include_pad), else the override */
 void mk_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int count_include_pad,
                        int divisor, int nthreads);

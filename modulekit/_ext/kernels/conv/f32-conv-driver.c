@@ -66,9 +66,10 @@ static int used_phase_cols(const mk_conv_geom *g, int b) {
 }
 
 /* Both column phases of row phase a for horizontal stride 2 in one pass over each input row
- * (unit column stride, left padding 0 or 1): even/odd padded columns to sub-images 0 and 1. */
+ * (unit column stride, any left padding): even/odd padded columns to sub-images 0 and 1, 16
+ * columns at a time on AVX-512 (f32-conv-phase-avx512.c). */
 static void split_rows_s2(const mk_conv_geom *g, const float *xc, float *sub0, int a,
-                          float padv, int i0, int i1) {
+                          float padv, int i0, int i1, int isa) {
     const int Hq = g->Hq, Wq = g->Wq, W = g->W, pl = g->pl;
     float *sub1 = sub0 + (ptrdiff_t)Hq * Wq;
     for (int i = i0; i < i1; i++) {
@@ -78,16 +79,18 @@ static void split_rows_s2(const mk_conv_geom *g, const float *xc, float *sub0, i
             for (int j = 0; j < Wq; j++) r0[j] = r1[j] = padv;
             continue;
         }
+        if (isa >= MK_ISA_AVX512) {
+            mk_f32_phase_row_s2_avx512(xc + y * g->sh, W, pl, r0, r1, Wq, padv);
+            continue;
+        }
         /* padded column p = x + pl; r0[j] = padded 2j, r1[j] = padded 2j+1 */
         const float *xr = xc + y * g->sh - pl; /* xr[p] = input column p - pl */
         int j = 0;
-        if (pl == 1) { /* padded 0 is padding, padded 1 is input column 0 */
-            r0[0] = padv;
-            r1[0] = W > 0 ? xr[1] : padv;
-            j = 1;
+        for (; j < Wq && 2 * j < pl; j++) { /* the left padding */
+            r0[j] = padv;
+            r1[j] = 2 * j + 1 - pl >= 0 && 2 * j + 1 - pl < W ? xr[2 * j + 1] : padv;
         }
-        const int jn = (W + pl) / 2; /* pairs (2j, 2j+1) fully inside the input */
-        for (; j < jn && j < Wq; j++) {
+        for (; j < Wq && 2 * j + 1 - pl < W; j++) { /* pairs fully inside the input */
             r0[j] = xr[2 * j];
             r1[j] = xr[2 * j + 1];
         }
@@ -101,15 +104,14 @@ static void split_rows_s2(const mk_conv_geom *g, const float *xc, float *sub0, i
 
 /* Rows [i0, i1) of every sub-image of one channel's phase image (see below). */
 static void phase_channel_rows(const mk_conv_geom *g, const float *xc, float *ph, float padv,
-                               int i0, int i1) {
+                               int i0, int i1, int isa) {
     const int sy = g->sy, sx = g->sx, Hq = g->Hq, Wq = g->Wq;
     for (int a = 0; a < sy; a++) {
         int used_a = 0; /* phases no kernel tap reads are left unwritten (1x1 stride 2) */
         for (int kh = 0; kh < g->KH && !used_a; kh++) used_a = (kh * g->dy) % sy == a;
         if (!used_a) continue;
-        if (sx == 2 && g->sw == 1 && g->pl <= 1 && used_phase_cols(g, 0) &&
-            used_phase_cols(g, 1)) {
-            split_rows_s2(g, xc, ph + (ptrdiff_t)(a * sx) * Hq * Wq, a, padv, i0, i1);
+        if (sx == 2 && g->sw == 1 && used_phase_cols(g, 0) && used_phase_cols(g, 1)) {
+            split_rows_s2(g, xc, ph + (ptrdiff_t)(a * sx) * Hq * Wq, a, padv, i0, i1, isa);
             continue;
         }
         for (int b = 0; b < sx; b++) {
@@ -150,7 +152,7 @@ static void phase_channel_rows(const mk_conv_geom *g, const float *xc, float *ph
 
 /* Phase image of one channel: sub-image (a, b) row i col j = padded input (i*sy+a, j*sx+b). */
 void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph, float padv) {
-    phase_channel_rows(g, xc, ph, padv, 0, g->Hq);
+    phase_channel_rows(g, xc, ph, padv, 0, g->Hq, MK_ISA_GENERIC);
 }
 
 /* per-k input offsets (the indirection table) into the phase image, or into x itself for the
@@ -322,7 +324,7 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                     const int c = it / phase_parts, part = it % phase_parts;
                     phase_channel_rows(g, x + n * g->sn + c * g->sc, phase + c * g->plane, 0.0f,
                                        g->Hq * part / phase_parts,
-                                       g->Hq * (part + 1) / phase_parts);
+                                       g->Hq * (part + 1) / phase_parts, isa);
                 }
                 /* implicit barrier: the phase image is complete */
                 bimg = phase;
@@ -362,17 +364,25 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
     return 0;
 }
 
-/* ---- Convolution fused with the max pooling that follows it (AVX-512) ----------------------
- * ResNet's stem: conv 7x7/2 (+ folded BN + ReLU) -> max pool 3x3/2 turns a 3.2 MB map into a
- * 0.8 MB one. Here each thread takes a contiguous run of bands of B pooled rows, with its own
- * phase image whose rows it copies just before the first band that reads them (no barrier,
- * the rows are in the core's L2: 4-5% faster than one shared phase image); for a band it
- * computes the convolution rows the band's windows read into a per-thread buffer of R rows x
- * Cout channels (about 256 KiB, in L2) and pools them straight into the output, so the full
- * convolution output is never written to memory and read back. A band keeps the rows it shares
- * with the next one (row 2i+1 of a 3/2 pool), so only the first band of a thread recomputes
- * one row. Every convolution lane is the same FMA chain as in mk_conv2d_f32 and the pooling is
- * f32-maxpool-avx512.c's row walk, so the result is bit-identical to conv -> max_pool2d. */
+/* ---- Row bands with a band-sized phase buffer: few input channels, and conv + max pool ------
+ * Each thread takes a contiguous run of bands of output rows and, per band, copies the phase
+ * rows the band reads into its own band-sized phase buffer (the sub-images of C channels, Hb
+ * rows each, a few tens of KiB: it stays in L1/L2 and is rewritten band after band, where a
+ * whole-image phase image is written to memory and read back), then runs the igemm over the
+ * band's grid lanes. Two uses:
+ *  - no pooling (pg == NULL): the band's convolution rows go straight to the output (with the
+ *    residual and activation of the epilogue). The path of convolutions with few input
+ *    channels (a network's first layer, 3 channels), whose whole phase image is as large as
+ *    the input and would be copied, synchronised and read back from L3 or memory.
+ *  - max pooling fused (ResNet's stem, conv 7x7/2 (+ folded BN + ReLU) -> max pool 3x3/2,
+ *    which turns a 3.2 MB map into a 0.8 MB one): bands of B pooled rows; per band the
+ *    convolution rows its windows read go into a per-thread buffer of R rows x Cout channels
+ *    (about 256 KiB, in L2) and are pooled straight into the output, so the convolution output
+ *    never goes to memory. A band keeps the rows it shares with the next one (row 2i+1 of a
+ *    3/2 pool), so only the first band of a thread recomputes one row.
+ * Every convolution lane is the same FMA chain as in mk_conv2d_f32 and the pooling is
+ * f32-maxpool-avx512.c's row walk, so the result is bit-identical to mk_conv2d_f32 (then
+ * max_pool2d). */
 
 /* Pooled rows per band: R conv rows of Cout x OW floats in about 256 KiB, at most a thread's
  * share of the pooled rows. */
@@ -391,23 +401,63 @@ static int maxpool_band_rows(const mk_conv_geom *pg, int B) {
     return (B - 1) * pg->sy + (pg->KH - 1) * pg->dy + 1;
 }
 
-static ptrdiff_t maxpool_thread_floats(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
-                                       int B) {
-    const ptrdiff_t conv = (ptrdiff_t)Cout * maxpool_band_rows(pg, B) * g->OW;
-    return (mk_conv_phase_size(g, g->C) + 15) / 16 * 16 +
-           (conv + mk_max_pool2d_rows_buf_f32_avx512(pg) + 15) / 16 * 16;
+/* Output rows per band without pooling: 8, fewer when the threads would not get two each. */
+static int rows_band(const mk_conv_geom *g, int nthreads) {
+    int B = 8;
+    const int per = (g->OH + 2 * nthreads - 1) / (2 * nthreads);
+    if (B > per) B = per;
+    return B < 1 ? 1 : B;
 }
 
-ptrdiff_t mk_conv_maxpool_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
-                                  int nthreads) {
+/* Convolution rows a band computes at most (R) and its band geometry: g with Hq = the phase
+ * rows those read (Hb), the plane of that many rows; pt is set per band. */
+static void band_geometry(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout, int nthreads,
+                          int *B, int *R, mk_conv_geom *gb) {
+    if (pg) {
+        *B = maxpool_band(g, pg, Cout, nthreads);
+        *R = maxpool_band_rows(pg, *B);
+    } else {
+        *B = *R = rows_band(g, nthreads);
+    }
+    *gb = *g;
+    /* phase rows past a conv row that its lanes (dropped grid columns included) read */
+    const int ph_reach = (g->KH - 1) * g->dy / g->sy + 2;
+    gb->Hq = *R + ph_reach < g->Hq ? *R + ph_reach : g->Hq;
+    gb->plane = (ptrdiff_t)g->sy * g->sx * gb->Hq * g->Wq;
+}
+
+static ptrdiff_t rows_thread_floats(const mk_conv_geom *gb, const mk_conv_geom *pg, int Cout,
+                                    int R) {
+    const ptrdiff_t phase = (mk_conv_phase_size(gb, gb->C) + 15) / 16 * 16;
+    if (!pg) return phase;
+    const ptrdiff_t conv = (ptrdiff_t)Cout * R * gb->OW;
+    return phase + (conv + mk_max_pool2d_rows_buf_f32_avx512(pg) + 15) / 16 * 16;
+}
+
+/* Prefetch input rows [y0, y1) (clipped to the input) of every channel, unit column stride. */
+static void prefetch_rows(const mk_conv_geom *g, const float *xn, int y0, int y1) {
+    if (y0 < 0) y0 = 0;
+    if (y1 > g->H) y1 = g->H;
+    for (int c = 0; c < g->C; c++)
+        for (int y = y0; y < y1; y++) {
+            const char *r = (const char *)(xn + c * g->sc + y * g->sh);
+            for (ptrdiff_t b = 0; b < (ptrdiff_t)g->W * (ptrdiff_t)sizeof(float); b += 64)
+                __builtin_prefetch(r + b, 0, 2);
+        }
+}
+
+ptrdiff_t mk_conv_rows_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
+                               int nthreads) {
     if (nthreads < 1) nthreads = 1;
-    const int B = maxpool_band(g, pg, Cout, nthreads);
-    return (ptrdiff_t)nthreads * maxpool_thread_floats(g, pg, Cout, B);
+    int B, R;
+    mk_conv_geom gb;
+    band_geometry(g, pg, Cout, nthreads, &B, &R, &gb);
+    return (ptrdiff_t)nthreads * rows_thread_floats(&gb, pg, Cout, R);
 }
 
-int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x,
-                          int Cout, const float *wp, float *scratch, ptrdiff_t *koff,
-                          float *out, int act, int isa, int nthreads) {
+int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x, int Cout,
+                       const float *wp, float *scratch, ptrdiff_t *koff, float *out,
+                       const float *res, int act, int isa, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW;
     mk_igemm_fn fn;
@@ -416,76 +466,100 @@ int mk_conv2d_maxpool_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const f
     const int npg = (Cout + MK_CONV_MR - 1) / MK_CONV_MR;
     const size_t K = (size_t)g->C * g->KH * g->KW;
     const size_t panel = MK_CONV_MR + K * MK_CONV_MR;
-    const int B = maxpool_band(g, pg, Cout, nthreads);
-    const int R = maxpool_band_rows(pg, B);
-    const int reach = (pg->KH - 1) * pg->dy + 1;
-    const int PH = pg->OH, OW = g->OW, Wq = g->Wq;
+    int B, R;
+    mk_conv_geom gb;
+    band_geometry(g, pg, Cout, nthreads, &B, &R, &gb);
+    const int OW = g->OW, Wq = g->Wq;
+    const int PH = pg ? pg->OH : g->OH; /* rows of the output */
+    const int reach = pg ? (pg->KH - 1) * pg->dy + 1 : 1;
     const int nbands = (PH + B - 1) / B;
-    const ptrdiff_t pohw = (ptrdiff_t)PH * pg->OW, crs = (ptrdiff_t)R * OW;
-    const ptrdiff_t psize = mk_conv_phase_size(g, g->C);
-    const ptrdiff_t per = maxpool_thread_floats(g, pg, Cout, B);
-    const int nb = mk_max_pool2d_rows_buf_f32_avx512(pg);
-    /* phase rows past a conv row that its lanes (dropped grid columns included) read */
+    const ptrdiff_t ohw = (ptrdiff_t)g->OH * OW;
+    const ptrdiff_t pohw = pg ? (ptrdiff_t)PH * pg->OW : ohw;
+    const ptrdiff_t crs = pg ? (ptrdiff_t)R * OW : ohw; /* conv channel stride */
+    const ptrdiff_t psize = mk_conv_phase_size(&gb, g->C);
+    const ptrdiff_t per = rows_thread_floats(&gb, pg, Cout, R);
+    const int nb = pg ? mk_max_pool2d_rows_buf_f32_avx512(pg) : 0;
     const int ph_reach = (g->KH - 1) * g->dy / g->sy + 2;
+    if (nthreads > nbands) nthreads = nbands;
 
-    fill_koff(g, g->C, 0, koff);
+    fill_koff(&gb, g->C, 0, koff); /* offsets into the band buffer, the same for every band */
 
 #pragma omp parallel num_threads(nthreads)
     {
         const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-        /* each thread its own phase image, rows copied just before the bands that read them
-         * (no barrier; the rows are in this core's L2 when the igemm reads them) */
         float *phase = scratch + (ptrdiff_t)tid * per;
         float *conv = phase + (psize + 15) / 16 * 16;
         float *pbuf = conv + (ptrdiff_t)Cout * crs;
-        for (ptrdiff_t i = (ptrdiff_t)g->C * g->plane; i < psize; i++) phase[i] = 0.0f;
+        /* rows past those a band copies are read only by dropped grid lanes: keep them finite */
+        for (ptrdiff_t i = 0; i < psize; i++) phase[i] = 0.0f;
         for (int i = 0; i < nb; i++) pbuf[i] = -INFINITY;
         mk_seg segs[MK_MAX_SEGS];
+        mk_conv_geom gt = gb; /* this thread's band geometry (pt moves with the band) */
         for (int n = 0; n < g->N; n++) {
-            int ph_done = -1; /* phase rows below ph_done copied for image n (-1: none yet) */
             float *oimg = out + (ptrdiff_t)n * Cout * pohw;
+            const float *rimg = res ? res + (ptrdiff_t)n * Cout * ohw : NULL;
             const int b0 = nbands * tid / nt, b1 = nbands * (tid + 1) / nt;
-            int s0 = 0, s1 = 0; /* conv rows [s0, s1) held, row r at conv + (r - s0) * OW */
+            int s0 = 0, s1 = 0; /* pooled bands: conv rows [s0, s1) held in conv */
             for (int band = b0; band < b1; band++) {
                 const int i0 = band * B, i1 = i0 + B < PH ? i0 + B : PH;
-                int lo = i0 * pg->sy - pg->pt, hi = (i1 - 1) * pg->sy - pg->pt + reach;
-                if (lo < 0) lo = 0;
-                if (hi > g->OH) hi = g->OH;
-                if (lo >= s0 && lo < s1) { /* keep the rows shared with the previous band */
-                    if (lo > s0)
-                        for (int c = 0; c < Cout; c++)
-                            memmove(conv + c * crs, conv + c * crs + (ptrdiff_t)(lo - s0) * OW,
-                                    sizeof(float) * (size_t)(s1 - lo) * OW);
-                    s0 = lo;
+                int lo, hi;
+                if (pg) {
+                    lo = i0 * pg->sy - pg->pt;
+                    hi = (i1 - 1) * pg->sy - pg->pt + reach;
+                    if (lo < 0) lo = 0;
+                    if (hi > g->OH) hi = g->OH;
+                    if (lo >= s0 && lo < s1) { /* keep the rows shared with the previous band */
+                        if (lo > s0)
+                            for (int c = 0; c < Cout; c++)
+                                memmove(conv + c * crs, conv + c * crs + (ptrdiff_t)(lo - s0) * OW,
+                                        sizeof(float) * (size_t)(s1 - lo) * OW);
+                        s0 = lo;
+                    } else {
+                        s0 = s1 = lo;
+                    }
                 } else {
-                    s0 = s1 = lo;
+                    s0 = s1 = lo = i0;
+                    hi = i1;
                 }
                 if (hi > s1) { /* conv rows [s1, hi): grid lanes [s1*Wq, (hi-1)*Wq + OW) */
-                    const int pa = ph_done < 0 ? s1 : ph_done;
+                    /* phase rows [s1, pb) into the band buffer, row s1 first */
                     const int pb = hi - 1 + ph_reach < g->Hq ? hi - 1 + ph_reach : g->Hq;
-                    if (pb > pa) {
-                        for (int c = 0; c < g->C; c++)
-                            phase_channel_rows(g, x + n * g->sn + c * g->sc,
-                                               phase + c * g->plane, 0.0f, pa, pb);
-                        ph_done = pb;
-                    }
+                    gt.pt = g->pt - s1 * g->sy;
+                    for (int c = 0; c < g->C; c++)
+                        phase_channel_rows(&gt, x + n * g->sn + c * g->sc, phase + c * gt.plane,
+                                           0.0f, 0, pb - s1, isa);
+                    /* ask for the input rows the next band copies while this one computes
+                     * (in a network the input comes from memory) */
+                    if (band + 1 < b1 && g->sw == 1)
+                        prefetch_rows(g, x + n * g->sn, pb * g->sy - g->pt,
+                                      pb * g->sy - g->pt + (hi - s1) * g->sy);
                     const ptrdiff_t qa = (ptrdiff_t)s1 * Wq, qb = (ptrdiff_t)(hi - 1) * Wq + OW;
                     for (ptrdiff_t q0 = qa; q0 < qb; q0 += nr) {
                         const int nl = (int)(qb - q0 < nr ? qb - q0 : nr);
                         const int ns = tile_segments(g, q0, nl, segs);
-                        for (int s = 0; s < ns; s++) segs[s].off -= (ptrdiff_t)s0 * OW;
+                        if (pg)
+                            for (int s = 0; s < ns; s++) segs[s].off -= (ptrdiff_t)s0 * OW;
+                        /* the band's last tile with the cheapest kernel for its lanes (the
+                         * stem's bands of 8 rows are 19 tiles of 48 and 5 lanes: a 16-lane
+                         * tile there saves 3% of the band; each lane is the same sum) */
+                        mk_igemm_fn tfn = fn;
+                        int tnr = nr;
+                        if (nl < nr) mk_conv_igemm_lanes(isa, nl, &tfn, &tnr);
+                        float *cb = pg ? conv : oimg;
                         for (int p = 0; p < npg; p++) {
                             const int rows = Cout - p * MK_CONV_MR < MK_CONV_MR
                                                  ? Cout - p * MK_CONV_MR : MK_CONV_MR;
-                            fn(K, wp + (size_t)p * panel, phase + q0, koff, nl, rows,
-                               conv + (ptrdiff_t)p * MK_CONV_MR * crs, crs, NULL, segs, ns, act);
+                            const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * crs;
+                            tfn(K, wp + (size_t)p * panel, phase + (q0 - qa), koff, nl, rows,
+                                cb + co, crs, rimg ? rimg + co : NULL, segs, ns, act);
                         }
                     }
                     s1 = hi;
                 }
-                for (int c = 0; c < Cout; c++)
-                    mk_max_pool2d_rows_f32_avx512(pg, conv + c * crs, s0, oimg + c * pohw, pbuf,
-                                                  i0, i1);
+                if (pg)
+                    for (int c = 0; c < Cout; c++)
+                        mk_max_pool2d_rows_f32_avx512(pg, conv + c * crs, s0, oimg + c * pohw,
+                                                      pbuf, i0, i1);
             }
         }
     }

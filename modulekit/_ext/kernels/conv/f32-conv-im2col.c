@@ -21,14 +21,6 @@ ptrdiff_t mk_conv_im2col_size(const mk_conv_geom *g) {
     return (ptrdiff_t)g->C * g->KH * g->KW * g->OH * g->OW;
 }
 
-/* Bits [lo, hi) of a 16-lane mask (clipped to the lanes). */
-static inline __mmask16 lanes16(int lo, int hi) {
-    if (lo < 0) lo = 0;
-    if (hi > 16) hi = 16;
-    if (hi <= lo) return 0;
-    return (__mmask16)((((uint32_t)1 << (hi - lo)) - 1) << lo);
-}
-
 /* Row (ci, kh, kw) of the window matrix: dst[oh*OW + ow] = x[ci, oh*sy + kh*dy - pt,
  * ow*sx + kw*dx - pl], zero outside the input. xc: channel ci's plane. Unit column stride
  * and sx 1 or 2 run 16 outputs per step with masked loads that touch only the input columns
@@ -54,19 +46,19 @@ MK_T512 static void im2col_row(const mk_conv_geom *g, const float *xc, int kh, i
         const float *xr = xc + y * g->sh + (ptrdiff_t)xo * g->sw; /* xr[ow*sx]: output ow */
         if (vec) {
             for (int b = 0; b < OW; b += 16) {
-                const __mmask16 keep = lanes16(j0 - b, j1 - b) & lanes16(0, OW - b);
+                const __mmask16 keep = mk_lanes16(j0 - b, j1 - b) & mk_lanes16(0, OW - b);
                 __m512 v;
                 if (sx == 1) {
                     v = _mm512_maskz_loadu_ps(keep, xr + b);
                 } else { /* inputs 2j for j in [max(j0,b), min(j1,b+16)): lanes of two loads */
                     const int lo = 2 * (j0 > b ? j0 : b) - 2 * b;
                     const int hi = 2 * ((j1 < b + 16 ? j1 : b + 16) - 1) + 1 - 2 * b;
-                    const __m512 v0 = _mm512_maskz_loadu_ps(lanes16(lo, hi), xr + 2 * b);
-                    const __m512 v1 = _mm512_maskz_loadu_ps(lanes16(lo - 16, hi - 16),
+                    const __m512 v0 = _mm512_maskz_loadu_ps(mk_lanes16(lo, hi), xr + 2 * b);
+                    const __m512 v1 = _mm512_maskz_loadu_ps(mk_lanes16(lo - 16, hi - 16),
                                                             xr + 2 * b + 16);
                     v = _mm512_maskz_permutex2var_ps(keep, v0, even, v1);
                 }
-                _mm512_mask_storeu_ps(dst + b, lanes16(0, OW - b), v);
+                _mm512_mask_storeu_ps(dst + b, mk_lanes16(0, OW - b), v);
             }
             continue;
         }

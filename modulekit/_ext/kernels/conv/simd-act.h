@@ -97,4 +97,12 @@ static inline unsigned mk_seg_mask(int lo, int hi, int j, int w) {
     return (unsigned)(((1ull << (b - a)) - 1ull) << a);
 }
 
+/* Bits [lo, hi) of a 16-lane mask (clipped to the lanes). */
+static inline __mmask16 mk_lanes16(int lo, int hi) {
+    if (lo < 0) lo = 0;
+    if (hi > 16) hi = 16;
+    if (hi <= lo) return 0;
+    return (__mmask16)((((uint32_t)1 << (hi - lo)) - 1) << lo);
+}
+
 #endif
