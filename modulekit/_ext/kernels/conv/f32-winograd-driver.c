@@ -36,12 +36,23 @@ static const mk_wino_config WINO_CONFIG[MK_ISA_COUNT][2] = {
 /* Bytes of one block's V and M kept in L2 (about half of a 1-2 MiB L2, the rest for the
  * U[t] panels streaming through). */
 #define WINO_BLOCK_BYTES (512 * 1024)
+/* Blocks of at most this many tiles run the GEMM stage in the engine orientation (where the
+ * ISA has the engine's row kernels; see the cost model) */
+#define WINO_ENG_TILES 64
+/* channels per transform chunk in the engine orientation */
+#define WINO_CH 16
 
 int mk_conv_winograd_supported(int m, int isa) {
     if (isa < 0 || isa >= MK_ISA_COUNT) return 0;
     if (m == 2) return WINO_CONFIG[isa][0].in != NULL;
     if (m == 4) return WINO_CONFIG[isa][1].in != NULL;
     return 0;
+}
+
+static int wino_engine_mode = -1;
+
+int mk_conv_winograd_set_engine(int mode) {
+    return __atomic_exchange_n(&wino_engine_mode, mode < 0 ? -1 : mode != 0, __ATOMIC_RELAXED);
 }
 
 typedef struct {
@@ -57,6 +68,13 @@ typedef struct {
     ptrdiff_t vsz, msz, bufsz, segsz, per_thread;
     int shared;
     int nthreads;
+    int isa;
+    int eng;              /* GEMM stage in the engine orientation (see the file comment) */
+    int enp;              /* engine panels of Cout */
+    int epc;              /* engine panels per GEMM item */
+    size_t usz;           /* bytes of one t's packed U_t^T */
+    ptrdiff_t lda, ldm;   /* row strides of V_t^T and M_t^T */
+    ptrdiff_t csz;        /* floats of a thread's transform chunk (WINO_CH channels) */
 } wino_plan;
 
 #define RS16(n) (((ptrdiff_t)(n) + 15) & ~(ptrdiff_t)15)
@@ -78,6 +96,7 @@ static ptrdiff_t segs_size(int tb) {
 static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads,
                       wino_plan *p) {
     const int Cin = g->C;
+    p->isa = isa;
     /* small convolutions stay on one thread */
     const double flops = 2.0 * g->N * (double)g->OH * g->OW * Cout * Cin * 9.0;
     if (flops < 4e5 || nthreads < 1) nthreads = 1;
@@ -114,18 +133,45 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
     p->tbs = (tb + 15) & ~(ptrdiff_t)15;
     p->nblocks = (p->ntiles + tb - 1) / tb;
     p->shared = nthreads > 1 && p->nblocks < 2 * nthreads;
-    p->vsz = (ptrdiff_t)p->T * Cin * p->tbs;
-    p->msz = (ptrdiff_t)p->T * p->coutp * p->tbs;
+    const int force = __atomic_load_n(&wino_engine_mode, __ATOMIC_RELAXED);
+    p->eng = mk_wino_eng_available(isa) && (force >= 0 ? force : p->tb <= WINO_ENG_TILES);
+    if (p->eng) {
+        const int enr = mk_wino_eng_nr(isa);
+        p->enp = (Cout + enr - 1) / enr;
+        /* items of whole panel runs (the engine prefetches the next pair of a run into
+         * L2), at least 4 per thread */
+        const int want = (4 * nthreads + p->T - 1) / p->T;
+        p->epc = (p->enp + want - 1) / want;
+        p->usz = mk_wino_eng_bytes(isa, Cout, Cin);
+        p->lda = RS16(Cin) + 16; /* not a power of two: the row kernels read 8 rows at once */
+        p->ldm = RS16(Cout) + 16;
+        p->vsz = (ptrdiff_t)p->T * p->tb * p->lda;
+        p->msz = (ptrdiff_t)p->T * p->tb * p->ldm;
+        p->csz = (ptrdiff_t)WINO_CH * p->T * p->tbs;
+    } else {
+        p->enp = p->epc = 0;
+        p->usz = 0;
+        p->lda = p->ldm = 0;
+        p->vsz = (ptrdiff_t)p->T * Cin * p->tbs;
+        p->msz = (ptrdiff_t)p->T * p->coutp * p->tbs;
+        p->csz = 0;
+    }
     p->bufsz = buf_size(m, p->tb < p->TW ? p->tb : p->TW, p->tb);
     p->segsz = segs_size(p->tb);
-    p->per_thread = p->vsz + p->msz + p->bufsz + p->segsz;
+    p->per_thread = p->vsz + p->msz + p->csz + p->bufsz + p->segsz;
+}
+
+int mk_conv_winograd_engine(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads) {
+    wino_plan p;
+    make_plan(g, Cout, m, isa, nthreads, &p);
+    return p.eng;
 }
 
 ptrdiff_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int isa,
                                    int nthreads) {
     wino_plan p;
     make_plan(g, Cout, m, isa, nthreads, &p);
-    return (p.shared ? p.vsz + p.msz + p.nthreads * (p.bufsz + p.segsz)
+    return (p.shared ? p.vsz + p.msz + p.nthreads * (p.csz + p.bufsz + p.segsz)
                      : p.nthreads * p.per_thread) +
            2 * (ptrdiff_t)g->C; /* + koff */
 }
@@ -249,6 +295,119 @@ static void block_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
     }
 }
 
+/* ---- the engine orientation ----------------------------------------------------------------
+ * The transforms keep their channel-major layouts; a chunk of WINO_CH channels is transformed
+ * into the thread's chunk buffer [c][t][l] and transposed into (out of) the row layout of the
+ * engine's GEMM, V_t^T[l][ci] at Vt + (t * tb + l) * lda (M_t^T likewise, ldm), right after
+ * (before) the transform, by the same thread. */
+
+/* 4 x 4 transposes in vectors of 4 floats (the baseline SSE2 of the portable build):
+ * d[j * ds + i] = s[i * ss + j] for i < r, j < c (whole 4 x 4 blocks, the rest one by one) */
+typedef float v4f __attribute__((vector_size(16), aligned(4), may_alias));
+typedef int v4i __attribute__((vector_size(16)));
+#if defined(__clang__)
+#define SHUF4(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUF4(a, b, ...) __builtin_shuffle(a, b, (v4i){__VA_ARGS__})
+#endif
+
+static void transpose(const float *s, ptrdiff_t ss, int r, int c, float *d, ptrdiff_t ds) {
+    const int r4 = r & ~3, c4 = c & ~3;
+    for (int i = 0; i < r4; i += 4) {
+        for (int j = 0; j < c4; j += 4) {
+            const float *a = s + i * ss + j;
+            const v4f x0 = *(const v4f *)a, x1 = *(const v4f *)(a + ss);
+            const v4f x2 = *(const v4f *)(a + 2 * ss), x3 = *(const v4f *)(a + 3 * ss);
+            const v4f t0 = SHUF4(x0, x1, 0, 4, 1, 5), t1 = SHUF4(x0, x1, 2, 6, 3, 7);
+            const v4f t2 = SHUF4(x2, x3, 0, 4, 1, 5), t3 = SHUF4(x2, x3, 2, 6, 3, 7);
+            float *b = d + j * ds + i;
+            *(v4f *)b = SHUF4(t0, t2, 0, 1, 4, 5);
+            *(v4f *)(b + ds) = SHUF4(t0, t2, 2, 3, 6, 7);
+            *(v4f *)(b + 2 * ds) = SHUF4(t1, t3, 0, 1, 4, 5);
+            *(v4f *)(b + 3 * ds) = SHUF4(t1, t3, 2, 3, 6, 7);
+        }
+        for (int ii = i; ii < i + 4; ii++)
+            for (int j = c4; j < c; j++) d[j * ds + ii] = s[ii * ss + j];
+    }
+    for (int i = r4; i < r; i++)
+        for (int j = 0; j < c; j++) d[j * ds + i] = s[i * ss + j];
+}
+
+/* Vt[t][l][c0 + c] = chunk[c][t][l], c < c1 - c0 */
+static void rows_in(const wino_plan *p, const float *chunk, int c0, int c1, int nl, float *Vt) {
+    for (int t = 0; t < p->T; t++)
+        transpose(chunk + (ptrdiff_t)t * p->tbs, (ptrdiff_t)p->T * p->tbs, c1 - c0, nl,
+                  Vt + (ptrdiff_t)t * p->tb * p->lda + c0, p->lda);
+}
+
+/* chunk[c][t][l] = Mt[t][l][c0 + c] */
+static void rows_out(const wino_plan *p, const float *Mt, int c0, int c1, int nl, float *chunk) {
+    for (int t = 0; t < p->T; t++)
+        transpose(Mt + (ptrdiff_t)t * p->tb * p->ldm + c0, p->ldm, nl, c1 - c0,
+                  chunk + (ptrdiff_t)t * p->tbs, (ptrdiff_t)p->T * p->tbs);
+}
+
+/* input transform of channels [c0, c1) (the igemm layout V, or through the chunk to Vt) */
+static void step_in(const wino_plan *p, const mk_conv_geom *g, const float *x, mk_wino_in_fn in,
+                    const mk_wino_seg *segs, int ns, int nl, int c0, int c1, float *V,
+                    float *chunk, float *buf) {
+    if (!p->eng) {
+        block_in(p, g, x, in, segs, ns, nl, c0, c1, V, buf);
+        return;
+    }
+    for (int cc = c0; cc < c1; cc += WINO_CH) {
+        const int ce = cc + WINO_CH < c1 ? cc + WINO_CH : c1;
+        for (int ci = cc; ci < ce; ci++)
+            in(x + ci * g->sc, g->sn, g->sh, g->H, g->W, segs, ns, nl,
+               chunk + (ptrdiff_t)(ci - cc) * p->T * p->tbs, p->tbs, buf);
+        rows_in(p, chunk, cc, ce, nl, V);
+    }
+}
+
+static void step_out(const wino_plan *p, const mk_conv_geom *g, mk_wino_out_fn outf,
+                     const mk_wino_seg *segs, int ns, int nl, int c0, int c1, const float *M,
+                     float *chunk, float *buf, float *out, const float *res, int act) {
+    if (!p->eng) {
+        block_out(p, g, outf, segs, ns, nl, c0, c1, M, buf, out, res, act);
+        return;
+    }
+    const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
+    for (int cc = c0; cc < c1; cc += WINO_CH) {
+        const int ce = cc + WINO_CH < c1 ? cc + WINO_CH : c1;
+        rows_out(p, M, cc, ce, nl, chunk);
+        for (int co = cc; co < ce; co++)
+            outf(chunk + (ptrdiff_t)(co - cc) * p->T * p->tbs, p->tbs, segs, ns, nl, buf,
+                 out + co * ohw, res ? res + co * ohw : NULL, g->OW, act);
+    }
+}
+
+/* GEMM items of a block of nl tiles: igemm items (see block_gemm), or engine items
+ * (t, run of epc panels) */
+static ptrdiff_t gemm_items(const wino_plan *p, int nl) {
+    if (p->eng) return (ptrdiff_t)p->T * ((p->enp + p->epc - 1) / p->epc);
+    return (ptrdiff_t)p->T * ((nl + p->nr - 1) / p->nr) * p->np;
+}
+
+/* GEMM items [i0, i1); returns 0 or -1 (an engine buffer could not be allocated) */
+static int step_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
+                     const ptrdiff_t *koff, const float *V, float *M, int nl, ptrdiff_t i0,
+                     ptrdiff_t i1) {
+    if (!p->eng) {
+        block_gemm(p, Cin, Cout, u, koff, V, M, nl, i0, i1);
+        return 0;
+    }
+    const int nq = (p->enp + p->epc - 1) / p->epc;
+    int rc = 0;
+    for (ptrdiff_t it = i0; it < i1; it++) {
+        const int t = (int)(it / nq), p0 = (int)(it % nq) * p->epc;
+        const int p1 = p0 + p->epc < p->enp ? p0 + p->epc : p->enp;
+        rc |= mk_wino_eng_gemm(p->isa, nl, Cout, Cin, V + (ptrdiff_t)t * p->tb * p->lda, p->lda,
+                               (const unsigned char *)u + (size_t)t * p->usz,
+                               M + (ptrdiff_t)t * p->tb * p->ldm, p->ldm, p0, p1);
+    }
+    return rc;
+}
+
 int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int m,
                            const float *u, float *scratch, float *out, const float *res,
                            int act, int isa, int nthreads) {
@@ -260,48 +419,60 @@ int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int 
     ptrdiff_t *koff = (ptrdiff_t *)scratch; /* 2 * Cin floats hold Cin ptrdiff_t */
     for (int k = 0; k < Cin; k++) koff[k] = (ptrdiff_t)k * p.T * p.tbs;
     float *base = scratch + 2 * (ptrdiff_t)Cin;
+    int status = 0;
 
     if (!p.shared) {
 #pragma omp parallel num_threads(nthreads)
         {
             float *V = base + omp_get_thread_num() * p.per_thread;
-            float *M = V + p.vsz, *buf = M + p.msz;
+            float *M = V + p.vsz, *chunk = M + p.msz, *buf = chunk + p.csz;
             mk_wino_seg *segs = (mk_wino_seg *)(buf + p.bufsz);
 #pragma omp for schedule(dynamic, 1)
             for (ptrdiff_t b = 0; b < p.nblocks; b++) {
                 const ptrdiff_t t0 = b * p.tb, t1 = t0 + p.tb < p.ntiles ? t0 + p.tb : p.ntiles;
                 const int nl = (int)(t1 - t0);
                 const int ns = block_segs(&p, g, Cout, t0, t1, segs);
-                block_in(&p, g, x, cfg.in, segs, ns, nl, 0, Cin, V, buf);
-                const ptrdiff_t items = (ptrdiff_t)p.T * ((nl + p.nr - 1) / p.nr) * p.np;
-                block_gemm(&p, Cin, Cout, u, koff, V, M, nl, 0, items);
-                block_out(&p, g, cfg.out, segs, ns, nl, 0, Cout, M, buf, out, res, act);
+                step_in(&p, g, x, cfg.in, segs, ns, nl, 0, Cin, V, chunk, buf);
+                if (step_gemm(&p, Cin, Cout, u, koff, V, M, nl, 0, gemm_items(&p, nl))) {
+#pragma omp atomic write
+                    status = -1;
+                }
+                step_out(&p, g, cfg.out, segs, ns, nl, 0, Cout, M, chunk, buf, out, res, act);
             }
         }
-        return 0;
+        return status;
     }
 
     float *V = base, *M = base + p.vsz;
+    /* channels per work item: 4 (igemm layout), one chunk (engine) */
+    const int cstep = p.eng ? WINO_CH : 4;
 #pragma omp parallel num_threads(nthreads)
     {
-        float *buf = M + p.msz + omp_get_thread_num() * (p.bufsz + p.segsz);
+        float *chunk = M + p.msz + omp_get_thread_num() * (p.csz + p.bufsz + p.segsz);
+        float *buf = chunk + p.csz;
         mk_wino_seg *segs = (mk_wino_seg *)(buf + p.bufsz); /* each thread its own copy */
         for (ptrdiff_t b = 0; b < p.nblocks; b++) {
             const ptrdiff_t t0 = b * p.tb, t1 = t0 + p.tb < p.ntiles ? t0 + p.tb : p.ntiles;
             const int nl = (int)(t1 - t0);
             const int ns = block_segs(&p, g, Cout, t0, t1, segs);
 #pragma omp for schedule(dynamic, 1)
-            for (int ci = 0; ci < Cin; ci += 4)
-                block_in(&p, g, x, cfg.in, segs, ns, nl, ci, ci + 4 < Cin ? ci + 4 : Cin, V, buf);
-            const ptrdiff_t items = (ptrdiff_t)p.T * ((nl + p.nr - 1) / p.nr) * p.np;
+            for (int ci = 0; ci < Cin; ci += cstep)
+                step_in(&p, g, x, cfg.in, segs, ns, nl, ci, ci + cstep < Cin ? ci + cstep : Cin,
+                        V, chunk, buf);
+            const ptrdiff_t items = gemm_items(&p, nl);
+            const int istep = p.eng ? 1 : 4;
 #pragma omp for schedule(dynamic, 1)
-            for (ptrdiff_t it = 0; it < items; it += 4)
-                block_gemm(&p, Cin, Cout, u, koff, V, M, nl, it, it + 4 < items ? it + 4 : items);
+            for (ptrdiff_t it = 0; it < items; it += istep)
+                if (step_gemm(&p, Cin, Cout, u, koff, V, M, nl, it,
+                              it + istep < items ? it + istep : items)) {
+#pragma omp atomic write
+                    status = -1;
+                }
 #pragma omp for schedule(dynamic, 1)
-            for (int co = 0; co < Cout; co += 4)
-                block_out(&p, g, cfg.out, segs, ns, nl, co, co + 4 < Cout ? co + 4 : Cout, M,
-                          buf, out, res, act);
+            for (int co = 0; co < Cout; co += cstep)
+                step_out(&p, g, cfg.out, segs, ns, nl, co, co + cstep < Cout ? co + cstep : Cout,
+                         M, chunk, buf, out, res, act);
         }
     }
-    return 0;
+    return status;
 }
