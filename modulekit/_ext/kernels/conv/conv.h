@@ -123,8 +123,9 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
  * the panel bias slot of t = (1, 1) only (column 1 of A^T is all ones). */
 
 /* Pick the igemm kernel and tile width for a GEMM of `lanes` output columns: the wide tile,
- * or a narrower one when it computes fewer padded lanes (see IGEMM_CONFIG). */
-void mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr);
+ * or a narrower one when it computes fewer padded lanes (see IGEMM_CONFIG). Returns its
+ * time: the padded lanes times the tile's cost per lane (relative to the wide tile). */
+double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr);
 
 /* A run of consecutive tiles of one tile row, as the transforms see it. */
 typedef struct {

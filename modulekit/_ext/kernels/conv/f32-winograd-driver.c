@@ -36,9 +36,12 @@ static const mk_wino_config WINO_CONFIG[MK_ISA_COUNT][2] = {
 /* Bytes of one block's V and M kept in L2 (about half of a 1-2 MiB L2, the rest for the
  * U[t] panels streaming through). */
 #define WINO_BLOCK_BYTES (512 * 1024)
-/* Blocks of at most this many tiles run the GEMM stage in the engine orientation (where the
- * ISA has the engine's row kernels; see the cost model) */
-#define WINO_ENG_TILES 64
+/* The GEMM stage's engine orientation in the cost model's units (see there): per multiply-add,
+ * relative to the wide igemm tile's (the engine's 8x32 / 6x16 row kernels against the 8x48 /
+ * 8x24 igemm ones; the portable path has no engine row kernels), and per element of V and M
+ * for the two transposes and the engine calls' fixed costs, which grow with 1/Cin + 1/Cout. */
+static const double ENG_LANE_COST[MK_ISA_COUNT] = {0.0, 0.62, 0.85};
+#define ENG_ROW_COST 16.0
 /* channels per transform chunk in the engine orientation */
 #define WINO_CH 16
 
@@ -66,6 +69,7 @@ typedef struct {
     ptrdiff_t nblocks;
     int np, coutp;        /* panels, padded output channels */
     ptrdiff_t vsz, msz, bufsz, segsz, per_thread;
+    double gcost;         /* the GEMM stage's cost (see the cost model) */
     int shared;
     int nthreads;
     int isa;
@@ -74,7 +78,8 @@ typedef struct {
     int epc;              /* engine panels per GEMM item */
     size_t usz;           /* bytes of one t's packed U_t^T */
     ptrdiff_t lda, ldm;   /* row strides of V_t^T and M_t^T */
-    ptrdiff_t csz;        /* floats of a thread's transform chunk (WINO_CH channels) */
+    ptrdiff_t csz, cst;   /* floats of a thread's transform chunk (WINO_CH channels), and
+                             its channel stride (off powers of two) */
 } wino_plan;
 
 #define RS16(n) (((ptrdiff_t)(n) + 15) & ~(ptrdiff_t)15)
@@ -133,11 +138,22 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
     p->tbs = (tb + 15) & ~(ptrdiff_t)15;
     p->nblocks = (p->ntiles + tb - 1) / tb;
     p->shared = nthreads > 1 && p->nblocks < 2 * nthreads;
-    const int force = __atomic_load_n(&wino_engine_mode, __ATOMIC_RELAXED);
-    p->eng = mk_wino_eng_available(isa) && (force >= 0 ? force : p->tb <= WINO_ENG_TILES);
-    if (p->eng) {
+    /* the GEMM stage's orientation: the cheaper one by the cost model (below) */
+    const ptrdiff_t last = p->ntiles - (p->nblocks - 1) * tb;
+    const double icost = (double)p->T * p->coutp * Cin *
+                         ((double)(p->nblocks - 1) * mk_conv_igemm_lanes(isa, tb, &fn, &nr) +
+                          mk_conv_igemm_lanes(isa, last, &fn, &nr));
+    double ecost = icost;
+    if (mk_wino_eng_available(isa)) {
         const int enr = mk_wino_eng_nr(isa);
         p->enp = (Cout + enr - 1) / enr;
+        ecost = (double)p->T * p->ntiles *
+                ((double)p->enp * enr * Cin * ENG_LANE_COST[isa] + (Cin + Cout) * ENG_ROW_COST);
+    }
+    const int force = __atomic_load_n(&wino_engine_mode, __ATOMIC_RELAXED);
+    p->eng = mk_wino_eng_available(isa) && (force >= 0 ? force : ecost < icost);
+    p->gcost = p->eng ? ecost : icost;
+    if (p->eng) {
         /* items of whole panel runs (the engine prefetches the next pair of a run into
          * L2), at least 4 per thread */
         const int want = (4 * nthreads + p->T - 1) / p->T;
@@ -147,14 +163,14 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
         p->ldm = RS16(Cout) + 16;
         p->vsz = (ptrdiff_t)p->T * p->tb * p->lda;
         p->msz = (ptrdiff_t)p->T * p->tb * p->ldm;
-        p->csz = (ptrdiff_t)WINO_CH * p->T * p->tbs;
+        p->csz = (ptrdiff_t)WINO_CH * (p->cst = (ptrdiff_t)p->T * p->tbs + 16);
     } else {
         p->enp = p->epc = 0;
         p->usz = 0;
         p->lda = p->ldm = 0;
         p->vsz = (ptrdiff_t)p->T * Cin * p->tbs;
         p->msz = (ptrdiff_t)p->T * p->coutp * p->tbs;
-        p->csz = 0;
+        p->csz = p->cst = 0;
     }
     p->bufsz = buf_size(m, p->tb < p->TW ? p->tb : p->TW, p->tb);
     p->segsz = segs_size(p->tb);
@@ -179,9 +195,14 @@ ptrdiff_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int i
 /* ---- cost model ---------------------------------------------------------------------------
  * Estimated time in units of one igemm multiply-add (about 110 per ns on one Zen 4/5 core),
  * per candidate:
- *   implicit GEMM: Cout_pad * 9 Cin * (grid lanes rounded up to the tile width), per image
+ *   implicit GEMM: Cout_pad * 9 Cin * (grid lanes rounded up to the tile width, times the
+ *                  tile's cost per lane), per image
  *                  + the packed weights streamed from L3 once per image
- *   F(m):          alpha^2 Cout_pad Cin * (tiles rounded up to the tile width)
+ *   F(m):          the GEMM stage (gcost, make_plan), the cheaper orientation of
+ *                    igemm:  alpha^2 Cout_pad Cin * (each block's tiles rounded up to its
+ *                            igemm tile, times that tile's cost per lane: IGEMM_CONFIG)
+ *                    engine: alpha^2 tiles * (Cout_pad(NR) Cin ENG_LANE_COST
+ *                                             + (Cin + Cout) ENG_ROW_COST)
  *                  + tiles * (Cin + Cout) * TRANSFORM_COST[m]   (input + output transforms)
  *                  + U streamed once per block (once in all when it fits L2; within a block
  *                    each U[t] stays in L2 across the block's igemm tiles)
@@ -199,13 +220,15 @@ static double stream_bytes(double wbytes, double passes) {
 int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthreads) {
     if (g->KH != 3 || g->KW != 3 || g->sy != 1 || g->sx != 1 || g->dy != 1 || g->dx != 1)
         return 0;
-    if (g->sw != 1) return 0;
+    /* an output smaller than one F(2x2) tile: Winograd computes alpha^2 = 16 products per
+     * channel pair for what a direct sum does in at most 9 (im2col, AVX-512, had 155 us for
+     * 512 channels at 1x1 where F(2x2) in the engine orientation had 179) */
+    if (g->sw != 1 || g->OH < 2 || g->OW < 2) return 0;
     const double cin = g->C, coutp = (Cout + MK_CONV_MR - 1) / MK_CONV_MR * MK_CONV_MR;
     mk_igemm_fn fn;
     int nr;
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * (g->W + g->pl + g->pr) + g->OW;
-    mk_conv_igemm_lanes(isa, L, &fn, &nr);
-    const double lanes = (double)((L + nr - 1) / nr * nr);
+    const double lanes = mk_conv_igemm_lanes(isa, L, &fn, &nr);
     const double wbytes = coutp * 9.0 * cin * sizeof(float);
     double best = coutp * 9.0 * cin * lanes * g->N + STREAM_COST * stream_bytes(wbytes, g->N);
     int choice = 0;
@@ -215,15 +238,8 @@ int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthrea
         wino_plan p;
         make_plan(g, Cout, m, isa, nthreads, &p);
         const double T = p.T, tiles = (double)p.ntiles;
-        /* lanes computed: whole blocks, the last one rounded up to its igemm tile */
-        const ptrdiff_t last = p.ntiles - (p.nblocks - 1) * p.tb;
-        mk_igemm_fn lfn;
-        int lnr;
-        mk_conv_igemm_lanes(isa, last, &lfn, &lnr);
-        const double tp = (double)(p.nblocks - 1) * ((p.tb + p.nr - 1) / p.nr * p.nr) +
-                          (double)((last + lnr - 1) / lnr * lnr);
         const double ubytes = T * coutp * cin * sizeof(float);
-        const double cost = T * coutp * cin * tp + tiles * (cin + Cout) * TRANSFORM_COST[i] +
+        const double cost = p.gcost + tiles * (cin + Cout) * TRANSFORM_COST[i] +
                             STREAM_COST * stream_bytes(ubytes, (double)p.nblocks);
         if (cost < 0.9 * best) { /* a margin for the model's error: ties go to the GEMM */
             best = cost;
@@ -336,7 +352,7 @@ static void transpose(const float *s, ptrdiff_t ss, int r, int c, float *d, ptrd
 /* Vt[t][l][c0 + c] = chunk[c][t][l], c < c1 - c0 */
 static void rows_in(const wino_plan *p, const float *chunk, int c0, int c1, int nl, float *Vt) {
     for (int t = 0; t < p->T; t++)
-        transpose(chunk + (ptrdiff_t)t * p->tbs, (ptrdiff_t)p->T * p->tbs, c1 - c0, nl,
+        transpose(chunk + (ptrdiff_t)t * p->tbs, p->cst, c1 - c0, nl,
                   Vt + (ptrdiff_t)t * p->tb * p->lda + c0, p->lda);
 }
 
@@ -344,7 +360,7 @@ static void rows_in(const wino_plan *p, const float *chunk, int c0, int c1, int 
 static void rows_out(const wino_plan *p, const float *Mt, int c0, int c1, int nl, float *chunk) {
     for (int t = 0; t < p->T; t++)
         transpose(Mt + (ptrdiff_t)t * p->tb * p->ldm + c0, p->ldm, nl, c1 - c0,
-                  chunk + (ptrdiff_t)t * p->tbs, (ptrdiff_t)p->T * p->tbs);
+                  chunk + (ptrdiff_t)t * p->tbs, p->cst);
 }
 
 /* input transform of channels [c0, c1) (the igemm layout V, or through the chunk to Vt) */
@@ -359,7 +375,7 @@ static void step_in(const wino_plan *p, const mk_conv_geom *g, const float *x, m
         const int ce = cc + WINO_CH < c1 ? cc + WINO_CH : c1;
         for (int ci = cc; ci < ce; ci++)
             in(x + ci * g->sc, g->sn, g->sh, g->H, g->W, segs, ns, nl,
-               chunk + (ptrdiff_t)(ci - cc) * p->T * p->tbs, p->tbs, buf);
+               chunk + (ci - cc) * p->cst, p->tbs, buf);
         rows_in(p, chunk, cc, ce, nl, V);
     }
 }
@@ -376,7 +392,7 @@ static void step_out(const wino_plan *p, const mk_conv_geom *g, mk_wino_out_fn o
         const int ce = cc + WINO_CH < c1 ? cc + WINO_CH : c1;
         rows_out(p, M, cc, ce, nl, chunk);
         for (int co = cc; co < ce; co++)
-            outf(chunk + (ptrdiff_t)(co - cc) * p->T * p->tbs, p->tbs, segs, ns, nl, buf,
+            outf(chunk + (co - cc) * p->cst, p->tbs, segs, ns, nl, buf,
                  out + co * ohw, res ? res + co * ohw : NULL, g->OW, act);
     }
 }
