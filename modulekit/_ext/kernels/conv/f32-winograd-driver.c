@@ -138,7 +138,9 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
     p->tbs = (tb + 15) & ~(ptrdiff_t)15;
     p->nblocks = (p->ntiles + tb - 1) / tb;
     p->shared = nthreads > 1 && p->nblocks < 2 * nthreads;
-    /* the GEMM stage's orientation: the cheaper one by the cost model (below) */
+    /* the GEMM stage's orientation: the cheaper one by the cost model (below): igemm (each
+     * block's tiles rounded up to its igemm tile, times that tile's cost per lane) or
+     * engine */
     const ptrdiff_t last = p->ntiles - (p->nblocks - 1) * tb;
     const double icost = (double)p->T * p->coutp * Cin *
                          ((double)(p->nblocks - 1) * mk_conv_igemm_lanes(isa, tb, &fn, &nr) +
@@ -151,7 +153,9 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
                 ((double)p->enp * enr * Cin * ENG_LANE_COST[isa] + (Cin + Cout) * ENG_ROW_COST);
     }
     const int force = __atomic_load_n(&wino_engine_mode, __ATOMIC_RELAXED);
-    p->eng = mk_wino_eng_available(isa) && (force >= 0 ? force : ecost < icost);
+    /* a margin for the model's error, as in the cost model: ties keep the igemm (at batch 32
+     * the blocks are 48 tiles, where the engine orientation measured 0.89-1.05x) */
+    p->eng = mk_wino_eng_available(isa) && (force >= 0 ? force : ecost < 0.9 * icost);
     p->gcost = p->eng ? ecost : icost;
     if (p->eng) {
         /* items of whole panel runs (the engine prefetches the next pair of a run into
