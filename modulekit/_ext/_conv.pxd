@@ -42,10 +42,10 @@ cdef extern from "conv/conv.h" nogil:
     void mk_wino_eng_pack(int isa, int T, int Cout, int Cin, const float *ut, int tbias,
                           const float *bias, void *dst)
     Py_ssize_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int isa,
-                                        int nthreads)
+                                        int nthreads, int eng)
     int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int m,
-                               const float *u, float *scratch, float *out, const float *res,
-                               int act, int isa, int nthreads)
+                               const float *u, int eng, float *scratch, float *out,
+                               const float *res, int act, int isa, int nthreads)
     # end Winograd
     Py_ssize_t mk_dwconv_scratch(const mk_conv_geom *g)
     void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w,

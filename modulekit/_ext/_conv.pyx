@@ -622,14 +622,14 @@ cdef class PackedConv2d:
             return
         cdef int wm = self._winograd_tile(g, isa, nthreads)
         cdef cnp.ndarray wu, wscratch
-        cdef int rc
+        cdef int rc, eng
         if wm:
-            wu = self._winograd_weights(wm, mk_conv_winograd_engine(g, cout, wm, isa, nthreads),
-                                        isa)
-            wscratch = _scratch(mk_conv_winograd_scratch(g, cout, wm, isa, nthreads))
+            eng = mk_conv_winograd_engine(g, cout, wm, isa, nthreads)
+            wu = self._winograd_weights(wm, eng, isa)
+            wscratch = _scratch(mk_conv_winograd_scratch(g, cout, wm, isa, nthreads, eng))
             with nogil:
                 rc = mk_conv2d_winograd_f32(g, <const float *>xp, cout, wm,
-                                            <const float *>cnp.PyArray_DATA(wu),
+                                            <const float *>cnp.PyArray_DATA(wu), eng,
                                             <float *>cnp.PyArray_DATA(wscratch), <float *>op,
                                             <const float *>rp, act, isa, nthreads)
             if rc != 0:

@@ -184,24 +184,27 @@ int mk_wino_eng_gemm(int isa, int rows, int Cout, int Cin, const float *a, ptrdi
 int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthreads);
 /* 1 when tile size m has transforms for this isa. */
 int mk_conv_winograd_supported(int m, int isa);
-/* Whether the call runs the GEMM stage in the engine orientation (1: u is the
- * mk_wino_eng_pack layout) or with the igemm kernels (0: the igemm panels below). */
+/* The GEMM stage's orientation the cost model takes for this call: 1 the engine's (u in the
+ * mk_wino_eng_pack layout), 0 the igemm's (the igemm panels below). The caller passes it on
+ * to the scratch size and the call (so a change of the test hook between them is harmless). */
 int mk_conv_winograd_engine(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads);
 /* For tests and benchmarks: -1 lets the plan choose the orientation (the default), 0 keeps
  * the igemm one, 1 takes the engine one wherever the ISA has it; returns the previous mode. */
 int mk_conv_winograd_set_engine(int mode);
-/* float32 scratch (floats) of mk_conv2d_winograd_f32 for this call. */
+/* float32 scratch (floats) of mk_conv2d_winograd_f32 for this call and orientation. */
 ptrdiff_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int isa,
-                                   int nthreads);
+                                   int nthreads, int eng);
 /* Winograd convolution of all images (groups 1).
- *   u      : alpha^2 * npanels panels [bias[8]][Cin x 8] (float32), npanels = ceil(Cout/8),
- *            or where mk_conv_winograd_engine says so the mk_wino_eng_pack layout (64-byte
- *            aligned)
- *   scratch: mk_conv_winograd_scratch(...) floats
- *   out/res: as mk_conv2d_f32. Returns 0. */
+ *   u      : eng 0: alpha^2 * npanels panels [bias[8]][Cin x 8] (float32), npanels =
+ *            ceil(Cout/8); eng 1 (only where the ISA has the engine's row kernels): the
+ *            mk_wino_eng_pack layout (64-byte aligned)
+ *   eng    : the orientation, 0 or 1 (mk_conv_winograd_engine)
+ *   scratch: mk_conv_winograd_scratch(..., eng) floats
+ *   out/res: as mk_conv2d_f32. Returns 0, or -1 when an engine buffer could not be
+ *   allocated (out is then undefined). */
 int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int m,
-                           const float *u, float *scratch, float *out, const float *res,
-                           int act, int isa, int nthreads);
+                           const float *u, int eng, float *scratch, float *out,
+                           const float *res, int act, int isa, int nthreads);
 /* ---- end of Winograd block ---------------------------------------------------------------- */
 
 /* float64 convolution: a direct loop.

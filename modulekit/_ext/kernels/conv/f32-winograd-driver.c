@@ -98,7 +98,8 @@ static ptrdiff_t segs_size(int tb) {
     return (ptrdiff_t)((tb + 2) * sizeof(mk_wino_seg) + sizeof(float) - 1) / sizeof(float) + 16;
 }
 
-static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads,
+/* eng: the GEMM orientation, -1 for the cost model's choice (or the test hook's) */
+static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads, int eng,
                       wino_plan *p) {
     const int Cin = g->C;
     p->isa = isa;
@@ -152,7 +153,7 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
         ecost = (double)p->T * p->ntiles *
                 ((double)p->enp * enr * Cin * ENG_LANE_COST[isa] + (Cin + Cout) * ENG_ROW_COST);
     }
-    const int force = __atomic_load_n(&wino_engine_mode, __ATOMIC_RELAXED);
+    const int force = eng >= 0 ? eng : __atomic_load_n(&wino_engine_mode, __ATOMIC_RELAXED);
     /* a margin for the model's error, as in the cost model: ties keep the igemm (at batch 32
      * the blocks are 48 tiles, where the engine orientation measured 0.89-1.05x) */
     p->eng = mk_wino_eng_available(isa) && (force >= 0 ? force : ecost < 0.9 * icost);
@@ -183,14 +184,14 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
 
 int mk_conv_winograd_engine(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads) {
     wino_plan p;
-    make_plan(g, Cout, m, isa, nthreads, &p);
+    make_plan(g, Cout, m, isa, nthreads, -1, &p);
     return p.eng;
 }
 
 ptrdiff_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int isa,
-                                   int nthreads) {
+                                   int nthreads, int eng) {
     wino_plan p;
-    make_plan(g, Cout, m, isa, nthreads, &p);
+    make_plan(g, Cout, m, isa, nthreads, eng, &p);
     return (p.shared ? p.vsz + p.msz + p.nthreads * (p.csz + p.bufsz + p.segsz)
                      : p.nthreads * p.per_thread) +
            2 * (ptrdiff_t)g->C; /* + koff */
@@ -240,7 +241,7 @@ int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthrea
         const int m = 2 + 2 * i;
         if (!mk_conv_winograd_supported(m, isa)) continue;
         wino_plan p;
-        make_plan(g, Cout, m, isa, nthreads, &p);
+        make_plan(g, Cout, m, isa, nthreads, -1, &p);
         const double T = p.T, tiles = (double)p.ntiles;
         const double ubytes = T * coutp * cin * sizeof(float);
         const double cost = p.gcost + tiles * (cin + Cout) * TRANSFORM_COST[i] +
@@ -429,12 +430,12 @@ static int step_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
 }
 
 int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int m,
-                           const float *u, float *scratch, float *out, const float *res,
-                           int act, int isa, int nthreads) {
+                           const float *u, int eng, float *scratch, float *out,
+                           const float *res, int act, int isa, int nthreads) {
     const mk_wino_config cfg = WINO_CONFIG[isa][m == 4];
     const int Cin = g->C;
     wino_plan p;
-    make_plan(g, Cout, m, isa, nthreads, &p);
+    make_plan(g, Cout, m, isa, nthreads, eng, &p);
     nthreads = p.nthreads;
     ptrdiff_t *koff = (ptrdiff_t *)scratch; /* 2 * Cin floats hold Cin ptrdiff_t */
     for (int k = 0; k < Cin; k++) koff[k] = (ptrdiff_t)k * p.T * p.tbs;
