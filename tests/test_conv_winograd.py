@@ -270,3 +270,102 @@ def test_concurrent_calls_use_their_own_scratch(rng):
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(work, range(6)))
+
+
+# ---- the GEMM stage in the engine orientation (few tiles: batch 1 deep layers) ------------
+
+
+@pytest.fixture
+def orientation():
+    """Force the Winograd GEMM orientation: 0 igemm, 1 the GEMM engine's (where the ISA has
+    it), restoring the plan's own choice after."""
+    yield _conv._set_winograd_engine
+    _conv._set_winograd_engine(-1)
+
+
+def engine_expected():
+    return _isa.get_isa() != "generic"  # the portable engine has no row kernels
+
+
+@pytest.mark.parametrize(
+    "shape,algorithm",
+    [
+        ((1, 512, 512, 7, 7), "winograd-2x2"),  # ResNet-18 layer4 at batch 1
+        ((1, 256, 256, 14, 14), "winograd-4x4"),  # layer3
+        ((1, 128, 128, 7, 7), "winograd-2x2"),
+    ],
+    ids=str,
+)
+def test_engine_deep_layers(isa, rng, threads, shape, algorithm):
+    n, cin, cout, h, w = shape
+    threads(2)
+    x, wt, b = make(rng, n, cin, cout, h, w)
+    res = rng.standard_normal((n, cout, h, w)).astype(np.float32)
+    p = packed(wt, b, algorithm, padding=1)
+    assert p.algorithm_for(x.shape) == expected_algorithm(algorithm)
+    # the plan takes the engine orientation for these few tiles wherever the ISA has it
+    assert p._winograd_engine_for(x.shape) == engine_expected()
+    check(p.forward(x, "relu", res), reference(x, wt, b, 1, "relu", res), algorithm)
+
+
+@pytest.mark.parametrize("algorithm", WINO)
+@pytest.mark.parametrize("cio", [(40, 72), (72, 130), (130, 40), (3, 33), (17, 1)], ids=str)
+@pytest.mark.parametrize("hw", [(5, 5), (7, 7), (9, 9), (13, 13), (6, 11)], ids=str)
+@pytest.mark.parametrize("nthreads", [1, 2, 3])
+def test_engine_orientation_shapes(isa, rng, threads, orientation, algorithm, cio, hw, nthreads):
+    """Both orientations on channel counts off the panel widths (8, 16, 32) and odd maps, with
+    the residual and ReLU epilogue: each within the Winograd tolerance of torch, and the
+    engine orientation bit-identical to the igemm one (both start from the bias and
+    accumulate over the input channels in order with fused multiply-adds)."""
+    cin, cout = cio
+    threads(nthreads)
+    x, wt, b = make(rng, 1, cin, cout, *hw, bias=cin % 2 == 0)
+    res = rng.standard_normal((1, cout) + hw).astype(np.float32)
+    p = packed(wt, b, algorithm, padding=1)
+    ref = reference(x, wt, b, 1, "relu", res)
+    ys = []
+    for mode in (0, 1):
+        orientation(mode)
+        assert p._winograd_engine_for(x.shape) == (mode == 1 and engine_expected())
+        ys.append(p.forward(x, "relu", res))
+        check(ys[-1], ref, algorithm)
+    np.testing.assert_array_equal(ys[1], ys[0])
+
+
+@pytest.mark.parametrize("algorithm", WINO)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_engine_orientation_views_and_blocks(isa, rng, threads, orientation, algorithm, batch):
+    """The engine orientation on strided and channel-sliced inputs, and on many tiles (blocks
+    per thread, several blocks per image: forced, the plan keeps igemm there)."""
+    threads(2)
+    orientation(1)
+    x, wt, b = make(rng, 2 * batch, 24, 20, 30, 26)
+    p = packed(wt, b, algorithm, padding=1)
+    for view in (x[::2], x[:batch, :, ::2, :], x[:batch, 4:20]):
+        if view.shape[1] != 24:
+            q = packed(wt[:, 4:20], b, algorithm, padding=1)
+            check(q.forward(view), reference(view, wt[:, 4:20], b), algorithm)
+        else:
+            check(p.forward(view), reference(view, wt, b), algorithm)
+    big = rng.standard_normal((batch, 24, 61, 57)).astype(np.float32)
+    assert p._winograd_engine_for(big.shape) == engine_expected()
+    check(p.forward(big, "relu"), reference(big, wt, b, 1, "relu"), algorithm)
+
+
+def test_engine_orientation_choice(isa):
+    """The cost model's orientation: blocks of few tiles with many channels take the engine's;
+    64 channels over wide igemm tiles (ResNet-18 layer1, any batch) keep igemm, and so does
+    every layer on the portable path."""
+    w = np.zeros((512, 512, 3, 3), np.float32)
+    p = _conv.pack_conv2d(w, padding=1)
+    for shape in [(1, 512, 7, 7), (32, 512, 7, 7), (1, 512, 14, 14)]:
+        assert p.algorithm_for(shape).startswith("winograd") or not engine_expected()
+        assert p._winograd_engine_for(shape) == engine_expected()
+    p = _conv.pack_conv2d(np.zeros((256, 256, 3, 3), np.float32), padding=1)
+    assert p._winograd_engine_for((1, 256, 14, 14)) == engine_expected()
+    p = _conv.pack_conv2d(np.zeros((128, 128, 3, 3), np.float32), padding=1)
+    assert p._winograd_engine_for((1, 128, 28, 28)) == engine_expected()
+    p = _conv.pack_conv2d(np.zeros((64, 64, 3, 3), np.float32), padding=1)
+    for shape in [(1, 64, 56, 56), (32, 64, 56, 56)]:
+        assert p.algorithm_for(shape).startswith("winograd")
+        assert not p._winograd_engine_for(shape)

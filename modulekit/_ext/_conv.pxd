@@ -36,11 +36,16 @@ cdef extern from "conv/conv.h" nogil:
     # Winograd F(m x m, 3 x 3) (f32-winograd-driver.c)
     int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthreads)
     int mk_conv_winograd_supported(int m, int isa)
+    int mk_conv_winograd_set_engine(int mode)
+    int mk_conv_winograd_engine(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads)
+    size_t mk_wino_eng_bytes(int isa, int Cout, int Cin)
+    void mk_wino_eng_pack(int isa, int T, int Cout, int Cin, const float *ut, int tbias,
+                          const float *bias, void *dst)
     Py_ssize_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int isa,
-                                        int nthreads)
+                                        int nthreads, int eng)
     int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int m,
-                               const float *u, float *scratch, float *out, const float *res,
-                               int act, int isa, int nthreads)
+                               const float *u, int eng, float *scratch, float *out,
+                               const float *res, int act, int isa, int nthreads)
     # end Winograd
     Py_ssize_t mk_dwconv_scratch(const mk_conv_geom *g)
     void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w,
@@ -105,6 +110,7 @@ cdef class PackedConv2d:
     cdef str _algorithm
     cdef dict _wino
     cdef int _winograd_tile(self, mk_conv_geom *g, int isa, int nthreads)
+    cdef _shape_geom(self, input_shape, mk_conv_geom *g)
     cdef bint _im2col(self, mk_conv_geom *g, int isa)
     cdef bint _rows(self, mk_conv_geom *g, int isa)
     cdef tuple _geometry(self, x, mk_conv_geom *gp)

@@ -249,15 +249,7 @@ cdef class PackedConv2d:
         if self.depthwise:
             return "depthwise"
         cdef mk_conv_geom g
-        n, c, h, w = (int(v) for v in input_shape)
-        g.N, g.C, g.H, g.W = n, c, h, w
-        g.sw, g.sh, g.sc, g.sn = 1, w, h * w, c * h * w
-        g.KH, g.KW = self.kernel_size
-        g.sy, g.sx = self.stride
-        g.pt, g.pl, g.pb, g.pr = self.padding
-        g.dy, g.dx = self.dilation
-        oshape = self.output_shape((n, c, h, w))
-        g.OH, g.OW = oshape[2], oshape[3]
+        self._shape_geom(input_shape, &g)
         cdef int isa = <int>active_isa()
         cdef int m = self._winograd_tile(&g, isa, effective_threads())
         if m:
@@ -297,6 +289,30 @@ cdef class PackedConv2d:
                 (hw % 16 != 0 or (g.KH == 1 and g.KW == 1)) and
                 hw <= 4096 and not _direct_1x1(g))
 
+    cdef _shape_geom(self, input_shape, mk_conv_geom *g):
+        """Fill *g for an (N, C_in, H, W) C-contiguous input."""
+        n, c, h, w = (int(v) for v in input_shape)
+        g.N, g.C, g.H, g.W = n, c, h, w
+        g.sw, g.sh, g.sc, g.sn = 1, w, h * w, c * h * w
+        g.KH, g.KW = self.kernel_size
+        g.sy, g.sx = self.stride
+        g.pt, g.pl, g.pb, g.pr = self.padding
+        g.dy, g.dx = self.dilation
+        oshape = self.output_shape((n, c, h, w))
+        g.OH, g.OW = oshape[2], oshape[3]
+
+    def _winograd_engine_for(self, input_shape):
+        """Whether a Winograd call for this input runs its GEMM stage in the GEMM engine's
+        orientation (False: the igemm one, or no Winograd). For tests and benchmarks."""
+        if self.storage == "float64" or self.depthwise:
+            return False
+        cdef mk_conv_geom g
+        self._shape_geom(input_shape, &g)
+        cdef int isa = <int>active_isa()
+        cdef int nthreads = effective_threads()
+        cdef int m = self._winograd_tile(&g, isa, nthreads)
+        return bool(m and mk_conv_winograd_engine(&g, self.out_channels, m, isa, nthreads))
+
     cdef int _winograd_tile(self, mk_conv_geom *g, int isa, int nthreads):
         """Winograd tile size for this call (0: the implicit GEMM)."""
         if (self.groups != 1 or self.storage == "float64" or self.depthwise or
@@ -310,9 +326,12 @@ cdef class PackedConv2d:
             m = 2
         return m
 
-    def _winograd_weights(self, int m):
-        """U = G w G^T for tile size m, packed as alpha^2 groups of igemm panels (cached)."""
-        u = self._wino.get(m)
+    def _winograd_weights(self, int m, int eng=0, int isa=0):
+        """U = G w G^T for tile size m (cached): packed as alpha^2 groups of igemm panels, or
+        with ``eng`` as alpha^2 groups of the GEMM engine's panels of U_t^T for ``isa``
+        (mk_wino_eng_pack)."""
+        key = (m, isa if eng else -1)  # -1: the igemm panels
+        u = self._wino.get(key)
         if u is not None:
             return u
         w, b = self.unpack()
@@ -322,6 +341,22 @@ cdef class PackedConv2d:
         cout, cin = self.out_channels, self.in_channels
         # (alpha, alpha, Cout, Cin)
         ut = np.einsum("ik,ockl,jl->ijoc", G, w, G, optimize=True).reshape(a * a, cout, cin)
+        cdef cnp.ndarray ut32, b32, raw
+        cdef size_t nbytes, off
+        cdef const float *bp = NULL
+        if eng:
+            ut32 = np.ascontiguousarray(ut, np.float32)
+            if b is not None:
+                b32 = np.ascontiguousarray(b, np.float32)
+                bp = <const float *>cnp.PyArray_DATA(b32)
+            nbytes = a * a * mk_wino_eng_bytes(isa, cout, cin)
+            raw = np.empty(nbytes + 64, np.uint8)
+            off = (-<size_t>cnp.PyArray_DATA(raw)) % 64
+            u = raw[off:off + nbytes]  # 64-byte aligned (the engine's panels)
+            mk_wino_eng_pack(isa, a * a, cout, cin, <const float *>cnp.PyArray_DATA(ut32),
+                             a + 1, bp, cnp.PyArray_DATA(u))
+            self._wino = {**self._wino, key: u}
+            return u
         npan = (cout + MK_CONV_MR - 1) // MK_CONV_MR
         panels = np.zeros((a * a, npan * MK_CONV_MR, MK_CONV_MR + cin), np.float32)
         panels[:, :cout, MK_CONV_MR:] = ut
@@ -333,7 +368,7 @@ cdef class PackedConv2d:
              panels[:, :, :, MK_CONV_MR:].transpose(0, 1, 3, 2).reshape(
                  a * a, npan, cin * MK_CONV_MR)], axis=2)
         u = np.ascontiguousarray(flat, np.float32).reshape(-1)
-        self._wino = {**self._wino, m: u}  # a new dict: readers in other threads stay valid
+        self._wino = {**self._wino, key: u}  # a new dict: readers in other threads stay valid
         return u
 
     @property
@@ -602,14 +637,18 @@ cdef class PackedConv2d:
             return
         cdef int wm = self._winograd_tile(g, isa, nthreads)
         cdef cnp.ndarray wu, wscratch
+        cdef int rc, eng
         if wm:
-            wu = self._winograd_weights(wm)
-            wscratch = _scratch(mk_conv_winograd_scratch(g, cout, wm, isa, nthreads))
+            eng = mk_conv_winograd_engine(g, cout, wm, isa, nthreads)
+            wu = self._winograd_weights(wm, eng, isa)
+            wscratch = _scratch(mk_conv_winograd_scratch(g, cout, wm, isa, nthreads, eng))
             with nogil:
-                mk_conv2d_winograd_f32(g, <const float *>xp, cout, wm,
-                                       <const float *>cnp.PyArray_DATA(wu),
-                                       <float *>cnp.PyArray_DATA(wscratch), <float *>op,
-                                       <const float *>rp, act, isa, nthreads)
+                rc = mk_conv2d_winograd_f32(g, <const float *>xp, cout, wm,
+                                            <const float *>cnp.PyArray_DATA(wu), eng,
+                                            <float *>cnp.PyArray_DATA(wscratch), <float *>op,
+                                            <const float *>rp, act, isa, nthreads)
+            if rc != 0:
+                raise MemoryError("conv2d: Winograd GEMM buffer allocation failed")
             return
         if self._im2col(g, isa):
             wscratch = _scratch(mk_conv_im2col_size(g))
@@ -803,6 +842,13 @@ def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, st
     self._packed = np.ascontiguousarray(flat.reshape(groups * npg, -1).astype(sdtype))
     self._bias = None
     return self
+
+
+def _set_winograd_engine(int mode):
+    """Winograd GEMM orientation, for tests and benchmarks: -1 lets the plan choose (the
+    default), 0 keeps the igemm orientation, 1 takes the GEMM engine's wherever the
+    instruction set has it. Returns the previous mode."""
+    return mk_conv_winograd_set_engine(mode)
 
 
 def _weight_array(obj):

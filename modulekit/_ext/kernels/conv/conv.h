@@ -128,8 +128,9 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
  * the panel bias slot of t = (1, 1) only (column 1 of A^T is all ones). */
 
 /* Pick the igemm kernel and tile width for a GEMM of `lanes` output columns: the wide tile,
- * or a narrower one when it computes fewer padded lanes (see IGEMM_CONFIG). */
-void mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr);
+ * or a narrower one when it computes fewer padded lanes (see IGEMM_CONFIG). Returns its
+ * time: the padded lanes times the tile's cost per lane (relative to the wide tile). */
+double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr);
 
 /* A run of consecutive tiles of one tile row, as the transforms see it. */
 typedef struct {
@@ -170,21 +171,45 @@ MK_WINO_DECL(2, avx512)
 MK_WINO_DECL(4, avx512)
 #undef MK_WINO_DECL
 
+/* The GEMM stage in the engine orientation (f32-winograd-engine.c, over kernels/gemm):
+ * M_t^T (rows x Cout) = V_t^T (rows x Cin, row stride lda, read in place) . U_t^T, U_t^T
+ * packed by mk_gemm_pack for the float32 engine configuration of the ISA, T groups of
+ * mk_wino_eng_bytes each (bias in group tbias only); M_t^T rows of stride ldc. */
+int mk_wino_eng_available(int isa); /* 0 where the engine has no row kernels (generic) */
+int mk_wino_eng_nr(int isa);        /* the engine's panel width */
+size_t mk_wino_eng_bytes(int isa, int Cout, int Cin);
+void mk_wino_eng_pack(int isa, int T, int Cout, int Cin, const float *ut, int tbias,
+                      const float *bias, void *dst);
+/* panels [p0, p1) of one t; returns 0, or -1 when a buffer could not be allocated */
+int mk_wino_eng_gemm(int isa, int rows, int Cout, int Cin, const float *a, ptrdiff_t lda,
+                     const void *u, float *c, ptrdiff_t ldc, int p0, int p1);
+
 /* Output tile size to use for this convolution: 0 (implicit GEMM), 2 or 4, from the cost
  * model of f32-winograd-driver.c. g must be 3x3, stride 1, dilation 1 (else 0). */
 int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthreads);
 /* 1 when tile size m has transforms for this isa. */
 int mk_conv_winograd_supported(int m, int isa);
-/* float32 scratch (floats) of mk_conv2d_winograd_f32 for this call. */
+/* The GEMM stage's orientation the cost model takes for this call: 1 the engine's (u in the
+ * mk_wino_eng_pack layout), 0 the igemm's (the igemm panels below). The caller passes it on
+ * to the scratch size and the call (so a change of the test hook between them is harmless). */
+int mk_conv_winograd_engine(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads);
+/* For tests and benchmarks: -1 lets the plan choose the orientation (the default), 0 keeps
+ * the igemm one, 1 takes the engine one wherever the ISA has it; returns the previous mode. */
+int mk_conv_winograd_set_engine(int mode);
+/* float32 scratch (floats) of mk_conv2d_winograd_f32 for this call and orientation. */
 ptrdiff_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int isa,
-                                   int nthreads);
+                                   int nthreads, int eng);
 /* Winograd convolution of all images (groups 1).
- *   u      : alpha^2 * npanels panels [bias[8]][Cin x 8] (float32), npanels = ceil(Cout/8)
- *   scratch: mk_conv_winograd_scratch(...) floats
- *   out/res: as mk_conv2d_f32. Returns 0. */
+ *   u      : eng 0: alpha^2 * npanels panels [bias[8]][Cin x 8] (float32), npanels =
+ *            ceil(Cout/8); eng 1 (only where the ISA has the engine's row kernels): the
+ *            mk_wino_eng_pack layout (64-byte aligned)
+ *   eng    : the orientation, 0 or 1 (mk_conv_winograd_engine)
+ *   scratch: mk_conv_winograd_scratch(..., eng) floats
+ *   out/res: as mk_conv2d_f32. Returns 0, or -1 when an engine buffer could not be
+ *   allocated (out is then undefined). */
 int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int m,
-                           const float *u, float *scratch, float *out, const float *res,
-                           int act, int isa, int nthreads);
+                           const float *u, int eng, float *scratch, float *out,
+                           const float *res, int act, int isa, int nthreads);
 /* ---- end of Winograd block ---------------------------------------------------------------- */
 
 /* float64 convolution: a direct loop.

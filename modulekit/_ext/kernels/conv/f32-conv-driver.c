@@ -29,7 +29,7 @@ static const mk_igemm_config IGEMM_CONFIG[MK_ISA_COUNT][MK_IGEMM_ALTS] = {
                        {mk_f32_igemm_8x16_avx512, 16, 1.35f}},
 };
 
-void mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr) {
+double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr) {
     int best = 0;
     double best_cost = 0.0;
     for (int i = 0; i < MK_IGEMM_ALTS && IGEMM_CONFIG[isa][i].fn; i++) {
@@ -42,6 +42,7 @@ void mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr) {
     }
     *fn = IGEMM_CONFIG[isa][best].fn;
     *nr = IGEMM_CONFIG[isa][best].nr;
+    return best_cost;
 }
 
 void mk_conv_geometry(mk_conv_geom *g) {

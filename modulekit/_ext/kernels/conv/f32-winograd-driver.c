@@ -36,12 +36,26 @@ static const mk_wino_config WINO_CONFIG[MK_ISA_COUNT][2] = {
 /* Bytes of one block's V and M kept in L2 (about half of a 1-2 MiB L2, the rest for the
  * U[t] panels streaming through). */
 #define WINO_BLOCK_BYTES (512 * 1024)
+/* The GEMM stage's engine orientation in the cost model's units (see there): per multiply-add,
+ * relative to the wide igemm tile's (the engine's 8x32 / 6x16 row kernels against the 8x48 /
+ * 8x24 igemm ones; the portable path has no engine row kernels), and per element of V and M
+ * for the two transposes and the engine calls' fixed costs, which grow with 1/Cin + 1/Cout. */
+static const double ENG_LANE_COST[MK_ISA_COUNT] = {0.0, 0.62, 0.85};
+#define ENG_ROW_COST 16.0
+/* channels per transform chunk in the engine orientation */
+#define WINO_CH 16
 
 int mk_conv_winograd_supported(int m, int isa) {
     if (isa < 0 || isa >= MK_ISA_COUNT) return 0;
     if (m == 2) return WINO_CONFIG[isa][0].in != NULL;
     if (m == 4) return WINO_CONFIG[isa][1].in != NULL;
     return 0;
+}
+
+static int wino_engine_mode = -1;
+
+int mk_conv_winograd_set_engine(int mode) {
+    return __atomic_exchange_n(&wino_engine_mode, mode < 0 ? -1 : mode != 0, __ATOMIC_RELAXED);
 }
 
 typedef struct {
@@ -55,8 +69,17 @@ typedef struct {
     ptrdiff_t nblocks;
     int np, coutp;        /* panels, padded output channels */
     ptrdiff_t vsz, msz, bufsz, segsz, per_thread;
+    double gcost;         /* the GEMM stage's cost (see the cost model) */
     int shared;
     int nthreads;
+    int isa;
+    int eng;              /* GEMM stage in the engine orientation (see the file comment) */
+    int enp;              /* engine panels of Cout */
+    int epc;              /* engine panels per GEMM item */
+    size_t usz;           /* bytes of one t's packed U_t^T */
+    ptrdiff_t lda, ldm;   /* row strides of V_t^T and M_t^T */
+    ptrdiff_t csz, cst;   /* floats of a thread's transform chunk (WINO_CH channels), and
+                             its channel stride (off powers of two) */
 } wino_plan;
 
 #define RS16(n) (((ptrdiff_t)(n) + 15) & ~(ptrdiff_t)15)
@@ -75,9 +98,11 @@ static ptrdiff_t segs_size(int tb) {
     return (ptrdiff_t)((tb + 2) * sizeof(mk_wino_seg) + sizeof(float) - 1) / sizeof(float) + 16;
 }
 
-static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads,
+/* eng: the GEMM orientation, -1 for the cost model's choice (or the test hook's) */
+static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads, int eng,
                       wino_plan *p) {
     const int Cin = g->C;
+    p->isa = isa;
     /* small convolutions stay on one thread */
     const double flops = 2.0 * g->N * (double)g->OH * g->OW * Cout * Cin * 9.0;
     if (flops < 4e5 || nthreads < 1) nthreads = 1;
@@ -114,18 +139,60 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
     p->tbs = (tb + 15) & ~(ptrdiff_t)15;
     p->nblocks = (p->ntiles + tb - 1) / tb;
     p->shared = nthreads > 1 && p->nblocks < 2 * nthreads;
-    p->vsz = (ptrdiff_t)p->T * Cin * p->tbs;
-    p->msz = (ptrdiff_t)p->T * p->coutp * p->tbs;
+    /* the GEMM stage's orientation: the cheaper one by the cost model (below): igemm (each
+     * block's tiles rounded up to its igemm tile, times that tile's cost per lane) or
+     * engine */
+    const ptrdiff_t last = p->ntiles - (p->nblocks - 1) * tb;
+    const double icost = (double)p->T * p->coutp * Cin *
+                         ((double)(p->nblocks - 1) * mk_conv_igemm_lanes(isa, tb, &fn, &nr) +
+                          mk_conv_igemm_lanes(isa, last, &fn, &nr));
+    double ecost = icost;
+    if (mk_wino_eng_available(isa)) {
+        const int enr = mk_wino_eng_nr(isa);
+        p->enp = (Cout + enr - 1) / enr;
+        ecost = (double)p->T * p->ntiles *
+                ((double)p->enp * enr * Cin * ENG_LANE_COST[isa] + (Cin + Cout) * ENG_ROW_COST);
+    }
+    const int force = eng >= 0 ? eng : __atomic_load_n(&wino_engine_mode, __ATOMIC_RELAXED);
+    /* a margin for the model's error, as in the cost model: ties keep the igemm (at batch 32
+     * the blocks are 48 tiles, where the engine orientation measured 0.89-1.05x) */
+    p->eng = mk_wino_eng_available(isa) && (force >= 0 ? force : ecost < 0.9 * icost);
+    p->gcost = p->eng ? ecost : icost;
+    if (p->eng) {
+        /* items of whole panel runs (the engine prefetches the next pair of a run into
+         * L2), at least 4 per thread */
+        const int want = (4 * nthreads + p->T - 1) / p->T;
+        p->epc = (p->enp + want - 1) / want;
+        p->usz = mk_wino_eng_bytes(isa, Cout, Cin);
+        p->lda = RS16(Cin) + 16; /* not a power of two: the row kernels read 8 rows at once */
+        p->ldm = RS16(Cout) + 16;
+        p->vsz = (ptrdiff_t)p->T * p->tb * p->lda;
+        p->msz = (ptrdiff_t)p->T * p->tb * p->ldm;
+        p->csz = (ptrdiff_t)WINO_CH * (p->cst = (ptrdiff_t)p->T * p->tbs + 16);
+    } else {
+        p->enp = p->epc = 0;
+        p->usz = 0;
+        p->lda = p->ldm = 0;
+        p->vsz = (ptrdiff_t)p->T * Cin * p->tbs;
+        p->msz = (ptrdiff_t)p->T * p->coutp * p->tbs;
+        p->csz = p->cst = 0;
+    }
     p->bufsz = buf_size(m, p->tb < p->TW ? p->tb : p->TW, p->tb);
     p->segsz = segs_size(p->tb);
-    p->per_thread = p->vsz + p->msz + p->bufsz + p->segsz;
+    p->per_thread = p->vsz + p->msz + p->csz + p->bufsz + p->segsz;
+}
+
+int mk_conv_winograd_engine(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads) {
+    wino_plan p;
+    make_plan(g, Cout, m, isa, nthreads, -1, &p);
+    return p.eng;
 }
 
 ptrdiff_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int isa,
-                                   int nthreads) {
+                                   int nthreads, int eng) {
     wino_plan p;
-    make_plan(g, Cout, m, isa, nthreads, &p);
-    return (p.shared ? p.vsz + p.msz + p.nthreads * (p.bufsz + p.segsz)
+    make_plan(g, Cout, m, isa, nthreads, eng, &p);
+    return (p.shared ? p.vsz + p.msz + p.nthreads * (p.csz + p.bufsz + p.segsz)
                      : p.nthreads * p.per_thread) +
            2 * (ptrdiff_t)g->C; /* + koff */
 }
@@ -133,9 +200,14 @@ ptrdiff_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int i
 /* ---- cost model ---------------------------------------------------------------------------
  * Estimated time in units of one igemm multiply-add (about 110 per ns on one Zen 4/5 core),
  * per candidate:
- *   implicit GEMM: Cout_pad * 9 Cin * (grid lanes rounded up to the tile width), per image
+ *   implicit GEMM: Cout_pad * 9 Cin * (grid lanes rounded up to the tile width, times the
+ *                  tile's cost per lane), per image
  *                  + the packed weights streamed from L3 once per image
- *   F(m):          alpha^2 Cout_pad Cin * (tiles rounded up to the tile width)
+ *   F(m):          the GEMM stage (gcost, make_plan), the cheaper orientation of
+ *                    igemm:  alpha^2 Cout_pad Cin * (each block's tiles rounded up to its
+ *                            igemm tile, times that tile's cost per lane: IGEMM_CONFIG)
+ *                    engine: alpha^2 tiles * (Cout_pad(NR) Cin ENG_LANE_COST
+ *                                             + (Cin + Cout) ENG_ROW_COST)
  *                  + tiles * (Cin + Cout) * TRANSFORM_COST[m]   (input + output transforms)
  *                  + U streamed once per block (once in all when it fits L2; within a block
  *                    each U[t] stays in L2 across the block's igemm tiles)
@@ -153,13 +225,15 @@ static double stream_bytes(double wbytes, double passes) {
 int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthreads) {
     if (g->KH != 3 || g->KW != 3 || g->sy != 1 || g->sx != 1 || g->dy != 1 || g->dx != 1)
         return 0;
-    if (g->sw != 1) return 0;
+    /* an output smaller than one F(2x2) tile: Winograd computes alpha^2 = 16 products per
+     * channel pair for what a direct sum does in at most 9 (im2col, AVX-512, had 155 us for
+     * 512 channels at 1x1 where F(2x2) in the engine orientation had 179) */
+    if (g->sw != 1 || g->OH < 2 || g->OW < 2) return 0;
     const double cin = g->C, coutp = (Cout + MK_CONV_MR - 1) / MK_CONV_MR * MK_CONV_MR;
     mk_igemm_fn fn;
     int nr;
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * (g->W + g->pl + g->pr) + g->OW;
-    mk_conv_igemm_lanes(isa, L, &fn, &nr);
-    const double lanes = (double)((L + nr - 1) / nr * nr);
+    const double lanes = mk_conv_igemm_lanes(isa, L, &fn, &nr);
     const double wbytes = coutp * 9.0 * cin * sizeof(float);
     double best = coutp * 9.0 * cin * lanes * g->N + STREAM_COST * stream_bytes(wbytes, g->N);
     int choice = 0;
@@ -167,17 +241,10 @@ int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthrea
         const int m = 2 + 2 * i;
         if (!mk_conv_winograd_supported(m, isa)) continue;
         wino_plan p;
-        make_plan(g, Cout, m, isa, nthreads, &p);
+        make_plan(g, Cout, m, isa, nthreads, -1, &p);
         const double T = p.T, tiles = (double)p.ntiles;
-        /* lanes computed: whole blocks, the last one rounded up to its igemm tile */
-        const ptrdiff_t last = p.ntiles - (p.nblocks - 1) * p.tb;
-        mk_igemm_fn lfn;
-        int lnr;
-        mk_conv_igemm_lanes(isa, last, &lfn, &lnr);
-        const double tp = (double)(p.nblocks - 1) * ((p.tb + p.nr - 1) / p.nr * p.nr) +
-                          (double)((last + lnr - 1) / lnr * lnr);
         const double ubytes = T * coutp * cin * sizeof(float);
-        const double cost = T * coutp * cin * tp + tiles * (cin + Cout) * TRANSFORM_COST[i] +
+        const double cost = p.gcost + tiles * (cin + Cout) * TRANSFORM_COST[i] +
                             STREAM_COST * stream_bytes(ubytes, (double)p.nblocks);
         if (cost < 0.9 * best) { /* a margin for the model's error: ties go to the GEMM */
             best = cost;
@@ -249,59 +316,184 @@ static void block_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
     }
 }
 
+/* ---- the engine orientation ----------------------------------------------------------------
+ * The transforms keep their channel-major layouts; a chunk of WINO_CH channels is transformed
+ * into the thread's chunk buffer [c][t][l] and transposed into (out of) the row layout of the
+ * engine's GEMM, V_t^T[l][ci] at Vt + (t * tb + l) * lda (M_t^T likewise, ldm), right after
+ * (before) the transform, by the same thread. */
+
+/* 4 x 4 transposes in vectors of 4 floats (the baseline SSE2 of the portable build):
+ * d[j * ds + i] = s[i * ss + j] for i < r, j < c (whole 4 x 4 blocks, the rest one by one) */
+typedef float v4f __attribute__((vector_size(16), aligned(4), may_alias));
+typedef int v4i __attribute__((vector_size(16)));
+#if defined(__clang__)
+#define SHUF4(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUF4(a, b, ...) __builtin_shuffle(a, b, (v4i){__VA_ARGS__})
+#endif
+
+static void transpose(const float *s, ptrdiff_t ss, int r, int c, float *d, ptrdiff_t ds) {
+    const int r4 = r & ~3, c4 = c & ~3;
+    for (int i = 0; i < r4; i += 4) {
+        for (int j = 0; j < c4; j += 4) {
+            const float *a = s + i * ss + j;
+            const v4f x0 = *(const v4f *)a, x1 = *(const v4f *)(a + ss);
+            const v4f x2 = *(const v4f *)(a + 2 * ss), x3 = *(const v4f *)(a + 3 * ss);
+            const v4f t0 = SHUF4(x0, x1, 0, 4, 1, 5), t1 = SHUF4(x0, x1, 2, 6, 3, 7);
+            const v4f t2 = SHUF4(x2, x3, 0, 4, 1, 5), t3 = SHUF4(x2, x3, 2, 6, 3, 7);
+            float *b = d + j * ds + i;
+            *(v4f *)b = SHUF4(t0, t2, 0, 1, 4, 5);
+            *(v4f *)(b + ds) = SHUF4(t0, t2, 2, 3, 6, 7);
+            *(v4f *)(b + 2 * ds) = SHUF4(t1, t3, 0, 1, 4, 5);
+            *(v4f *)(b + 3 * ds) = SHUF4(t1, t3, 2, 3, 6, 7);
+        }
+        for (int ii = i; ii < i + 4; ii++)
+            for (int j = c4; j < c; j++) d[j * ds + ii] = s[ii * ss + j];
+    }
+    for (int i = r4; i < r; i++)
+        for (int j = 0; j < c; j++) d[j * ds + i] = s[i * ss + j];
+}
+
+/* Vt[t][l][c0 + c] = chunk[c][t][l], c < c1 - c0 */
+static void rows_in(const wino_plan *p, const float *chunk, int c0, int c1, int nl, float *Vt) {
+    for (int t = 0; t < p->T; t++)
+        transpose(chunk + (ptrdiff_t)t * p->tbs, p->cst, c1 - c0, nl,
+                  Vt + (ptrdiff_t)t * p->tb * p->lda + c0, p->lda);
+}
+
+/* chunk[c][t][l] = Mt[t][l][c0 + c] */
+static void rows_out(const wino_plan *p, const float *Mt, int c0, int c1, int nl, float *chunk) {
+    for (int t = 0; t < p->T; t++)
+        transpose(Mt + (ptrdiff_t)t * p->tb * p->ldm + c0, p->ldm, nl, c1 - c0,
+                  chunk + (ptrdiff_t)t * p->tbs, p->cst);
+}
+
+/* input transform of channels [c0, c1) (the igemm layout V, or through the chunk to Vt) */
+static void step_in(const wino_plan *p, const mk_conv_geom *g, const float *x, mk_wino_in_fn in,
+                    const mk_wino_seg *segs, int ns, int nl, int c0, int c1, float *V,
+                    float *chunk, float *buf) {
+    if (!p->eng) {
+        block_in(p, g, x, in, segs, ns, nl, c0, c1, V, buf);
+        return;
+    }
+    for (int cc = c0; cc < c1; cc += WINO_CH) {
+        const int ce = cc + WINO_CH < c1 ? cc + WINO_CH : c1;
+        for (int ci = cc; ci < ce; ci++)
+            in(x + ci * g->sc, g->sn, g->sh, g->H, g->W, segs, ns, nl,
+               chunk + (ci - cc) * p->cst, p->tbs, buf);
+        rows_in(p, chunk, cc, ce, nl, V);
+    }
+}
+
+static void step_out(const wino_plan *p, const mk_conv_geom *g, mk_wino_out_fn outf,
+                     const mk_wino_seg *segs, int ns, int nl, int c0, int c1, const float *M,
+                     float *chunk, float *buf, float *out, const float *res, int act) {
+    if (!p->eng) {
+        block_out(p, g, outf, segs, ns, nl, c0, c1, M, buf, out, res, act);
+        return;
+    }
+    const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
+    for (int cc = c0; cc < c1; cc += WINO_CH) {
+        const int ce = cc + WINO_CH < c1 ? cc + WINO_CH : c1;
+        rows_out(p, M, cc, ce, nl, chunk);
+        for (int co = cc; co < ce; co++)
+            outf(chunk + (co - cc) * p->cst, p->tbs, segs, ns, nl, buf,
+                 out + co * ohw, res ? res + co * ohw : NULL, g->OW, act);
+    }
+}
+
+/* GEMM items of a block of nl tiles: igemm items (see block_gemm), or engine items
+ * (t, run of epc panels) */
+static ptrdiff_t gemm_items(const wino_plan *p, int nl) {
+    if (p->eng) return (ptrdiff_t)p->T * ((p->enp + p->epc - 1) / p->epc);
+    return (ptrdiff_t)p->T * ((nl + p->nr - 1) / p->nr) * p->np;
+}
+
+/* GEMM items [i0, i1); returns 0 or -1 (an engine buffer could not be allocated) */
+static int step_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
+                     const ptrdiff_t *koff, const float *V, float *M, int nl, ptrdiff_t i0,
+                     ptrdiff_t i1) {
+    if (!p->eng) {
+        block_gemm(p, Cin, Cout, u, koff, V, M, nl, i0, i1);
+        return 0;
+    }
+    const int nq = (p->enp + p->epc - 1) / p->epc;
+    int rc = 0;
+    for (ptrdiff_t it = i0; it < i1; it++) {
+        const int t = (int)(it / nq), p0 = (int)(it % nq) * p->epc;
+        const int p1 = p0 + p->epc < p->enp ? p0 + p->epc : p->enp;
+        rc |= mk_wino_eng_gemm(p->isa, nl, Cout, Cin, V + (ptrdiff_t)t * p->tb * p->lda, p->lda,
+                               (const unsigned char *)u + (size_t)t * p->usz,
+                               M + (ptrdiff_t)t * p->tb * p->ldm, p->ldm, p0, p1);
+    }
+    return rc;
+}
+
 int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int m,
-                           const float *u, float *scratch, float *out, const float *res,
-                           int act, int isa, int nthreads) {
+                           const float *u, int eng, float *scratch, float *out,
+                           const float *res, int act, int isa, int nthreads) {
     const mk_wino_config cfg = WINO_CONFIG[isa][m == 4];
     const int Cin = g->C;
     wino_plan p;
-    make_plan(g, Cout, m, isa, nthreads, &p);
+    make_plan(g, Cout, m, isa, nthreads, eng, &p);
     nthreads = p.nthreads;
     ptrdiff_t *koff = (ptrdiff_t *)scratch; /* 2 * Cin floats hold Cin ptrdiff_t */
     for (int k = 0; k < Cin; k++) koff[k] = (ptrdiff_t)k * p.T * p.tbs;
     float *base = scratch + 2 * (ptrdiff_t)Cin;
+    int status = 0;
 
     if (!p.shared) {
 #pragma omp parallel num_threads(nthreads)
         {
             float *V = base + omp_get_thread_num() * p.per_thread;
-            float *M = V + p.vsz, *buf = M + p.msz;
+            float *M = V + p.vsz, *chunk = M + p.msz, *buf = chunk + p.csz;
             mk_wino_seg *segs = (mk_wino_seg *)(buf + p.bufsz);
 #pragma omp for schedule(dynamic, 1)
             for (ptrdiff_t b = 0; b < p.nblocks; b++) {
                 const ptrdiff_t t0 = b * p.tb, t1 = t0 + p.tb < p.ntiles ? t0 + p.tb : p.ntiles;
                 const int nl = (int)(t1 - t0);
                 const int ns = block_segs(&p, g, Cout, t0, t1, segs);
-                block_in(&p, g, x, cfg.in, segs, ns, nl, 0, Cin, V, buf);
-                const ptrdiff_t items = (ptrdiff_t)p.T * ((nl + p.nr - 1) / p.nr) * p.np;
-                block_gemm(&p, Cin, Cout, u, koff, V, M, nl, 0, items);
-                block_out(&p, g, cfg.out, segs, ns, nl, 0, Cout, M, buf, out, res, act);
+                step_in(&p, g, x, cfg.in, segs, ns, nl, 0, Cin, V, chunk, buf);
+                if (step_gemm(&p, Cin, Cout, u, koff, V, M, nl, 0, gemm_items(&p, nl))) {
+#pragma omp atomic write
+                    status = -1;
+                }
+                step_out(&p, g, cfg.out, segs, ns, nl, 0, Cout, M, chunk, buf, out, res, act);
             }
         }
-        return 0;
+        return status;
     }
 
     float *V = base, *M = base + p.vsz;
+    /* channels per work item: 4 (igemm layout), one chunk (engine) */
+    const int cstep = p.eng ? WINO_CH : 4;
 #pragma omp parallel num_threads(nthreads)
     {
-        float *buf = M + p.msz + omp_get_thread_num() * (p.bufsz + p.segsz);
+        float *chunk = M + p.msz + omp_get_thread_num() * (p.csz + p.bufsz + p.segsz);
+        float *buf = chunk + p.csz;
         mk_wino_seg *segs = (mk_wino_seg *)(buf + p.bufsz); /* each thread its own copy */
         for (ptrdiff_t b = 0; b < p.nblocks; b++) {
             const ptrdiff_t t0 = b * p.tb, t1 = t0 + p.tb < p.ntiles ? t0 + p.tb : p.ntiles;
             const int nl = (int)(t1 - t0);
             const int ns = block_segs(&p, g, Cout, t0, t1, segs);
 #pragma omp for schedule(dynamic, 1)
-            for (int ci = 0; ci < Cin; ci += 4)
-                block_in(&p, g, x, cfg.in, segs, ns, nl, ci, ci + 4 < Cin ? ci + 4 : Cin, V, buf);
-            const ptrdiff_t items = (ptrdiff_t)p.T * ((nl + p.nr - 1) / p.nr) * p.np;
+            for (int ci = 0; ci < Cin; ci += cstep)
+                step_in(&p, g, x, cfg.in, segs, ns, nl, ci, ci + cstep < Cin ? ci + cstep : Cin,
+                        V, chunk, buf);
+            const ptrdiff_t items = gemm_items(&p, nl);
+            const int istep = p.eng ? 1 : 4;
 #pragma omp for schedule(dynamic, 1)
-            for (ptrdiff_t it = 0; it < items; it += 4)
-                block_gemm(&p, Cin, Cout, u, koff, V, M, nl, it, it + 4 < items ? it + 4 : items);
+            for (ptrdiff_t it = 0; it < items; it += istep)
+                if (step_gemm(&p, Cin, Cout, u, koff, V, M, nl, it,
+                              it + istep < items ? it + istep : items)) {
+#pragma omp atomic write
+                    status = -1;
+                }
 #pragma omp for schedule(dynamic, 1)
-            for (int co = 0; co < Cout; co += 4)
-                block_out(&p, g, cfg.out, segs, ns, nl, co, co + 4 < Cout ? co + 4 : Cout, M,
-                          buf, out, res, act);
+            for (int co = 0; co < Cout; co += cstep)
+                step_out(&p, g, cfg.out, segs, ns, nl, co, co + cstep < Cout ? co + cstep : Cout,
+                         M, chunk, buf, out, res, act);
         }
     }
-    return 0;
+    return status;
 }
