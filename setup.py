@@ -29,9 +29,7 @@ EXTENSIONS = {
     "_tensor": [],
     "_cast": [os.path.join(KERNELS, "cast", "*.c")],
     "_gemm": [os.path.join(KERNELS, "gemm", "*.c")],
-    # the convolution links its own copy of the GEMM engine (the Winograd GEMM stage calls it
-    # from C, and the extensions export no C symbols to each other)
-    "_conv": [os.path.join(KERNELS, "conv", "*.c"), os.path.join(KERNELS, "gemm", "*.c")],
+    "_conv": [os.path.join(KERNELS, "conv", "*.c")],
     "_ops": [os.path.join(KERNELS, "ops", "*.c")],
     "_arena": [os.path.join(KERNELS, "arena", "*.c")],
 }

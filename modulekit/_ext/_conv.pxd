@@ -38,6 +38,9 @@ cdef extern from "conv/conv.h" nogil:
     int mk_conv_winograd_supported(int m, int isa)
     int mk_conv_winograd_set_engine(int mode)
     int mk_conv_winograd_engine(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads)
+    ctypedef struct mk_wino_eng_api:
+        pass
+    void mk_wino_eng_install(const mk_wino_eng_api *api)
     size_t mk_wino_eng_bytes(int isa, int Cout, int Cin)
     void mk_wino_eng_pack(int isa, int T, int Cout, int Cin, const float *ut, int tbias,
                           const float *bias, void *dst)

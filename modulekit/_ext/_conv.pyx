@@ -21,6 +21,7 @@ Every shape, stride and dtype check happens here, before any ``nogil`` code.
 """
 
 cimport numpy as cnp
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.stdint cimport uint16_t
 
 from modulekit._ext._isa cimport MK_ISA_AVX512, active_isa
@@ -30,9 +31,14 @@ import threading
 
 import numpy as np
 
+from modulekit._ext._gemm import _winograd_engine_capsule
 from modulekit.dtypes import bfloat16 as _bf16_dtype
 
 cnp.import_array()
+
+# the GEMM engine's entry points for the Winograd GEMM stage, from the _gemm extension
+mk_wino_eng_install(<const mk_wino_eng_api *>PyCapsule_GetPointer(
+    _winograd_engine_capsule(), b"modulekit._ext._gemm.wino_eng_api"))
 
 __all__ = [
     "PackedConv2d",

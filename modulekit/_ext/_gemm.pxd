@@ -11,7 +11,12 @@
 # a: M x K activations in the compute dtype (element (i, k) at a[i * rsa + k * csa], strides
 # in elements, any sign); c: M x N output rows of stride ldc elements, unit column stride.
 
+cdef extern from "wino-eng-api.h" nogil:
+    ctypedef struct mk_wino_eng_api:
+        pass
+
 cdef extern from "gemm/gemm.h" nogil:
+    const mk_wino_eng_api mk_gemm_wino_api
     ctypedef enum mk_compute:
         MK_COMPUTE_F32
         MK_COMPUTE_F64

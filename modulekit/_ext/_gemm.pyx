@@ -14,6 +14,7 @@ cimport numpy as cnp
 from cython.parallel cimport prange
 from cpython.dict cimport PyDict_GetItem, PyDict_Next
 from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_New
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc
 
@@ -826,6 +827,14 @@ def _chain_planned_threads(PackedChain chain, Py_ssize_t m):
     chain._refresh()
     return mk_gemm_chain_plan_threads(<size_t>chain._nl, chain._spec, <size_t>m,
                                       effective_threads())
+
+
+def _winograd_engine_capsule():
+    """The engine's entry points for the convolution's Winograd GEMM stage
+    (``mk_gemm_wino_api``, wino-eng-api.h) in a PyCapsule named
+    ``modulekit._ext._gemm.wino_eng_api``: ``_conv`` installs them at import, as the
+    extensions export no C symbols to each other."""
+    return PyCapsule_New(<void *>&mk_gemm_wino_api, b"modulekit._ext._gemm.wino_eng_api", NULL)
 
 
 def _backing_off():

@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wino-eng-api.h"
+
 #define MK_CONV_MR 8
 
 /* Fused epilogue activations (after bias and the optional residual add). */
@@ -171,10 +173,13 @@ MK_WINO_DECL(2, avx512)
 MK_WINO_DECL(4, avx512)
 #undef MK_WINO_DECL
 
-/* The GEMM stage in the engine orientation (f32-winograd-engine.c, over kernels/gemm):
- * M_t^T (rows x Cout) = V_t^T (rows x Cin, row stride lda, read in place) . U_t^T, U_t^T
- * packed by mk_gemm_pack for the float32 engine configuration of the ISA, T groups of
- * mk_wino_eng_bytes each (bias in group tbias only); M_t^T rows of stride ldc. */
+/* The GEMM stage in the engine orientation, through the GEMM engine's table
+ * (wino-eng-api.h, kernels/gemm/gemm-wino-api.c), which _conv installs at import from the
+ * _gemm extension: M_t^T (rows x Cout) = V_t^T (rows x Cin, row stride lda, read in place)
+ * . U_t^T, U_t^T packed for the float32 engine configuration of the ISA, T groups of
+ * mk_wino_eng_bytes each (bias in group tbias only); M_t^T rows of stride ldc. Before the
+ * table is installed mk_wino_eng_available is 0 (the igemm orientation runs). */
+void mk_wino_eng_install(const mk_wino_eng_api *api);
 int mk_wino_eng_available(int isa); /* 0 where the engine has no row kernels (generic) */
 int mk_wino_eng_nr(int isa);        /* the engine's panel width */
 size_t mk_wino_eng_bytes(int isa, int Cout, int Cin);

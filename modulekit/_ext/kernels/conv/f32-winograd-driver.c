@@ -197,6 +197,28 @@ ptrdiff_t mk_conv_winograd_scratch(const mk_conv_geom *g, int Cout, int m, int i
            2 * (ptrdiff_t)g->C; /* + koff */
 }
 
+/* ---- the GEMM engine's table (wino-eng-api.h) ------------------------------------------- */
+
+static const mk_wino_eng_api *eng_api; /* installed once at import, before any call */
+
+void mk_wino_eng_install(const mk_wino_eng_api *api) { eng_api = api; }
+
+int mk_wino_eng_available(int isa) { return eng_api != NULL && eng_api->available(isa); }
+
+int mk_wino_eng_nr(int isa) { return eng_api->nr(isa); }
+
+size_t mk_wino_eng_bytes(int isa, int Cout, int Cin) { return eng_api->bytes(isa, Cout, Cin); }
+
+void mk_wino_eng_pack(int isa, int T, int Cout, int Cin, const float *ut, int tbias,
+                      const float *bias, void *dst) {
+    eng_api->pack(isa, T, Cout, Cin, ut, tbias, bias, dst);
+}
+
+int mk_wino_eng_gemm(int isa, int rows, int Cout, int Cin, const float *a, ptrdiff_t lda,
+                     const void *u, float *c, ptrdiff_t ldc, int p0, int p1) {
+    return eng_api->gemm(isa, rows, Cout, Cin, a, lda, u, c, ldc, p0, p1);
+}
+
 /* ---- cost model ---------------------------------------------------------------------------
  * Estimated time in units of one igemm multiply-add (about 110 per ns on one Zen 4/5 core),
  * per candidate:

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "isa.h"
+#include "wino-eng-api.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -234,6 +235,10 @@ void mk_act_tile_f32_avx512(size_t rows, size_t nc, void *c, size_t ldc, const m
 
 /* float16 <-> float32 in software (exact widening; round-to-nearest-even narrowing). */
 float mk_f16_to_f32(uint16_t h);
+
+/* The entry points the convolution's Winograd GEMM stage uses (gemm-wino-api.c), handed to
+ * the _conv extension at import (wino-eng-api.h). */
+extern const mk_wino_eng_api mk_gemm_wino_api;
 
 #ifdef __cplusplus
 }

@@ -1,14 +1,13 @@
-/* Winograd GEMM stage in the GEMM engine's orientation (see f32-winograd-driver.c): per
- * transform point t,
+/* The GEMM engine's entry points for the convolution's Winograd GEMM stage (the table of
+ * wino-eng-api.h; see conv/f32-winograd-driver.c): per transform point t,
  *     M_t^T [tiles x Cout] = V_t^T [tiles x Cin] . U_t^T [Cin x Cout]
  * with U_t^T packed by mk_gemm_pack into the engine's NR-column panels (the weights are the
  * vector operand) and the few tile rows read in place by the engine's row kernels
- * (mk_gemm_range: the MR-row and small-M direct kernels). This file is the only one of the
- * convolution kernels that includes gemm.h (its activation enum clashes with conv.h's), so
- * the driver reaches the engine through the plain-typed functions below (declared in conv.h). */
+ * (mk_gemm_range: the MR-row and small-M direct kernels). The convolution extension reaches
+ * these through mk_gemm_wino_api, handed over at import (see wino-eng-api.h). */
 #include <math.h>
 
-#include "gemm/gemm.h"
+#include "gemm.h"
 
 /* the engine configuration for float32 on this ISA, or NULL where the engine has no row
  * kernels (the portable path: there the igemm orientation stays) */
@@ -20,15 +19,15 @@ static const mk_gemm_config *eng_config(int isa) {
     return cfg;
 }
 
-int mk_wino_eng_available(int isa) { return eng_config(isa) != NULL; }
+static int eng_available(int isa) { return eng_config(isa) != NULL; }
 
-int mk_wino_eng_nr(int isa) { return (int)eng_config(isa)->nr; }
+static int eng_nr(int isa) { return (int)eng_config(isa)->nr; }
 
-size_t mk_wino_eng_bytes(int isa, int Cout, int Cin) {
+static size_t eng_bytes(int isa, int Cout, int Cin) {
     return mk_gemm_packed_size(eng_config(isa), (size_t)Cout, (size_t)Cin);
 }
 
-void mk_wino_eng_pack(int isa, int T, int Cout, int Cin, const float *ut, int tbias,
+static void eng_pack(int isa, int T, int Cout, int Cin, const float *ut, int tbias,
                       const float *bias, void *dst) {
     const mk_gemm_config *cfg = eng_config(isa);
     const size_t sz = mk_gemm_packed_size(cfg, (size_t)Cout, (size_t)Cin);
@@ -37,7 +36,7 @@ void mk_wino_eng_pack(int isa, int T, int Cout, int Cin, const float *ut, int tb
                      t == tbias ? bias : NULL, (unsigned char *)dst + t * sz, 1);
 }
 
-int mk_wino_eng_gemm(int isa, int rows, int Cout, int Cin, const float *a, ptrdiff_t lda,
+static int eng_gemm(int isa, int rows, int Cout, int Cin, const float *a, ptrdiff_t lda,
                      const void *u, float *c, ptrdiff_t ldc, int p0, int p1) {
     const mk_gemm_config *cfg = eng_config(isa);
     const mk_epilogue ep = {MK_ACT_NONE, -INFINITY, INFINITY, -INFINITY, INFINITY};
@@ -46,3 +45,5 @@ int mk_wino_eng_gemm(int isa, int rows, int Cout, int Cin, const float *a, ptrdi
                          (size_t)ldc, &ep);
     return mk_gemm_range(&pr, 0, (size_t)rows, (size_t)p0, (size_t)p1);
 }
+
+const mk_wino_eng_api mk_gemm_wino_api = {eng_available, eng_nr, eng_bytes, eng_pack, eng_gemm};
