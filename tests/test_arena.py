@@ -336,7 +336,8 @@ def test_models_identical_with_and_without_cache(build, isa):
             return np.concatenate([o.last_hidden_state.ravel(), o.pooler_output.ravel()])
     else:
         m = (resnet18 if build == "resnet18" else mobilenet_v2)(num_classes=10).eval()
-        x = rng.standard_normal((3, 3, 67, 67)).astype(np.float32)
+        # large enough that activations between the fused layers are cached blocks
+        x = rng.standard_normal((3, 3, 97, 97)).astype(np.float32)
 
         def run():
             return m(x)
