@@ -1,9 +1,9 @@
 """MobileNetV2's kernels: the direct depthwise 3x3 (f32-dwconv2d-chw-3x3-*) against torch.
 
 Odd sizes cover every remainder of the 16-column vectors and odd and even row counts (the
-kernel runs one output row per step and carries the next rows' partial sums), paddings 0..2 (asymmetric too), residual on/off, batch > 1 and
-strided input views; every ISA path this CPU has (the AVX-512 kernel, the phase-image
-fallback elsewhere) and float64 (its own direct loop).
+kernel runs one output row per step and carries the next rows' partial sums), paddings 0..2
+(asymmetric too), residual on/off, batch > 1 and strided input views; every ISA path this CPU
+has (the AVX-512 kernel, the phase-image fallback elsewhere) and float64 (its own direct loop).
 """
 
 import numpy as np
