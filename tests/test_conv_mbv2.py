@@ -1,9 +1,9 @@
 """MobileNetV2's kernels: the direct depthwise 3x3 (f32-dwconv2d-chw-3x3-*) against torch.
 
-Odd sizes cover every remainder of the 16-column vectors and of the row bands (4 rows at
-stride 1, 2 at stride 2), paddings 0..2 (asymmetric too), residual on/off, batch > 1 and
-strided input views; every ISA path this CPU has (the AVX-512 kernel, the phase-image
-fallback elsewhere) and float64 (its own direct loop).
+Odd sizes cover every remainder of the 16-column vectors and odd and even row counts (the
+kernel runs one output row per step and carries the next rows' partial sums), paddings 0..2
+(asymmetric too), residual on/off, batch > 1 and strided input views; every ISA path this CPU
+has (the AVX-512 kernel, the phase-image fallback elsewhere) and float64 (its own direct loop).
 """
 
 import numpy as np
@@ -46,6 +46,15 @@ DW_CASES = [
     (1, 3, 5, 16, 1, (1, 1, 1, 1)),  # rows of <= 16 columns: loaded once, shifted in lanes
     (1, 2, 6, 12, 1, (0, 1, 2, 1)),
     (2, 2, 14, 14, 1, (1, 1, 1, 1)),
+    # stride 2 (one output row per step, the next row's first sum carried): odd and even
+    # sizes, rows past 32 columns, asymmetric and large padding
+    (1, 3, 7, 8, 2, (1, 1, 1, 1)),
+    (3, 2, 16, 15, 2, (1, 1, 1, 1)),
+    (1, 2, 29, 29, 2, (1, 1, 1, 1)),
+    (1, 2, 112, 112, 2, (1, 1, 1, 1)),
+    (1, 2, 8, 16, 2, (0, 1, 1, 0)),
+    (1, 2, 9, 37, 2, (2, 2, 2, 2)),
+    (1, 2, 1, 5, 2, (1, 1, 1, 1)),
     (1, 2, 7, 37, 1, (1, 1, 0, 2)),  # left padding 1, right 2 / 0: the wide-row loads
     (1, 2, 9, 12, 1, (2, 1, 1, 0)),
 ]
@@ -415,6 +424,33 @@ def test_inverted_residual_channel_split_agrees(rng, cin, t, cout, hw, stride, n
     finally:
         modulekit.set_num_threads(before)
     np.testing.assert_array_equal(one, many)
+
+
+# Stride-2 blocks (the depthwise step runs one output row per step): odd and even heights and
+# widths, channels that are not multiples of 16, every band height, batch 1 and 3, 1 and 2
+# threads; bit for bit against the unfused layers and against torch.
+@pytest.mark.parametrize(
+    "hw,cin,t,cout",
+    [(hw, *c) for hw in [(7, 7), (8, 8), (15, 16), (16, 15), (29, 29), (29, 8)]
+     for c in [(5, 6, 7), (16, 6, 24)]]
+    + [((112, 112), 16, 6, 24)],
+)
+@pytest.mark.parametrize("n,threads", [(1, 1), (1, 2), (3, 1), (3, 2)])
+def test_inverted_residual_stride2(isa, rng, hw, cin, t, cout, n, threads):
+    import modulekit
+
+    e, d, p, (pe, pd, pp) = _block(rng, cin, t, cout, 2)
+    x = rng.standard_normal((n, cin, *hw)).astype(np.float32)
+    before = modulekit.get_num_threads()
+    try:
+        modulekit.set_num_threads(threads)
+        u = pp.forward(pd.forward(pe.forward(x, "relu6"), "relu6"), None)
+        for band in (0, 1, 2, 3):
+            y = _conv.inverted_residual(x, pe, pd, pp, False, band_rows=band)
+            np.testing.assert_array_equal(y, u)
+    finally:
+        modulekit.set_num_threads(before)
+    np.testing.assert_allclose(y, _torch_block(x, e, d, p, 2, False), rtol=1e-4, atol=1e-4)
 
 
 # Whole planes of at most 256 pixels and 8 columns at stride 1 (the 7x7 maps) run the flat
