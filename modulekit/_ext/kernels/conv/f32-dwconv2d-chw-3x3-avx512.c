@@ -91,8 +91,16 @@ MK_T512 static inline __m512 dw3_chain(__m512 a, const __m512 *w, const __m512 v
     return _mm512_fmadd_ps(w[2], v[2], a);
 }
 
+/* One output row's 16 columns (mask sm): + residual row rr (or NULL), activation, store. */
+MK_T512 static inline void dw3_store(float *o, __mmask16 sm, __m512 a, const float *rr,
+                                     int act) {
+    if (rr) a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(sm, rr));
+    _mm512_mask_storeu_ps(o, sm, mk_act512(a, act));
+}
+
 /* Stride 1 (S = 0, 1, 3), output rows [oh0, oh1) of one plane, 16 columns at a time, one
- * output row per step: each step loads one input row (3 vectors) for 9 FMAs, finishing output row oh (kernel row 2), adding
+ * output row per step: each step loads one input row (3 vectors) for 9 FMAs, finishing
+ * output row oh (kernel row 2), adding
  * kernel row 1 of row oh + 1 and starting row oh + 2 (bias and kernel row 0); the partial sums
  * of the next two rows are carried in registers. Each output is the same three 3-FMA chains
  * (bias and kernel row 0, rows 1 and 2 from 0, added in that order; a padding row is skipped)
@@ -131,12 +139,8 @@ MK_T512 static inline void dw3_s1_rows(const int S, const float *x, ptrdiff_t sh
                 d1 = dw3_chain(z, wv + 3, v);
                 e0 = dw3_chain(b0, wv, v);
             }
-            __m512 a = _mm512_add_ps(_mm512_add_ps(c0, c1), c2);
-            if (rr) {
-                a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(sm, rr));
-                rr += rrs;
-            }
-            _mm512_mask_storeu_ps(o, sm, mk_act512(a, act));
+            dw3_store(o, sm, _mm512_add_ps(_mm512_add_ps(c0, c1), c2), rr, act);
+            if (rr) rr += rrs;
             c0 = d0;
             c1 = d1;
             d0 = e0;
@@ -180,12 +184,8 @@ MK_T512 static inline void dw3_s2_rows(const float *x, ptrdiff_t sh, int H, int 
                 a2 = dw3_chain(z, wv + 6, v);
                 next = dw3_chain(b0, wv, v);
             }
-            __m512 a = _mm512_add_ps(_mm512_add_ps(carry, a1), a2);
-            if (rr) {
-                a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(sm, rr));
-                rr += rrs;
-            }
-            _mm512_mask_storeu_ps(o, sm, mk_act512(a, act));
+            dw3_store(o, sm, _mm512_add_ps(_mm512_add_ps(carry, a1), a2), rr, act);
+            if (rr) rr += rrs;
             carry = next;
         }
     }
