@@ -100,9 +100,8 @@ MK_T512 static inline void dw3_store(float *o, __mmask16 sm, __m512 a, const flo
 
 /* Stride 1 (S = 0, 1, 3), output rows [oh0, oh1) of one plane, 16 columns at a time, one
  * output row per step: each step loads one input row (3 vectors) for 9 FMAs, finishing
- * output row oh (kernel row 2), adding
- * kernel row 1 of row oh + 1 and starting row oh + 2 (bias and kernel row 0); the partial sums
- * of the next two rows are carried in registers. Each output is the same three 3-FMA chains
+ * output row oh (kernel row 2), adding kernel row 1 of row oh + 1 and starting row oh + 2
+ * (bias and kernel row 0); the partial sums of the next two rows are carried in registers. Each output is the same three 3-FMA chains
  * (bias and kernel row 0, rows 1 and 2 from 0, added in that order; a padding row is skipped)
  * as the 4-row blocks this replaced, so the results are equal bit for bit. */
 MK_T512 static inline void dw3_s1_rows(const int S, const float *x, ptrdiff_t sh, int H, int W,
