@@ -19,7 +19,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXT = os.path.join("modulekit", "_ext")
+EXT = os.path.join("src", "modulekit", "_ext")
 KERNELS = os.path.join(EXT, "kernels")
 
 # Each extension: its .pyx and the C kernel sources (globs, relative to the repo) it links.

@@ -10,12 +10,14 @@ import warnings
 import numpy as np
 import pytest
 
+import modulekit as mk
 from modulekit.models.bert import BertConfig, BertModel, mean_pool
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the folder the tests import modulekit from (the installed package, or src/ of a checkout)
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(mk.__file__)))
 CONFIGS = {
     "small": dict(
         vocab_size=99,
@@ -214,13 +216,13 @@ def test_from_pretrained_needs_neither_torch_nor_transformers(saved):
         "    print(out.last_hidden_state.shape)\n"
     )
     dirs = saved["small"][1]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     res = subprocess.run(
         [sys.executable, "-c", code, dirs["safetensors"], dirs["bin"]],
         capture_output=True,
         text=True,
         env=env,
-        cwd=ROOT,
+        cwd=PKG_ROOT,
         timeout=120,
     )
     assert res.returncode == 0, res.stderr

@@ -16,7 +16,8 @@ import pytest
 
 import modulekit as mk
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the folder the tests import modulekit from (the installed package, or src/ of a checkout)
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(mk.__file__)))
 
 SCRIPT = textwrap.dedent(
     """
@@ -67,7 +68,7 @@ SCRIPT = textwrap.dedent(
 def run_scenario(tmp_path, method, start_team):
     script = tmp_path / "scenario.py"
     script.write_text(SCRIPT)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("OMP_NUM_THREADS", None)
     # its own process group: on a hang, the scenario and its pool workers are all killed
     proc = subprocess.Popen(
