@@ -6,6 +6,7 @@ the report renders them.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -38,7 +39,8 @@ def test_quick_run_covers_every_suite(quick_run):
     assert {"overhead", "casts", "gemm", "conv", "checkpoint_io"} <= ran
     for row in result["rows"]:
         assert {"suite", "case", "impl"} <= set(row)
-        assert row.get("error") or row["seconds"] > 0
+        # every row, whatever its suite, carries its median and its spread
+        assert row.get("error") or 0 < row["low"] <= row["seconds"] <= row["high"], row
     machine = result["machine"]
     assert machine["isa"] in machine["isa_available"] and machine["threads"] >= 1
     assert machine["openblas_env_unset"] or not os.environ.get("OPENBLAS_CORETYPE")
@@ -50,11 +52,11 @@ def test_bars_name_real_cases(quick_run):
     _, result = quick_run
     cases = {(r["suite"], r["case"]) for r in result["rows"]}
     suites_run = {r["suite"] for r in result["rows"]}
-    for issue, _text, suite, case, _peer, _need, *_floor in BARS:
+    for _text, suite, case, _peer, _need, *_floor in BARS:
         # quick runs use smaller sizes for some cases; the rest must match a row exactly
         if suite in suites_run and "MB" not in case and "batch 32" not in case \
                 and "seq 128" not in case and "MiB" not in case:
-            assert (suite, case) in cases, (issue, suite, case)
+            assert (suite, case) in cases, (_text, suite, case)
 
 
 def test_report_renders_the_run(quick_run, tmp_path):
@@ -62,7 +64,8 @@ def test_report_renders_the_run(quick_run, tmp_path):
     page = render(result, plot="perf.png", notes="## Notes\n\nhand-written")
     assert page.startswith("# Performance")
     assert "python -m modulekit.bench --quick" in page
-    assert "![modulekit speedup over each peer](perf.png)" in page
+    assert "](perf.png)" in page
+    assert "## Targets" in page and "#" not in page.split("## Targets")[1].split("\n## ")[0]
     assert "hand-written" in page
     for suite in {r["suite"] for r in result["rows"]}:
         assert f"## {suite}" in page
@@ -104,3 +107,107 @@ def test_unknown_suite_is_refused():
     proc = subprocess.run([sys.executable, "-m", "modulekit.bench", "nope"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown suite" in proc.stderr
+
+
+def test_help_speaks_to_users():
+    """No internal issue numbers in what ``--help`` prints."""
+    proc = subprocess.run([sys.executable, "-m", "modulekit.bench", "--help"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "--quick" in proc.stdout
+    assert not re.search(r"#\d|\bissues?\b", proc.stdout, re.IGNORECASE), proc.stdout
+
+
+def test_interleaved_rotates_and_summarises():
+    from modulekit.bench._timing import interleaved
+
+    order, restored = [], []
+    funcs = {name: (lambda n=name: order.append(n)) for name in "abc"}
+    res = interleaved(funcs, rounds=3, number=2, warmup=0,
+                      setup={"b": lambda: restored.append(len(order))})
+    assert order == list("aabbcc" "bbccaa" "ccaabb")  # each round starts one later
+    assert restored == [2, 6, 16]                    # before every sample of b, untimed
+    for stats in res.values():
+        assert set(stats) == {"seconds", "low", "high", "best"}
+        assert 0 < stats["best"] <= stats["low"] <= stats["seconds"] <= stats["high"]
+    with pytest.raises(ValueError, match="unknown"):
+        interleaved(funcs, rounds=1, setup={"z": print})
+
+
+def test_interleaved_calibrates_calls_to_min_time(monkeypatch):
+    import types
+
+    from modulekit.bench import _timing
+
+    clock = [0.0]  # a fake clock: each call costs exactly what its function says
+    monkeypatch.setattr(_timing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    calls = {"fast": 0, "slow": 0}
+
+    def timed(name, cost):
+        def fn():
+            calls[name] += 1
+            clock[0] += cost
+        return fn
+
+    fast, slow = 2.0**-20, 2.0**-10  # exact in binary: the clock never rounds
+    res = _timing.interleaved({"fast": timed("fast", fast), "slow": timed("slow", slow)},
+                              rounds=3, min_time=2.0**-7, warmup=1)
+    # warm-up call, calibration call, then 3 samples of min_time / cost calls
+    assert calls == {"fast": 2 + 3 * 2**13, "slow": 2 + 3 * 2**3}
+    assert res["fast"]["seconds"] == fast and res["slow"]["seconds"] == slow
+
+
+def test_summary_spread():
+    from modulekit.bench._timing import summary
+
+    assert summary([3.0, 1.0, 2.0]) == {"seconds": 2.0, "low": 1.0, "high": 3.0, "best": 1.0}
+    assert summary([float(v) for v in range(1, 10)]) == {
+        "seconds": 5.0, "low": 3.0, "high": 7.0, "best": 1.0}
+    with pytest.raises(ValueError):
+        summary([])
+
+
+def test_roles_and_ratio_spread():
+    from modulekit.bench._timing import role, with_ratios
+
+    rows = [
+        {"suite": "s", "case": "c", "impl": "modulekit", "seconds": 2.0, "low": 1.0, "high": 4.0},
+        {"suite": "s", "case": "c", "impl": "numpy", "seconds": 4.0, "low": 3.0, "high": 8.0},
+        {"suite": "s", "case": "c", "impl": "modulekit 1 thread", "seconds": 3.0},
+        {"suite": "s", "case": "c", "impl": "floor: memcpy", "seconds": 1.0},
+    ]
+    with_ratios(rows)
+    assert [role(r) for r in rows] == ["modulekit", "peer", "variant", "floor"]
+    assert rows[1]["speedup"] == 2.0
+    assert (rows[1]["speedup_low"], rows[1]["speedup_high"]) == (0.75, 8.0)
+    assert rows[2]["speedup"] == 1.5 and "speedup_low" not in rows[2]
+
+
+def test_plot_keeps_reference_rows_apart(tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib import pyplot as plt
+
+    from modulekit.bench.__main__ import plot
+
+    rows = [
+        {"suite": "s", "case": "c", "impl": "modulekit", "seconds": 2.0, "low": 1.5, "high": 3.0},
+        {"suite": "s", "case": "c", "impl": "numpy", "seconds": 1.0, "low": 0.9, "high": 1.1},
+        {"suite": "s", "case": "c", "impl": "floor: memcpy", "seconds": 1.0},
+    ]
+    drawn = []
+    savefig = plt.Figure.savefig
+
+    def spy(fig, *args, **kwargs):
+        for ax in fig.axes:
+            labels = [t.get_text() for t in ax.get_yticklabels()]
+            errors = [c for c in ax.containers if hasattr(c, "has_xerr") and c.has_xerr]
+            drawn.append((labels, len(errors)))
+        return savefig(fig, *args, **kwargs)
+
+    plt.Figure.savefig = spy
+    try:
+        path = plot(rows, tmp_path / "chart.png")
+    finally:
+        plt.Figure.savefig = savefig
+    assert path.stat().st_size > 0
+    # the floor is not drawn among the losses: a panel of its own; error bars from spreads
+    assert drawn == [(["c vs numpy"], 1), (["c vs floor: memcpy"], 1)]

@@ -2,8 +2,9 @@
 
 Runs the named bench suites (default: all) against every optional peer that is installed, in
 one run; prints each suite's table of medians, spreads and modulekit's speedup over each peer
-(peer time / modulekit time), then the issue bars met or missed; writes JSON with the machine
-(CPU flags, ISA path, threads, library versions) and, with ``--plot``, a bar chart.
+(peer time / modulekit time), then the performance targets met or missed; writes JSON with
+the machine (CPU flags, ISA path, threads, library versions) and, with ``--plot``, a bar
+chart (speedups with error bars; reference rows apart from the other libraries).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import time
 
 from modulekit.bench import SUITES
-from modulekit.bench._timing import report, with_ratios
+from modulekit.bench._timing import report, role, with_ratios
 from modulekit.bench.bars import check_bars, format_bars
 from modulekit.bench.machine import machine_info
 
@@ -35,26 +36,58 @@ def _reexec_env(argv, passive):
         os.execve(sys.executable, [sys.executable, "-m", "modulekit.bench", *argv], env)
 
 
+def _speedup_bars(rows):
+    """(label, speedup, [below, above]) per row with a speedup: the error bar spans the
+    ratio's range over the two rows' spreads (``speedup_low`` .. ``speedup_high``)."""
+    out = []
+    for r in rows:
+        v = r["speedup"]
+        lo, hi = r.get("speedup_low", v), r.get("speedup_high", v)
+        out.append((f"{r['case']} vs {r['impl']}", v, [max(v - lo, 0.0), max(hi - v, 0.0)]))
+    return out
+
+
 def plot(rows, path):
-    """Bar chart of modulekit's speedup over each peer (log scale; > 1 is faster)."""
+    """Bar chart of modulekit's speedup (log scale; > 1 is faster), with error bars from the
+    rows' spreads: against the other libraries (green: modulekit faster, red: slower) and,
+    in a separate panel, against the reference rows (modulekit's own variants and the
+    "floor" rows), which are not competitors."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bars = [(f"{r['case']} vs {r['impl']}", r["speedup"]) for r in rows if r.get("speedup")]
-    fig, ax = plt.subplots(figsize=(10, 0.32 * len(bars) + 1.2))
-    labels = [b[0] for b in bars]
-    values = [b[1] for b in bars]
-    colors = ["#2a7" if v >= 1 else "#c44" for v in values]
-    ax.barh(range(len(bars)), values, color=colors)
-    ax.set_yticks(range(len(bars)), labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.axvline(1.0, color="k", lw=0.8)
-    ax.set_xlabel("modulekit speedup (peer time / modulekit time)")
+    with_ratios(rows)
+    ratios = [r for r in rows if r.get("speedup")]
+    peers = [r for r in ratios if role(r) == "peer"]
+    references = [r for r in ratios if role(r) in ("variant", "floor")]
+    panels = [
+        ("modulekit vs other libraries (green: modulekit faster, red: slower)", peers,
+         ["#2a7" if r["speedup"] >= 1 else "#c44" for r in peers]),
+        ("modulekit vs reference rows, not competitors (blue: modulekit run another way, "
+         "grey: a floor that does only the unavoidable work)", references,
+         ["#48c" if role(r) == "variant" else "#999" for r in references]),
+    ]
+    panels = [p for p in panels if p[1]]
+    if not panels:
+        raise ValueError("plot: no row has a speedup to draw")
+    heights = [len(panel_rows) for _, panel_rows, _ in panels]
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False, sharex=True,
+                             figsize=(10, 0.22 * sum(heights) + 1.0 * len(panels) + 0.6),
+                             gridspec_kw={"height_ratios": heights})
+    for ax, (title, panel_rows, colors) in zip(axes[:, 0], panels):
+        bars = _speedup_bars(panel_rows)
+        ax.barh(range(len(bars)), [b[1] for b in bars], xerr=list(zip(*[b[2] for b in bars])),
+                color=colors, ecolor="k", error_kw={"lw": 0.8, "capsize": 2})
+        ax.set_yticks(range(len(bars)), [b[0] for b in bars], fontsize=7)
+        ax.set_ylim(len(bars) - 0.5, -0.5)
+        ax.set_xscale("log")
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set_title(title, fontsize=8, loc="left")
+    axes[-1, 0].set_xlabel("modulekit speedup: other time / modulekit time (medians; error "
+                           "bars: the ratio over both rows' quartiles)", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -104,7 +137,7 @@ def main(argv=None):
               f"(total {time.perf_counter() - start:.1f} s)", flush=True)
     bars = check_bars(rows)
     if bars:
-        print("\nBars:\n" + format_bars(bars))
+        print("\nTargets:\n" + format_bars(bars))
     command = " ".join(["python -m modulekit.bench", *args.suites]
                        + ["--quick"] * args.quick + ["--passive"] * args.passive)
     result = {"machine": machine, "command": command,

@@ -1,63 +1,63 @@
-"""The issues' performance bars, checked against a bench run's rows.
+"""modulekit's performance targets, checked against a bench run's rows.
 
-Each bar names a (suite, case) row pair and the speedup modulekit must reach over a peer
+Each target names a (suite, case) row pair and the speedup modulekit must reach over a peer
 (peer time / modulekit time): "<= 0.5x the peer's time" is a speedup of at least 2.
 
-A bar may also name a floor: a row of the same case that does only the unavoidable part of the
-work (for a cast: moving its bytes, without converting them). The peer's time over the floor's
-is then the largest speedup any implementation can reach on the machine measured, reported as
-``ceiling`` beside the bar.
+A target may also name a floor: a row of the same case that does only the unavoidable part of
+the work (for a cast: moving its bytes, without converting them). The peer's time over the
+floor's is then the largest speedup any implementation can reach on the machine measured,
+reported as ``ceiling`` beside the target.
 """
 
 from __future__ import annotations
 
 from modulekit.bench.casts import FLOOR_NEW
 
-# (issue, what the issue asks, suite, case, peer impl, minimum speedup[, floor impl])
+# (the target, suite, case, peer impl, minimum speedup[, floor impl])
 BARS = [
-    (2, "Identity call overhead <= 0.5x torch's", "overhead", "Identity call", "torch", 2.0),
-    (2, "float32 -> float16 cast of 64 MiB >= 20x ndarray.astype",
+    ("Identity call overhead <= 0.5x torch's", "overhead", "Identity call", "torch", 2.0),
+    ("float32 -> float16 cast of 64 MiB >= 20x ndarray.astype",
      "casts", "float32 -> float16 64 MiB, new array", "numpy astype", 20.0, FLOOR_NEW),
-    (2, "float32 -> bfloat16 cast of 64 MiB >= 10x ml_dtypes astype",
+    ("float32 -> bfloat16 cast of 64 MiB >= 10x ml_dtypes astype",
      "casts", "float32 -> bfloat16 64 MiB, new array", "ml_dtypes astype", 10.0, FLOOR_NEW),
-    (3, "matmul float32 1024^3 >= 0.95x numpy", "gemm", "matmul 1024^3", "numpy", 0.95),
-    (3, "packed Linear 1024x1024 batch 1024 >= 1.0x numpy", "gemm",
+    ("matmul float32 1024^3 >= 0.95x numpy", "gemm", "matmul 1024^3", "numpy", 0.95),
+    ("packed Linear 1024x1024 batch 1024 >= 1.0x numpy", "gemm",
      "linear 1024x1024 batch 1024", "numpy", 1.0),
-    (3, "Linear 512x512 batch 1 <= 0.5x numpy's time", "gemm", "linear 512x512 batch 1",
+    ("Linear 512x512 batch 1 <= 0.5x numpy's time", "gemm", "linear 512x512 batch 1",
      "numpy", 2.0),
-    (3, "MLP 784-256-256-10 batch 1 <= 0.5x onnxruntime's time", "gemm", "mlp batch 1",
+    ("MLP 784-256-256-10 batch 1 <= 0.5x onnxruntime's time", "gemm", "mlp batch 1",
      "onnxruntime", 2.0),
-    (3, "2 threads >= 1.85x one thread on matmul 1024^3", "gemm",
+    ("2 threads >= 1.85x one thread on matmul 1024^3", "gemm",
      "matmul 1024^3 thread scaling", "modulekit 1 thread", 1.85),
-    (4, "conv3x3 64->64 56x56 batch 1 >= 1.0x torch", "conv", "conv3x3 64->64 56x56", "torch",
+    ("conv3x3 64->64 56x56 batch 1 >= 1.0x torch", "conv", "conv3x3 64->64 56x56", "torch",
      1.0),
-    (4, "ResNet-18 batch 1 <= 0.9x onnxruntime's latency", "models", "ResNet-18 batch 1",
+    ("ResNet-18 batch 1 <= 0.9x onnxruntime's latency", "models", "ResNet-18 batch 1",
      "onnxruntime", 1 / 0.9),
-    (4, "MobileNetV2 batch 1 <= 0.9x onnxruntime's latency", "models", "MobileNetV2 batch 1",
+    ("MobileNetV2 batch 1 <= 0.9x onnxruntime's latency", "models", "MobileNetV2 batch 1",
      "onnxruntime", 1 / 0.9),
-    (4, "ResNet-18 batch 32 >= 1.0x onnxruntime's throughput", "models", "ResNet-18 batch 32",
+    ("ResNet-18 batch 32 >= 1.0x onnxruntime's throughput", "models", "ResNet-18 batch 32",
      "onnxruntime", 1.0),
-    (5, "BERT (MiniLM-L6) batch 32 seq 128 <= 0.8x onnxruntime's time", "bert",
+    ("BERT (MiniLM-L6) batch 32 seq 128 <= 0.8x onnxruntime's time", "bert",
      "MiniLM-L6 batch 32 seq 128", "onnxruntime", 1.25),
-    (5, "BERT (MiniLM-L6) batch 1 seq 32 <= 0.8x onnxruntime's time", "bert",
+    ("BERT (MiniLM-L6) batch 1 seq 32 <= 0.8x onnxruntime's time", "bert",
      "MiniLM-L6 batch 1 seq 32", "onnxruntime", 1.25),
-    (6, "safetensors load to first use >= 5x safetensors.numpy.load_file",
+    ("safetensors load to first use >= 5x safetensors.numpy.load_file",
      "checkpoint_io", "load safetensors 200 MB, to first use", "safetensors.numpy.load_file",
      5.0),
-    (6, ".pt load no slower than torch.load(weights_only=True)",
+    (".pt load no slower than torch.load(weights_only=True)",
      "checkpoint_io", "load pt-zip 200 MB, to first use", "torch.load(weights_only=True)", 1.0),
 ]
 
 
 def check_bars(rows):
-    """One dict per bar whose rows are present: measured speedup and whether it is met."""
+    """One dict per target whose rows are present: measured speedup and whether it is met."""
     index = {(r.get("suite"), r.get("case"), r.get("impl")): r for r in rows}
     out = []
-    for issue, text, suite, case, peer, need, *floor in BARS:
+    for text, suite, case, peer, need, *floor in BARS:
         row = index.get((suite, case, peer))
         if row is None or not row.get("speedup"):
             continue
-        bar = {"issue": issue, "bar": text, "suite": suite, "case": case, "peer": peer,
+        bar = {"bar": text, "suite": suite, "case": case, "peer": peer,
                "needed": need, "speedup": row["speedup"], "met": row["speedup"] >= need}
         low = index.get((suite, case, floor[0])) if floor else None
         if low is not None and low.get("seconds"):
@@ -67,14 +67,14 @@ def check_bars(rows):
 
 
 def ceiling_text(bar):
-    """The bar's ceiling as text to append ("; the memory allows at most Nx"), or ""."""
+    """The target's ceiling as text to append ("; the memory allows at most Nx"), or ""."""
     return (f"; the memory allows at most {bar['ceiling']:.2f}x"
             if bar.get("ceiling") is not None else "")
 
 
 def format_bars(bars):
     return "\n".join(
-        f"  [{'met' if b['met'] else 'MISSED'}] #{b['issue']} {b['bar']}: "
+        f"  [{'met' if b['met'] else 'MISSED'}] {b['bar']}: "
         f"{b['speedup']:.2f}x (needs >= {b['needed']:.2f}x{ceiling_text(b)})"
         for b in bars
     )

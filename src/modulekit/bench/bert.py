@@ -7,7 +7,7 @@ transformers' ``save_pretrained`` wrote. Peers run with the same thread count, i
 round by round, with an untimed 50 ms pause before each library's turn (as the conv and
 model benches do: onnxruntime's spinning workers otherwise slow the next library's calls).
 onnxruntime is optional: the model is exported with ``torch.onnx.export``
-(skipped with a message if that fails offline). Bars (issue #5): batch 32 seq 128 and batch 1
+(skipped with a message if that fails offline). Targets: batch 32 seq 128 and batch 1
 seq 32 at <= 0.8x onnxruntime's time. When one is missed the per-layer profile is printed.
 """
 

@@ -4,7 +4,8 @@ Run: ``python -m modulekit.bench casts`` or ``python bench/casts.py [--quick] [-
 
 float32 -> float16, float32 -> bfloat16 of 64 MiB of float32, and the same element count
 float16 -> float32, bfloat16 -> float32, each timed against its peer in one run, round by
-round in turn (interleaved; medians, quartiles and the fastest sample):
+round in turn (``modulekit.bench._timing.interleaved``; medians, quartiles and the fastest
+sample):
 
 - "new array": ``modulekit._ext._cast.cast(x, dtype)`` vs ``x.astype(dtype)`` (NumPy's own
   cast for float16, ml_dtypes' for bfloat16). Both allocate the result, so both pay the
@@ -22,7 +23,7 @@ faults and writes) beside the new-array case, and "memcpy of the same byte count
 case. A peer's time over a floor's is the largest speedup over that peer the memory allows.
 
 GB/s counts the bytes read plus the bytes written; speedup = peer time / modulekit time.
-Bars (issue): float32 -> float16 >= 20x ``astype``, float32 -> bfloat16 >= 10x ml_dtypes.
+Targets: float32 -> float16 >= 20x ``astype``, float32 -> bfloat16 >= 10x ml_dtypes.
 ``run(quick=False)`` returns the rows (``suite``, ``case``, ``impl``, ``seconds``, ``low``,
 ``high``, ``best``, ``gbps``) in the format of ``modulekit.bench``.
 
@@ -33,13 +34,12 @@ Bars (issue): float32 -> float16 >= 20x ``astype``, float32 -> bfloat16 >= 10x m
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import ml_dtypes
 import numpy as np
 
 from modulekit._ext import _cast, _isa, _openmp_helpers
+from modulekit.bench._timing import interleaved
 
 MIB = 1 << 20
 F32 = np.dtype(np.float32)
@@ -54,34 +54,6 @@ def _fmt(seconds):
     if seconds < 1e-3:
         return f"{seconds * 1e6:.2f} us"
     return f"{seconds * 1e3:.2f} ms"
-
-
-def interleaved(funcs, rounds, number=1):
-    """Time each entry of ``funcs`` (name -> (setup or None, fn)), alternating between them
-    round by round; ``setup`` runs untimed before every sample of ``number`` calls.
-
-    Returns name -> {"seconds": median, "low"/"high": quartiles, "best": fastest} per call.
-    """
-    for setup, fn in funcs.values():       # warm-up: caches, thread pool, page tables
-        if setup is not None:
-            setup()
-        fn()
-    samples = {name: [] for name in funcs}
-    for _ in range(rounds):
-        for name, (setup, fn) in funcs.items():
-            if setup is not None:
-                setup()
-            t0 = time.perf_counter()
-            for _ in range(number):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / number)
-    out = {}
-    for name, values in samples.items():
-        values.sort()
-        q = len(values) // 4
-        out[name] = {"seconds": statistics.median(values), "low": values[q],
-                     "high": values[-1 - q], "best": values[0]}
-    return out
 
 
 def run(quick=False, nbytes=64 * MIB) -> list[dict]:
@@ -101,27 +73,27 @@ def run(quick=False, nbytes=64 * MIB) -> list[dict]:
         name = f"{src.name} -> {dst.name} {nbytes // MIB} MiB"
         groups = {
             f"{name}, new array": {
-                "modulekit": (None, lambda x=x, dst=dst: _cast.cast(x, dst)),
-                f"{peer} astype": (None, lambda x=x, dst=dst: x.astype(dst)),
-                FLOOR_NEW: (None, lambda nb=n * dst.itemsize: np.full(nb, 1, np.uint8)),
+                "modulekit": lambda x=x, dst=dst: _cast.cast(x, dst),
+                f"{peer} astype": lambda x=x, dst=dst: x.astype(dst),
+                FLOOR_NEW: lambda nb=n * dst.itemsize: np.full(nb, 1, np.uint8),
             },
             f"{name}, into an existing array": {
-                "modulekit": (None, lambda x=x, out=out: _cast.cast_into(x, out)),
-                f"{peer} np.copyto": (
-                    None, lambda x=x, out=out: np.copyto(out, x, casting="unsafe")),
-                FLOOR_COPY: (None, lambda a=copy_src[: moved // 2], b=copy_dst[: moved // 2]:
-                             np.copyto(b, a)),
+                "modulekit": lambda x=x, out=out: _cast.cast_into(x, out),
+                f"{peer} np.copyto": lambda x=x, out=out: np.copyto(out, x, casting="unsafe"),
+                FLOOR_COPY: lambda a=copy_src[: moved // 2], b=copy_dst[: moved // 2]:
+                    np.copyto(b, a),
             },
         }
+        setups = {}
         if dst.itemsize < src.itemsize:
             buf = np.empty_like(x)
             view = buf.view(np.uint8)[: n * dst.itemsize].view(dst)
             groups[f"{name}, in place"] = {
-                "modulekit": (lambda buf=buf, x=x: np.copyto(buf, x),
-                              lambda buf=buf, view=view: _cast.cast_into(buf, view)),
-            }
+                "modulekit": lambda buf=buf, view=view: _cast.cast_into(buf, view)}
+            # the source values are restored, untimed, before every call
+            setups[f"{name}, in place"] = {"modulekit": lambda buf=buf, x=x: np.copyto(buf, x)}
         for case, funcs in groups.items():
-            res = interleaved(funcs, rounds)
+            res = interleaved(funcs, rounds=rounds, number=1, setup=setups.get(case))
             for impl, stats in res.items():
                 nb = n * dst.itemsize if impl == FLOOR_NEW else moved
                 rows.append(dict(suite="casts", case=case, impl=impl,
@@ -134,7 +106,7 @@ def _print(rows, nbytes):
     print(f"\n## dtype casts, {nbytes // MIB} MiB of float32, ISA {_isa.get_isa()}, "
           f"{_openmp_helpers.get_num_threads()} threads (GB/s: read + written; speedup: "
           f"peer / modulekit, medians and fastest samples)")
-    header = ("case", "impl", "median", "IQR", "best", "GB/s", "speedup", "best/best")
+    header = ("case", "impl", "median", "spread", "best", "GB/s", "speedup", "best/best")
     lines = []
     for r in rows:
         mine = ours[r["case"]]
@@ -161,14 +133,12 @@ def threshold(quick=False) -> list[dict]:
             n = kib * 1024 // 6                    # 4 bytes read + 2 written per element
             x = np.ones(n, np.float32)
             out = np.empty(n, np.float16)
-            funcs = {
-                "serial": (lambda: _openmp_helpers.set_num_threads(1),
-                           lambda x=x, out=out: _cast.cast_into(x, out)),
-                "parallel": (lambda: _openmp_helpers.set_num_threads(nthreads),
-                             lambda x=x, out=out: _cast.cast_into(x, out)),
-            }
+            funcs = {"serial": lambda x=x, out=out: _cast.cast_into(x, out),
+                     "parallel": lambda x=x, out=out: _cast.cast_into(x, out)}
+            setup = {"serial": lambda: _openmp_helpers.set_num_threads(1),
+                     "parallel": lambda: _openmp_helpers.set_num_threads(nthreads)}
             number = max(20, (200 if quick else 2000) * 16 // kib)
-            res = interleaved(funcs, rounds=3 if quick else 9, number=number)
+            res = interleaved(funcs, rounds=3 if quick else 9, number=number, setup=setup)
             rows.append({"work_bytes": kib * 1024, "serial": res["serial"]["seconds"],
                          "parallel": res["parallel"]["seconds"]})
     finally:

@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from modulekit.bench._timing import summary
+
 # (name, format, what the child runs)
 LOADERS = [
     ("modulekit.load", "safetensors", "mk"),
@@ -155,7 +157,9 @@ def run(quick=False) -> list[dict]:
     """Run every loader on every format; return one dict per (loader, format).
 
     Each dict: ``loader``, ``format``, ``file_mb``, ``load_s``, ``first_use_s`` (medians over
-    the repeats), ``peak_rss_mb`` (max over the repeats) and, for modulekit rows, the
+    the repeats; ``seconds``, ``low``, ``high``, ``best``: the statistics of ``first_use_s``,
+    as every bench row has them), ``peak_rss_mb`` (max over the repeats) and, for modulekit
+    rows, the
     ``speedup_load`` / ``speedup_first_use`` / ``rss_ratio`` against the format's reference
     loader (reference time / modulekit time; modulekit RSS / reference RSS). Rows for a
     missing package carry ``error`` instead.
@@ -180,8 +184,8 @@ def run(quick=False) -> list[dict]:
                 row["error"] = errors[0]
             else:
                 row["load_s"] = statistics.median(r["load_s"] for r in results)
-                row["first_use_s"] = statistics.median(r["first_use_s"] for r in results)
-                row["seconds"] = row["first_use_s"]
+                row.update(summary([r["first_use_s"] for r in results]))
+                row["first_use_s"] = row["seconds"]
                 row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in results)
                 row["anon_mb"] = max(r["anon_mb"] for r in results)
             rows.append(row)

@@ -2,7 +2,7 @@
 
 ``python -m modulekit.bench conv`` (or ``python bench/conv.py [--quick] [--passive]``). Cases:
 
-- conv3x3 64->64 at 56x56, stride 1, pad 1 (bar, issue #4: >= 1.0x torch's GFLOP/s);
+- conv3x3 64->64 at 56x56, stride 1, pad 1 (target: >= 1.0x torch's GFLOP/s);
 - depthwise 3x3 over 144 channels at 56x56, stride 1 and stride 2;
 - conv1x1 256->64 at 56x56;
 - conv3x3 256->256 at 14x14 and 512->512 at 7x7 (ResNet-18's deep layers: Winograd F(4x4)

@@ -14,54 +14,22 @@ modulekit is faster):
   "modulekit layers" is the same network as three ``PackedLinear.forward`` calls;
 - modulekit's matmul 1024^3 on 1 and 2 threads.
 
-The peers' repeats are interleaved (A B C A B C ...) and each repeat runs a case for a
-minimum time, so spinning thread pools and machine noise hit every peer alike; medians are
-reported. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE slow NumPy on this machine: the bench runner
-re-executes itself without them, and this suite prints which OpenBLAS kernel ran.
+The peers' repeats are interleaved (A B C, B C A, ...) and each repeat runs a case for a
+minimum time, so spinning thread pools and machine noise hit every peer alike; medians and
+quartiles are reported. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE slow NumPy on this machine: the
+bench runner re-executes itself without them, and this suite prints which OpenBLAS kernel ran.
 ``run(quick=False)`` returns the results as a list of dicts.
 """
 
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
 from modulekit._ext import _gemm, _openmp_helpers
-from modulekit.bench._timing import settle
+from modulekit.bench._timing import fmt_time, interleaved
 
 _STRIP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-
-
-def _timeit(fns, repeats, min_time, gap):
-    """Median seconds per call of each callable, repeats interleaved across callables (the
-    order rotating from one repeat to the next).
-
-    Each repeat starts with an untimed call and is followed by a pause of at least ``gap``
-    seconds and until the thread pool the peer leaves spinning (OpenBLAS spins ~2^28 cycles,
-    onnxruntime and libgomp spin too) has parked (:func:`~modulekit.bench._timing.settle`),
-    so one peer's spinning threads do not slow the next one down."""
-    inner = []
-    for f in fns:  # warm up, and calls per repeat so one repeat lasts about min_time
-        f()
-        t0 = time.perf_counter()
-        f()
-        dt = max(time.perf_counter() - t0, 1e-7)
-        inner.append(max(1, int(min_time / dt)))
-    samples = [[] for _ in fns]
-    for r in range(repeats):
-        k = r % len(fns)  # each repeat starts one callable later (see _timing.interleaved)
-        for i in [*range(k, len(fns)), *range(k)]:
-            f, n = fns[i], inner[i]
-            f()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                f()
-            samples[i].append((time.perf_counter() - t0) / n)
-            time.sleep(gap)
-            settle()
-    return [statistics.median(s) for s in samples]
 
 
 def _optional(name):
@@ -102,7 +70,7 @@ def _onnx_mlp(onnx, ort, layers, nthreads):
 
 def run(quick=False):
     """Run every case; print a table and return one dict per (case, peer)."""
-    repeats, min_time, gap = (2, 0.01, 0.02) if quick else (7, 0.1, 0.1)
+    repeats, min_time, gap = (3, 0.01, 0.02) if quick else (7, 0.1, 0.1)
     rng = np.random.default_rng(0)
     nthreads = _openmp_helpers.get_num_threads()
     results = []
@@ -130,29 +98,36 @@ def run(quick=False):
     if torch is not None:
         torch.set_num_threads(nthreads)
 
-    def report(case, flops, names, times):
-        base = times[0]
+    def report(case, flops, names, fns):
+        """Time ``fns`` against each other, record and print one row per implementation.
+
+        One repeat of a callable lasts about ``min_time`` seconds; before it, an untimed call
+        brings its working set back into the caches, after a pause of ``gap`` seconds and
+        until the thread pool the previous peer left spinning (OpenBLAS spins ~2^28 cycles,
+        onnxruntime and libgomp spin too) has parked."""
+        funcs = dict(zip(names, fns))
+        res = interleaved(funcs, rounds=repeats, min_time=min_time, setup=funcs, pause=gap,
+                          wait_idle=True)
+        stats = [res[name] for name in names]
+        base = stats[0]["seconds"]
         cells = []
-        for name, t in zip(names, times):
-            row = {"suite": "gemm", "case": case, "impl": name, "seconds": t}
+        for name, st in zip(names, stats):
+            row = {"suite": "gemm", "case": case, "impl": name, **st}
             if flops:
-                row["gflops"] = flops / t / 1e9
+                row["gflops"] = flops / st["seconds"] / 1e9
             results.append(row)
-            gf = f" {flops / t / 1e9:7.1f} GF/s" if flops else ""
-            cells.append(f"{name} {t * 1e6:10.1f} us{gf} (x{t / base:5.2f})")
+            gf = f" {row['gflops']:7.1f} GF/s" if flops else ""
+            cells.append(f"{name} {fmt_time(st['seconds'])} ({fmt_time(st['low'])}.."
+                         f"{fmt_time(st['high'])}){gf} (x{st['seconds'] / base:5.2f})")
         print(f"{case:<28}" + " | ".join(cells))
+        return stats
 
     print("\n-- matmul float32 (ratio: peer time / modulekit time) --")
     for n in (256, 1024) if quick else (256, 1024, 2048):
         a = rng.standard_normal((n, n), dtype=np.float32)
         b = rng.standard_normal((n, n), dtype=np.float32)
-        times = _timeit(
-            [lambda a=a, b=b: _gemm.matmul(a, b), lambda a=a, b=b: np.matmul(a, b)],
-            repeats,
-            min_time,
-            gap,
-        )
-        report(f"matmul {n}^3", 2.0 * n**3, ["modulekit", "numpy"], times)
+        report(f"matmul {n}^3", 2.0 * n**3, ["modulekit", "numpy"],
+               [lambda a=a, b=b: _gemm.matmul(a, b), lambda a=a, b=b: np.matmul(a, b)])
 
     print("\n-- packed Linear float32, y = x @ W.T + b --")
     for nk in (512, 1024):
@@ -175,8 +150,7 @@ def run(quick=False):
 
                 fns.append(torch_linear)
                 names.append("torch")
-            times = _timeit(fns, repeats, min_time, gap)
-            report(f"linear {nk}x{nk} batch {batch}", 2.0 * batch * nk * nk, names, times)
+            report(f"linear {nk}x{nk} batch {batch}", 2.0 * batch * nk * nk, names, fns)
 
     print("\n-- MLP 784-256-256-10 float32, ReLU --")
     sizes = [(256, 784), (256, 256), (10, 256)]
@@ -239,7 +213,7 @@ def run(quick=False):
             fns.append(ort_mlp)
             names.append("onnxruntime")
         flops = 2.0 * batch * sum(w.size for w, _ in layers)
-        report(f"mlp batch {batch}", flops, names, _timeit(fns, repeats, min_time, gap))
+        report(f"mlp batch {batch}", flops, names, fns)
 
     print("\n-- thread scaling, modulekit matmul 1024^3 --")
     a = rng.standard_normal((1024, 1024), dtype=np.float32)
@@ -255,10 +229,9 @@ def run(quick=False):
 
         return f
 
-    t1, t2 = _timeit([with_threads(1), with_threads(2)], repeats, min_time, gap)
-    report("matmul 1024^3 thread scaling", 2.0 * 1024**3, ["modulekit", "modulekit 1 thread"],
-           [t2, t1])
-    print(f"speed-up 2 threads / 1 thread: {t1 / t2:.2f}x")
+    t2, t1 = report("matmul 1024^3 thread scaling", 2.0 * 1024**3,
+                    ["modulekit", "modulekit 1 thread"], [with_threads(2), with_threads(1)])
+    print(f"speed-up 2 threads / 1 thread: {t1['seconds'] / t2['seconds']:.2f}x")
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
@@ -269,8 +242,8 @@ def run(quick=False):
             return np.matmul(a, b)
 
     # one core each: the kernels compared without thread-team effects (robust to a busy box)
-    times = _timeit([with_threads(1), numpy_one_thread], repeats, min_time, gap)
-    report("matmul 1024^3 one thread", 2.0 * 1024**3, ["modulekit", "numpy"], times)
+    report("matmul 1024^3 one thread", 2.0 * 1024**3, ["modulekit", "numpy"],
+           [with_threads(1), numpy_one_thread])
     return results
 
 

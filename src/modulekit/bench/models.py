@@ -5,9 +5,9 @@ torch models are the hand-built torchvision architectures of ``tests/test_models
 source checkout is needed; torchvision is not importable here) with random weights and
 non-trivial BatchNorm statistics. modulekit loads their ``state_dict`` (``strict=True``) and
 the outputs are checked to agree before anything is timed; onnxruntime runs the torch model
-exported with ``torch.onnx.export`` (omitted when the export fails). Bars (issue #4):
+exported with ``torch.onnx.export`` (omitted when the export fails). Targets:
 ResNet-18 batch 1 <= 0.9x onnxruntime's latency, MobileNetV2 batch 1 <= 0.9x, ResNet-18 batch
-32 >= 1.0x onnxruntime's throughput. See ``modulekit/bench/conv.py`` for the pauses between
+32 >= 1.0x onnxruntime's throughput. See ``modulekit.bench.conv`` for the pauses between
 libraries and the OpenMP wait policy.
 """
 
@@ -23,7 +23,7 @@ from modulekit.bench._timing import interleaved
 from modulekit.bench.conv import PAUSE, threads
 
 SUITE = "models"
-_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests")
+_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests")
 
 
 def _onnx_session(tmodel, x):

@@ -3,7 +3,7 @@
 ``python -m modulekit.bench overhead`` (or ``python bench/module_overhead.py``): the time of
 calling ``nn.Identity`` and a 10-deep ``nn.Sequential`` of Identity on a small array, against
 the same torch modules (if torch is installed), interleaved round by round.
-Bar (issue #2): Identity <= 0.5x torch's time.
+Target: Identity <= 0.5x torch's time.
 """
 
 from __future__ import annotations

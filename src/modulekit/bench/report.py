@@ -3,8 +3,8 @@
 ``python -m modulekit.bench --json run.json --plot docs/performance.png`` then
 ``python -m modulekit.bench.report run.json --out docs/performance.md
 [--plot performance.png] [--notes bench/performance_notes.md]``: the page gets the machine,
-the command that reproduces it, the issues' bars met or missed, the chart, every suite's table
-and the hand-written notes (what limits the missed bars) verbatim.
+the command that reproduces it, the performance targets met or missed, the chart, every
+suite's table and the hand-written notes (what limits the missed targets) verbatim.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from modulekit.bench.bars import ceiling_text, check_bars
 
 
 def _suite_table(rows):
-    out = ["| case | implementation | median | IQR | rate | modulekit speedup |",
+    out = ["| case | implementation | median | spread | rate | modulekit speedup |",
            "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         if r.get("error"):
@@ -47,11 +47,15 @@ def render(result, plot=None, notes=None):
         "every ratio compares modulekit and a peer measured in that same run, interleaved "
         "round by round (these machines are shared and noisy, so absolute times move between "
         "runs; ratios within a run are the fair comparison). **modulekit speedup** is the "
-        "peer's median time divided by modulekit's: above 1, modulekit is faster.",
+        "peer's median time divided by modulekit's: above 1, modulekit is faster. **spread** "
+        "is the middle half of a row's samples (quartiles; with fewer than 4 samples, the "
+        "fastest and the slowest). Rows named `modulekit ...` run modulekit another way (one "
+        "thread, layer by layer) and `floor: ...` rows do only the unavoidable part of the "
+        "work: they are references, not competitors.",
         "",
         "Reproduce with:",
         "",
-        "```",
+        "```bash",
         f"{result['command']} --json run.json --plot docs/performance.png",
         "python -m modulekit.bench.report run.json --out docs/performance.md "
         "--plot performance.png --notes bench/performance_notes.md",
@@ -70,13 +74,14 @@ def render(result, plot=None, notes=None):
     ]
     bars = check_bars(rows)
     if bars:
-        lines += ["## The issues' bars", "",
-                  "| issue | bar | measured speedup | needed | |", "|---|---|---:|---:|---|"]
-        lines += [f"| #{b['issue']} | {b['bar']} | {b['speedup']:.2f}x | {b['needed']:.2f}x | "
+        lines += ["## Targets", "",
+                  "| target | measured speedup | needed | |", "|---|---:|---:|---|"]
+        lines += [f"| {b['bar']} | {b['speedup']:.2f}x | {b['needed']:.2f}x | "
                   f"{'met' if b['met'] else '**missed**'}{ceiling_text(b)} |" for b in bars]
         lines.append("")
     if plot:
-        lines += [f"![modulekit speedup over each peer]({plot})", ""]
+        lines += [f"![modulekit speedup over each peer, and over the reference rows]({plot})",
+                  ""]
     if notes:
         lines += [notes.rstrip(), ""]
     suites = []
