@@ -16,10 +16,13 @@ A layer with bound weights may convert them once into a packed, kernel-ready for
     so concurrent first forwards pack once.
 ``_packed_keys() -> dict[str, tuple[tuple[int, ...], DataType]]``
     The local names consumed by packing with their shapes and dtypes; empty when not packed.
+``_packed_values() -> dict[str, numpy.ndarray]``
+    The packed tensors' values unpacked, as NEW C-contiguous arrays keyed, ordered, shaped and
+    typed as ``_packed_keys`` says; changes nothing (``state_dict(include_packed=True)``).
 ``_unpack()``
-    Restore the registered tensors (new Parameter objects) from the packed form. It may only
-    rebind attributes and write ``self._parameters`` / ``self._buffers`` entries (pickling runs
-    it on a shallow copy of the module).
+    Restore the registered tensors (new Parameter objects over ``_packed_values()``) from the
+    packed form. It may only rebind attributes and write ``self._parameters`` /
+    ``self._buffers`` entries (pickling runs it on a shallow copy of the module).
 ``_repack(values, dtype=None)``
     Re-pack from ``values`` (local name -> ndarray of the shape given by ``_packed_keys``; names
     left out keep their current packed value), storing in ``dtype`` when given. It must build
@@ -787,6 +790,10 @@ class Module(StateDictMixin):
 
     def _packed_keys(self) -> dict[str, tuple[tuple[int, ...], DataType]]:
         """Local names consumed by packing with their shapes and dtypes (empty: not packed)."""
+        return {}
+
+    def _packed_values(self) -> dict[str, np.ndarray]:
+        """The packed tensors' values as new arrays, by local name (empty here)."""
         return {}
 
     def _unpack(self) -> None:
