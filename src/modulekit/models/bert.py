@@ -203,6 +203,12 @@ class BertSelfAttention(Module):
         # query/key/value as one GEMM (stacked weights, the layers keep their keys and hooks)
         self.__dict__["_qkv"] = FusedLinears(self, ("query", "key", "value"))
 
+    def _fuse(self) -> None:
+        """(``initialize()``) Stack the query/key/value weights now, not on the first call."""
+        qkv = self._qkv
+        if qkv.usable():
+            qkv.forward_ready()
+
     def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
         h = x.shape[1]
         qkv = self._qkv
