@@ -51,7 +51,8 @@ def test_save_refuses_an_empty_state_and_points_at_the_export(tmp_path):
     model = mlp()
     model(np.ones((1, 4), np.float32))  # the first forward packs, as initialize() does
     for name in ("m.safetensors", "m.pt", "m.npz"):
-        with pytest.raises(ValueError, match=r"no tensors.*packed.*state_dict\(include_packed=True\)"):
+        with pytest.raises(ValueError,
+                           match=r"no tensors.*packed.*state_dict\(include_packed=True\)"):
             mk.save(model.state_dict(), tmp_path / name)
     with pytest.raises(ValueError, match="no tensors"):
         mk.save({}, tmp_path / "n.safetensors")
