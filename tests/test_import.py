@@ -13,7 +13,9 @@ import modulekit
 # Imported only when used (ml_dtypes: a bfloat16 array is needed) or never (optional extras).
 HEAVY = ("ml_dtypes", "torch", "sklearn", "dask", "distributed", "pandas", "scipy",
          "transformers", "tokenizers", "onnxruntime", "pyarrow", "matplotlib", "safetensors",
-         "numpy.random", "tempfile")
+         "numpy.random", "tempfile",
+         # modulekit's own, loaded by their first use (modulekit.load/save/profile)
+         "modulekit.checkpoint", "modulekit.profiler")
 
 
 def run(code):
@@ -70,3 +72,13 @@ def test_bfloat16_checkpoint_loads_in_a_fresh_process(tmp_path):
         "print(t.dtype, t.numpy().astype('float32').tolist())"
     )
     assert out == "modulekit.bfloat16 [1.0, -2.0]"
+
+
+def test_lazy_top_level_names_resolve():
+    out = run(
+        "import modulekit\n"
+        "from modulekit import CheckpointError, load, save, profile\n"
+        "print(modulekit.load is load, issubclass(CheckpointError, ValueError),\n"
+        "      sorted(set(modulekit.__all__) - set(dir(modulekit))))"
+    )
+    assert out == "True True []"

@@ -17,7 +17,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from modulekit._ext import _ops
-from modulekit.checkpoint import load as _load_checkpoint
 from modulekit.dtypes import float32
 from modulekit.module import Module
 from modulekit.nn.modules._fused_linear import FusedLinears
@@ -439,7 +438,9 @@ class BertModel(Module):
                 f"BertModel.from_pretrained: neither model.safetensors nor pytorch_model.bin in "
                 f"{directory!r} (sharded checkpoints are not supported)"
             )
-        state = _load_checkpoint(path)
+        from modulekit.checkpoint import load  # (not on ``import modulekit.models``'s path)
+
+        state = load(path)
         state = _hf_keys(state)
         model = cls(config, add_pooling_layer=any(k.startswith("pooler.") for k in state))
         model.load_state_dict(state, strict=True)
