@@ -274,7 +274,7 @@ class StateDictMixin:
                     f"from checkpoint, the shape in current model is {tuple(shape)}."
                 )
                 return None
-            if assigned and arr.dtype not in DataType._by_numpy:
+            if assigned and arr.dtype not in DataType._by_numpy and not is_bfloat16(arr.dtype):
                 bad_type = True
                 errors.append(
                     f'While assigning the parameter named "{key}": dtype {arr.dtype} has no '
