@@ -189,7 +189,7 @@ def test_mmap_zero_copy_private_and_writable(tmp_path, kind):
     w = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
     path = tmp_path / "m.bin"
     if kind == "safetensors":
-        save({"w": w}, path)
+        save({"w": w}, path, format="safetensors")
     else:
         _tsave({"w": torch.from_numpy(w.copy())}, path, kind)
     before = path.read_bytes()

@@ -612,8 +612,8 @@ PLAN_MUTATIONS = {
         lambda m: setattr(m.features[5].conv[1][1], "running_mean", None), True
     ),
     "last norm replaced": (lambda m: m.features[-1].__setitem__(1, _new_bn(1280)), True),
-    "reload": (lambda m: m.load_state_dict(_mbv2_random(np.random.default_rng(9)).state_dict()),
-               True),
+    "reload": (lambda m: m.load_state_dict(
+        _mbv2_random(np.random.default_rng(9)).state_dict(include_packed=True)), True),
     "new classifier": (lambda m: m.classifier.__setitem__(1, nn.Linear(1280, 10)), True),
     "classifier train mode (dropout on)": (lambda m: m.classifier.train(), True),
     "block in train mode": (lambda m: m.features[5].train(), True),

@@ -535,8 +535,16 @@ def test_packed_layer_accepts_its_keys_and_repacks():
     np.testing.assert_allclose(
         net(x), tnet(torch.from_numpy(x)).detach().numpy(), rtol=1e-6, atol=1e-6
     )
-    # absent packed keys are not missing
-    assert net.load_state_dict({"steps": [1], "scale": np.ones(2)}) == LoadResult([], [])
+    # absent packed keys are missing, as for the same model unpacked (issue #15)
+    packed = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    assert net.load_state_dict({"steps": [1], "scale": np.ones(2)}, strict=False) == LoadResult(
+        packed, []
+    )
+    before = snapshot(net)
+    with pytest.raises(StateDictError, match=r'Missing key\(s\).*"fc1\.weight"') as info:
+        net.load_state_dict({"steps": [1], "scale": np.ones(2)})
+    assert info.value.result.missing_keys == packed
+    assert_unchanged(net, before)
     # a wrong shape for a packed key is refused, naming the key
     before = snapshot(net)
     with pytest.raises(StateDictError, match=r"fc1\.weight.*\(4, 3\).*\(3, 4\)"):

@@ -3,7 +3,6 @@
 from modulekit import memory, nn
 from modulekit._ext._gemm import matmul
 from modulekit._ext._tensor import Parameter, Tensor
-from modulekit.checkpoint import CheckpointError, load, save
 from modulekit.device import Device
 from modulekit.dtypes import (
     DataType,
@@ -18,10 +17,34 @@ from modulekit.dtypes import (
     uint8,
 )
 from modulekit.module import LoadResult, Module, StateDictError
-from modulekit.profiler import profile
 from modulekit.threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
+
+# Imported on first use (PEP 562), not by ``import modulekit``: the checkpoint readers and
+# writers and the profiler are ~25 ms of imports that a program running a model need not pay.
+_LAZY = {
+    "CheckpointError": "modulekit.checkpoint",
+    "load": "modulekit.checkpoint",
+    "save": "modulekit.checkpoint",
+    "profile": "modulekit.profiler",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'modulekit' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups are plain module attributes
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "bfloat16",

@@ -10,10 +10,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-from ml_dtypes import bfloat16 as _np_bfloat16
 
 from modulekit._ext._tensor import Parameter, Tensor, as_array
-from modulekit.dtypes import DataType
+from modulekit.dtypes import DataType, is_bfloat16
 from modulekit.hooks import RemovableHandle
 
 if TYPE_CHECKING:
@@ -72,7 +71,7 @@ def _as_array(value):
         arr = as_array(value)
     except (TypeError, ValueError):
         return None
-    if arr.dtype.kind in "biuf" or arr.dtype == _np_bfloat16:
+    if arr.dtype.kind in "biuf" or is_bfloat16(arr.dtype):
         return arr
     return None
 
@@ -130,21 +129,41 @@ class StateDictMixin:
         return handle
 
     def state_dict(
-        self, *, destination: dict | None = None, prefix: str = "", keep_vars: bool = False
+        self,
+        *,
+        destination: dict | None = None,
+        prefix: str = "",
+        keep_vars: bool = False,
+        include_packed: bool = False,
     ) -> dict[str, Tensor]:
         """The module tree's named tensors as one flat ``dict[str, Tensor]`` with dotted keys.
 
-        Parameters and persistent buffers, the LIVE tensors (no copies), keyed as torch keys
-        them (a module reachable twice is listed under both paths). Entries registered as
-        ``None`` and the entries a layer consumed by packing are absent: the export reflects
-        what the tree currently holds. ``keep_vars`` is accepted for torch compatibility and
-        has no effect (there is no autograd).
+        Parameters
+        ----------
+        destination : dict, optional
+            Filled and returned instead of a new dict.
+        prefix : str
+            Put before every key.
+        keep_vars : bool
+            Accepted for torch compatibility; no effect (there is no autograd).
+        include_packed : bool, default False
+            ``False``: parameters and persistent buffers, the LIVE tensors (no copies), keyed
+            as torch keys them (a module reachable twice is listed under both paths). Entries
+            registered as ``None`` and the weights a layer packed into its kernel layout
+            (``initialize()`` or the first forward) are absent: the export reflects what the
+            tree currently holds. ``True``: also the packed weights, unpacked into NEW
+            Parameters (copies) with exactly the keys, order, shapes and dtypes the same model
+            gives before packing, so ``modulekit.save(model.state_dict(include_packed=True),
+            path)`` writes a complete checkpoint; the model is not changed (it stays packed).
         """
         if destination is None:
             destination = {}
         local_metadata = {"version": self._version}
         for hook in tuple(self._state_dict_pre_hooks.values()):
             hook(self, prefix, keep_vars)
+        if include_packed and self._packed_keys():
+            for name, value in self._packed_values().items():
+                destination[prefix + name] = Parameter.from_numpy(value)
         for name, param in self._parameters.items():
             if param is not None:
                 destination[prefix + name] = param
@@ -156,7 +175,10 @@ class StateDictMixin:
         for name, module in self._modules.items():
             if module is not None:
                 module.state_dict(
-                    destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars
+                    destination=destination,
+                    prefix=prefix + name + ".",
+                    keep_vars=keep_vars,
+                    include_packed=include_packed,
                 )
         for hook in tuple(self._state_dict_hooks.values()):
             hook(self, destination, prefix, local_metadata)
@@ -189,7 +211,9 @@ class StateDictMixin:
         state : mapping of str to array-like
             Values may be modulekit Tensors, NumPy arrays, CPU torch tensors (any dtype,
             bfloat16 included) or anything ``np.asarray`` turns into an array of real
-            numbers. A packed layer accepts its packed keys and re-packs from them.
+            numbers. A packed layer expects its packed keys as the same layer unpacked does
+            (under ``strict`` their absence raises; ``missing_keys`` lists them either way)
+            and re-packs from them.
         strict : bool
             Raise when keys are missing or unexpected.
         assign : bool
@@ -250,7 +274,7 @@ class StateDictMixin:
                     f"from checkpoint, the shape in current model is {tuple(shape)}."
                 )
                 return None
-            if assigned and arr.dtype not in DataType._by_numpy:
+            if assigned and arr.dtype not in DataType._by_numpy and not is_bfloat16(arr.dtype):
                 bad_type = True
                 errors.append(
                     f'While assigning the parameter named "{key}": dtype {arr.dtype} has no '
@@ -291,10 +315,12 @@ class StateDictMixin:
                 values = {}
                 for name, (shape, _dtype) in packed.items():
                     key = prefix + name
-                    if key in state:
-                        arr = take(key, shape, state[key])
-                        if arr is not None:
-                            values[name] = arr
+                    if key not in state:
+                        missing.append(key)  # expected, as by the same layer unpacked
+                        continue
+                    arr = take(key, shape, state[key])
+                    if arr is not None:
+                        values[name] = arr
                 if values:
                     repacks.append((module, values))
             if type(module).set_extra_state is not StateDictMixin.set_extra_state:

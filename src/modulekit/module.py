@@ -16,10 +16,13 @@ A layer with bound weights may convert them once into a packed, kernel-ready for
     so concurrent first forwards pack once.
 ``_packed_keys() -> dict[str, tuple[tuple[int, ...], DataType]]``
     The local names consumed by packing with their shapes and dtypes; empty when not packed.
+``_packed_values() -> dict[str, numpy.ndarray]``
+    The packed tensors' values unpacked, as NEW C-contiguous arrays keyed, ordered, shaped and
+    typed as ``_packed_keys`` says; changes nothing (``state_dict(include_packed=True)``).
 ``_unpack()``
-    Restore the registered tensors (new Parameter objects) from the packed form. It may only
-    rebind attributes and write ``self._parameters`` / ``self._buffers`` entries (pickling runs
-    it on a shallow copy of the module).
+    Restore the registered tensors (new Parameter objects over ``_packed_values()``) from the
+    packed form. It may only rebind attributes and write ``self._parameters`` /
+    ``self._buffers`` entries (pickling runs it on a shallow copy of the module).
 ``_repack(values, dtype=None)``
     Re-pack from ``values`` (local name -> ndarray of the shape given by ``_packed_keys``; names
     left out keep their current packed value), storing in ``dtype`` when given. It must build
@@ -52,6 +55,9 @@ from modulekit.dtypes import DataType, as_dtype
 from modulekit.hooks import RemovableHandle
 
 __all__ = ["Module", "LoadResult", "StateDictError", "StateDictTypeError"]
+
+#: Per-thread state of ``initialize(example)``'s warm-up call (``hooks_off``: skip hooks).
+_warm_up = threading.local()
 
 #: The structure epoch: a process-wide count of changes that can alter what some module's
 #: forward computes beyond its input, bumped by every attribute assignment or deletion on a
@@ -388,6 +394,8 @@ class Module(StateDictMixin):
         d["_scoped_call"] = bool(d["_has_hooks"] or d["_modules"])
 
     def _call_with_hooks(self, args: tuple, kwargs: dict) -> Any:
+        if _warm_up.__dict__.get("hooks_off"):  # initialize(example)'s call: no hooks
+            return self.forward(*args, **kwargs)
         result = None
         called = set()
         try:
@@ -789,6 +797,10 @@ class Module(StateDictMixin):
         """Local names consumed by packing with their shapes and dtypes (empty: not packed)."""
         return {}
 
+    def _packed_values(self) -> dict[str, np.ndarray]:
+        """The packed tensors' values as new arrays, by local name (empty here)."""
+        return {}
+
     def _unpack(self) -> None:
         """Restore the registered tensors from the packed form (no-op here)."""
 
@@ -813,11 +825,29 @@ class Module(StateDictMixin):
     def _fuse(self) -> None:
         """Plan fused calls over this module's children (containers override; no-op here)."""
 
-    def initialize(self) -> Module:
-        """Warm the whole tree up eagerly: every module packs its bound weights now (children
-        first) instead of on its first forward, containers fuse what they can (a Linear
-        followed by a supported activation runs as one kernel call with the activation in
-        its epilogue), and the kernels' thread pool is started. Returns self."""
+    def initialize(self, *example_args: Any, **example_kwargs: Any) -> Module:
+        """Do now the one-off work a first forward would do. Returns self.
+
+        Without arguments, everything that needs no input: every module packs its bound
+        weights (children first) instead of on its first forward, containers and models plan
+        their fused calls (a Linear followed by a supported activation runs as one kernel
+        call with the activation in its epilogue; eval-mode Conv2d + BatchNorm2d pairs of
+        the CNN models are folded; BERT stacks each layer's query/key/value weights), and the
+        kernels' thread pool is started.
+
+        Some preparation depends on the input's shape and cannot be done without one: a 3x3
+        stride-1 ``Conv2d`` picks its algorithm (Winograd F(2x2) or F(4x4), in one of two
+        GEMM orientations, or the implicit GEMM) from the input's size and the thread count,
+        and builds that algorithm's transformed weights on the first call that uses it; the
+        activation memory of a model is sized on its first call. Pass an example input, the
+        way ``forward`` takes it (``initialize(x)``, ``initialize(input_ids, attention_mask=m)``),
+        and ``initialize`` also runs it through the module's normal call path once, so the
+        next call with inputs of that shape finds everything built. The example's output is
+        discarded; the call runs with the current ``train()``/``eval()`` mode (call ``eval()``
+        first for serving). Forward hooks and pre-hooks are NOT called during that warm-up
+        call (the path taken is the one a call with the hooks takes, only the hooks
+        themselves are skipped); a compiled module would capture its forward on it.
+        """
         seen = set()
 
         def visit(module: Module) -> None:
@@ -832,6 +862,14 @@ class Module(StateDictMixin):
         visit(self)
         _bump_epoch()
         _warm_threads()
+        if example_args or example_kwargs:
+            quiet = _warm_up.__dict__
+            before = quiet.get("hooks_off", False)
+            quiet["hooks_off"] = True
+            try:
+                self(*example_args, **example_kwargs)
+            finally:
+                quiet["hooks_off"] = before
         return self
 
     # ------------------------------------------------------------------ repr

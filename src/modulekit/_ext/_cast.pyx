@@ -16,9 +16,8 @@ from modulekit._ext._isa cimport active_isa, mk_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 
 import numpy as np
-from ml_dtypes import bfloat16 as _bfloat16
 
-from modulekit.dtypes import as_dtype as _as_dtype
+from modulekit.dtypes import as_dtype as _as_dtype, bfloat16_numpy, is_bfloat16
 
 cnp.import_array()
 
@@ -32,19 +31,40 @@ F64 = MK_DT_F64
 F16 = MK_DT_F16
 BF16 = MK_DT_BF16
 
+# bfloat16 (ml_dtypes.bfloat16) joins these tables on first use (_add_bf16), so that
+# importing modulekit never imports ml_dtypes.
 cdef dict _CODES = {
     np.dtype(np.float32): MK_DT_F32,
     np.dtype(np.float64): MK_DT_F64,
     np.dtype(np.float16): MK_DT_F16,
-    np.dtype(_bfloat16): MK_DT_BF16,
 }
 cdef tuple _NAMES = ("float32", "float64", "float16", "bfloat16")
 # cast()'s fast path for its target: NumPy dtypes, scalar types and names -> (dtype, code);
-# anything else (DataType, aliases) goes through modulekit.dtypes.as_dtype.
+# anything else (DataType, aliases, bfloat16 before its first use) goes through
+# modulekit.dtypes.as_dtype.
 cdef dict _TARGETS = {}
+
+
+cdef void _add_target(object dt, int code):
+    for key in (dt, dt.type, _NAMES[code], _as_dtype(_NAMES[code])):
+        _TARGETS[key] = (dt, code)
+
+
 for _dt, _code in _CODES.items():
-    for _key in (_dt, _dt.type, _NAMES[_code], _as_dtype(_NAMES[_code])):
-        _TARGETS[_key] = (_dt, _code)
+    _add_target(_dt, _code)
+
+# NumPy's type number of ml_dtypes.bfloat16 (a user-defined type: known once registered).
+cdef int _BF16_NUM = -1
+
+
+cdef int _add_bf16() except -1:
+    """Register bfloat16 in the tables above (imports ml_dtypes if not yet imported)."""
+    global _BF16_NUM
+    dt = bfloat16_numpy()
+    _CODES[dt] = MK_DT_BF16
+    _add_target(dt, MK_DT_BF16)
+    _BF16_NUM = dt.num
+    return 0
 
 
 def parallel_min_bytes():
@@ -83,7 +103,12 @@ def set_stream_min_bytes(nbytes):
 
 cdef int dtype_code(object dtype) except -2:
     cdef object code = _CODES.get(dtype)
-    return -1 if code is None else <int>code
+    if code is None:
+        if _BF16_NUM < 0 and isinstance(dtype, np.dtype) and is_bfloat16(dtype):
+            _add_bf16()
+            return MK_DT_BF16
+        return -1
+    return <int>code
 
 
 cdef int cast_buffer(const void* src, int src_code, void* dst, int dst_code, Py_ssize_t n,
@@ -93,10 +118,7 @@ cdef int cast_buffer(const void* src, int src_code, void* dst, int dst_code, Py_
     return mk_cast_run(src, src_code, dst, dst_code, <size_t>n, nthreads, active_isa())
 
 
-cdef int _BF16_NUM = np.dtype(_bfloat16).num
-
-
-cdef inline int _array_code(cnp.ndarray a) noexcept:
+cdef inline int _array_code(cnp.ndarray a) except -2:
     """The type code of ``a``'s elements, or -1 (another dtype, or not native byte order)."""
     cdef int t = cnp.PyArray_TYPE(a)
     if cnp.PyArray_ISBYTESWAPPED(a):
@@ -108,6 +130,9 @@ cdef inline int _array_code(cnp.ndarray a) noexcept:
     if t == cnp.NPY_FLOAT16:
         return MK_DT_F16
     if t == _BF16_NUM:
+        return MK_DT_BF16
+    if _BF16_NUM < 0 and t >= 256 and is_bfloat16(a.dtype):  # 256: NPY_USERDEF
+        _add_bf16()
         return MK_DT_BF16
     return -1
 

@@ -32,7 +32,7 @@ import threading
 import numpy as np
 
 from modulekit._ext._gemm import _winograd_engine_capsule
-from modulekit.dtypes import bfloat16 as _bf16_dtype
+from modulekit.dtypes import bfloat16_numpy, is_bfloat16
 
 cnp.import_array()
 
@@ -65,8 +65,6 @@ ACTIVATIONS = {
     "silu": MK_ACT_SILU,
     "hardswish": MK_ACT_HARDSWISH,
 }
-
-_BF16 = np.dtype(_bf16_dtype.numpy)
 
 # Per-thread float32 scratch of the convolution calls (phase images, Winograd blocks), kept
 # between calls: a fresh np.empty of a few hundred KiB is a new mmap whose pages fault in on
@@ -151,7 +149,7 @@ cdef object _as_input(x, what, dtype):
         from modulekit._ext._tensor import as_array  # Tensor, buffer protocol, torch, lists
         arr = np.asarray(as_array(x))
     if arr.dtype != dtype:
-        if arr.dtype.kind not in "fiub" and arr.dtype != _BF16:
+        if arr.dtype.kind not in "fiub" and not is_bfloat16(arr.dtype):
             raise TypeError(f"{what}: expected a numeric array, got dtype {arr.dtype}")
         arr = arr.astype(dtype)
     elif any(s % arr.itemsize for s in arr.strides):
@@ -818,8 +816,7 @@ def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, st
     self.depthwise = (groups > 1 and groups == cout and cin_g == 1 and kh * kw <= _MAX_TAPS
                       and storage != "float64")
     self._wtype = _STORAGE[storage] if storage != "float64" else MK_W_F32
-    sdtype = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64),
-              "float16": np.dtype(np.float16), "bfloat16": _BF16}[storage]
+    sdtype = bfloat16_numpy() if storage == "bfloat16" else np.dtype(storage)
 
     if storage == "float64" or self.depthwise:
         self._packed = np.ascontiguousarray(w.astype(np.float64 if storage == "float64"
@@ -863,7 +860,7 @@ def _weight_array(obj):
     else:
         from modulekit._ext._tensor import as_array
         arr = np.asarray(as_array(obj))
-    if arr.dtype.kind != "f" and arr.dtype != _BF16:
+    if arr.dtype.kind != "f" and not is_bfloat16(arr.dtype):
         raise TypeError(f"pack_conv2d: weights must be floating point, got dtype {arr.dtype}")
     return arr
 

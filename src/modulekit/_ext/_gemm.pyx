@@ -42,12 +42,7 @@ cdef inline object _instance_attr(object obj, str name):
 cdef extern from "<stdlib.h>" nogil:
     void *aligned_alloc(size_t alignment, size_t size)
 
-try:
-    import ml_dtypes as _ml_dtypes
-    _BF16 = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes is a dependency
-    _ml_dtypes = None
-    _BF16 = None
+from modulekit.dtypes import bfloat16_numpy, is_bfloat16
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -94,7 +89,7 @@ cdef int make_epilogue(object activation, double alpha, double beta,
 
 cdef object _float_dtype(object dtype, str what):
     """The dtype if it is one of the four floating dtypes, else TypeError."""
-    if dtype == _F32 or dtype == _F64 or dtype == _F16 or (_BF16 is not None and dtype == _BF16):
+    if dtype == _F32 or dtype == _F64 or dtype == _F16 or is_bfloat16(dtype):
         return dtype
     raise TypeError(
         f"{what} must be a float16, bfloat16, float32 or float64 array; got dtype {dtype}"
@@ -338,9 +333,7 @@ cdef class PackedLinear:
 
 cdef object _storage_dtype(str storage):
     if storage == "bfloat16":
-        if _BF16 is None:  # pragma: no cover
-            raise ImportError("bfloat16 storage needs the ml_dtypes package")
-        return _BF16
+        return bfloat16_numpy()
     return np.dtype(storage)
 
 
@@ -409,7 +402,7 @@ def linear(x, weight, bias=None, activation="none"):
         storage = "float64"
     elif wdt == _F16:
         storage = "float16"
-    elif wdt == _BF16:
+    elif is_bfloat16(wdt):
         storage = "bfloat16"
     else:
         storage = "float32"

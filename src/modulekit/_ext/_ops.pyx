@@ -20,13 +20,13 @@ back off after contention.
 
 cimport numpy as cnp
 import numpy as np
-from ml_dtypes import bfloat16 as _np_bfloat16
 from libc.math cimport sqrt
 from libc.stdint cimport int64_t
 
 from modulekit._ext._gemm import _backing_off as _gemm_backing_off
 from modulekit._ext._isa cimport active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
+from modulekit.dtypes import is_bfloat16
 
 cnp.import_array()
 
@@ -41,7 +41,6 @@ PARALLEL_THRESHOLD = 1 << 15
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _F16 = np.dtype(np.float16)
-_BF16 = np.dtype(_np_bfloat16)
 _I64 = np.dtype(np.int64)
 
 
@@ -62,7 +61,7 @@ def _float_array(x, str what):
     arr = np.asarray(x)
     if arr.dtype == _F32 or arr.dtype == _F64:
         return arr
-    if arr.dtype.kind not in "biuf" and arr.dtype != _BF16:
+    if arr.dtype.kind not in "biuf" and not is_bfloat16(arr.dtype):
         raise TypeError(f"{what}: expected real numbers, got dtype {arr.dtype}")
     return arr.astype(_F32)
 
@@ -337,7 +336,7 @@ def embedding(ids, table, out=None, bint accumulate=False):
         tdt, rdt = MK_TABLE_F64, _F64
     elif T.dtype == _F16:
         tdt, rdt = MK_TABLE_F16, _F32
-    elif T.dtype == _BF16:
+    elif is_bfloat16(T.dtype):
         tdt, rdt = MK_TABLE_BF16, _F32
     else:
         raise TypeError(
@@ -439,7 +438,7 @@ def embedding_layer_norm(ids0, table0, ids1, table1, ids2, table2, weight, bias,
 def _rows_view(x, str what, Py_ssize_t width_multiple, dt):
     """``x`` as a 3-D ``dt`` array with a unit-stride last axis (no copy when it has one)."""
     A = np.asarray(x)
-    if A.dtype.kind not in "biuf" and A.dtype != _BF16:
+    if A.dtype.kind not in "biuf" and not is_bfloat16(A.dtype):
         raise TypeError(f"attention: {what} must hold real numbers, got dtype {A.dtype}")
     if A.dtype != dt:
         A = A.astype(dt)

@@ -18,7 +18,7 @@ from cpython.ref cimport PyObject, Py_REFCNT
 import numpy as np
 
 from modulekit.device import Device, as_device
-from modulekit.dtypes import DataType, as_dtype, bfloat16, float32
+from modulekit.dtypes import DataType, as_dtype, bfloat16, float32, is_bfloat16
 
 from modulekit._ext._cast import cast as _fast_cast, cast_into as _fast_cast_into
 
@@ -37,9 +37,13 @@ cdef extern from *:
     """
     int mk_delegate_buffer(object exporter, Py_buffer *view, int flags) except -1
 
-_FAST_FLOATS = frozenset(
-    np.dtype(d) for d in (np.float32, np.float64, np.float16, bfloat16.numpy)
-)
+_FAST_FLOATS = frozenset(np.dtype(d) for d in (np.float32, np.float64, np.float16))
+
+
+cdef inline bint _fast_float(dt) except -1:
+    """Whether NumPy dtype ``dt`` is one the C casts convert (bfloat16 is checked by name
+    first, so testing a float32 array never imports ml_dtypes)."""
+    return dt in _FAST_FLOATS or is_bfloat16(dt)
 _PY_FLOAT_DEFAULT = float32  # Tensor([1.0]) is float32, as torch.tensor([1.0])
 
 
@@ -80,17 +84,14 @@ def _torch_to_numpy(t):
 cdef object _dtype_of(arr):
     found = DataType._by_numpy.get(arr.dtype)
     if found is None:
-        raise TypeError(
-            f"NumPy dtype {arr.dtype} has no modulekit data type: expected one of "
-            f"{', '.join(sorted(str(d) for d in DataType._by_numpy))}"
-        )
+        return as_dtype(arr.dtype)      # bfloat16 before its first use, or a TypeError
     return found
 
 
 cdef object _contiguous_copy(arr, dtype):
     """A new, owned, C-contiguous array of ``arr``'s values as ``dtype`` (a DataType)."""
     cdef object np_dt = dtype.numpy
-    if arr.dtype in _FAST_FLOATS and np_dt in _FAST_FLOATS:
+    if _fast_float(arr.dtype) and _fast_float(np_dt):
         out = _fast_cast(arr, np_dt)
         if out is arr:
             out = out.copy()
@@ -274,7 +275,7 @@ cdef class Tensor:
         # References to src: self._array and the local `src`; more means someone shares it.
         if (
             dt.itemsize < src.itemsize
-            and src.dtype in _FAST_FLOATS and dt.numpy in _FAST_FLOATS
+            and _fast_float(src.dtype) and _fast_float(dt.numpy)
             and Py_REFCNT(src) == 2 and src.base is None and src.flags.owndata
             and src.flags.writeable and src.size > 0
         ):
@@ -305,8 +306,8 @@ cdef class Tensor:
         if not self._array.flags.writeable:
             raise ValueError("copy_: this tensor's memory is read-only")
         if (
-            arr.dtype in _FAST_FLOATS
-            and self._array.dtype in _FAST_FLOATS and arr.flags.c_contiguous
+            _fast_float(arr.dtype)
+            and _fast_float(self._array.dtype) and arr.flags.c_contiguous
             and not np.may_share_memory(arr, self._array)
         ):
             _fast_cast_into(arr, self._array)
@@ -389,7 +390,7 @@ _DEFAULT_REPR_DTYPES = ("float32", "int64", "bool")
 cdef str _format(Tensor t, str name):
     arr = t._array
     prefix = name + "("
-    if arr.dtype == bfloat16.numpy:
+    if t._dtype is bfloat16:
         shown = arr.astype(np.float32)
     else:
         shown = arr

@@ -1,7 +1,8 @@
 """Checkpoint files without torch: ``load`` and ``save``.
 
 ``load`` reads safetensors, ``torch.save`` files (zip and legacy) and ``.npz`` archives,
-recognised from the file's bytes, and returns ``{key: Tensor}``; ``save`` writes safetensors.
+recognised from the file's bytes, and returns ``{key: Tensor}``; ``save`` writes safetensors,
+``.npz`` or torch's zip format, as the file's extension says.
 See ``docs/checkpoints.md``.
 """
 
@@ -14,10 +15,10 @@ from typing import Any
 from modulekit._ext._tensor import Parameter, Tensor
 from modulekit.checkpoint._common import CheckpointError, FileBuffer, fail
 from modulekit.checkpoint._zip import is_zip, read_central_directory
-from modulekit.checkpoint.npz import read_npz
+from modulekit.checkpoint.npz import read_npz, write_npz
 from modulekit.checkpoint.safetensors import MAX_HEADER_SIZE, read_safetensors, write_safetensors
 from modulekit.checkpoint.torch_legacy import read_torch_legacy
-from modulekit.checkpoint.torch_zip import is_torch_zip, read_torch_zip
+from modulekit.checkpoint.torch_zip import is_torch_zip, read_torch_zip, write_torch_zip
 
 __all__ = ["CheckpointError", "detect_format", "load", "save"]
 
@@ -127,26 +128,100 @@ def load(
     return (out, meta) if metadata else out
 
 
+#: What :func:`save` writes, by file-name extension (lower case).
+SAVE_FORMATS = {
+    ".safetensors": "safetensors",
+    ".npz": "npz",
+    ".pt": "torch-zip",
+    ".pth": "torch-zip",
+    ".bin": "torch-zip",
+}
+_WRITERS = {"safetensors": write_safetensors, "npz": write_npz, "torch-zip": write_torch_zip}
+
+
+def _save_format(path: str, format: str | None) -> str:
+    if format is not None:
+        if format not in _WRITERS:
+            raise ValueError(
+                f"save: unknown format {format!r}: expected one of {', '.join(_WRITERS)}"
+            )
+        return format
+    ext = os.path.splitext(path)[1].lower()
+    found = SAVE_FORMATS.get(ext)
+    if found is None:
+        shown = ", ".join(f"{e} ({f})" for e, f in SAVE_FORMATS.items())
+        raise ValueError(
+            f"save: cannot tell the format from the name {os.path.basename(path)!r} "
+            f"(extension {ext or 'none'!r}): modulekit writes {shown}; rename the file or "
+            "pass format='safetensors' / 'npz' / 'torch-zip'"
+        )
+    return found
+
+
+_EMPTY_STATE = (
+    "save: refusing to write a checkpoint with no tensors in it. If this came from "
+    "model.state_dict() after model.initialize() or a first forward, the layers packed their "
+    "weights into the kernels' layout and state_dict() no longer lists them; export the "
+    "complete checkpoint with modulekit.save(model.state_dict(include_packed=True), path) "
+    "(or save before the first forward)"
+)
+
+
 def save(
-    state: Mapping[str, Any], path: str | os.PathLike, *, metadata: Mapping[str, str] | None = None
+    state: Mapping[str, Any],
+    path: str | os.PathLike,
+    *,
+    metadata: Mapping[str, str] | None = None,
+    format: str | None = None,
 ) -> None:
-    """Write ``state`` to ``path`` as a safetensors file.
+    """Write ``state`` to ``path`` in the format its extension names.
 
     Parameters
     ----------
     state : Mapping[str, Tensor | numpy.ndarray | array-like]
-        The tensors, e.g. ``module.state_dict()``. Values of any dtype modulekit has
-        (float32/64, float16, bfloat16, int64/32/8, uint8, bool).
+        The tensors, e.g. ``module.state_dict()`` (``state_dict(include_packed=True)`` once
+        layers are packed). Values of any dtype modulekit has (float32/64, float16, bfloat16,
+        int64/32/8, uint8, bool; no bfloat16 in ``.npz``). An empty mapping is refused.
     path : str or os.PathLike
+        ``.safetensors``: safetensors; ``.npz``: an uncompressed NumPy archive
+        (``numpy.load(path, allow_pickle=False)`` reads it); ``.pt``, ``.pth``, ``.bin``:
+        ``torch.save``'s zip format (``torch.load(path, weights_only=True)`` reads it, no
+        torch needed to write it). Any other extension is refused unless ``format`` is given.
         Written through a temporary file in the same directory and renamed into place.
     metadata : Mapping[str, str], optional
         Stored as safetensors ``__metadata__``; the key ``"modulekit.aliases"`` is reserved.
+        The other formats have no place for it: refused there.
+    format : {"safetensors", "npz", "torch-zip"}, optional
+        Overrides the extension (e.g. a safetensors file named ``model.bin``).
+
+    Raises
+    ------
+    ValueError
+        ``state`` is empty (the message says how to export packed layers), the extension is
+        not one of the above and no ``format`` is given, or ``metadata`` is given for a
+        format other than safetensors.
+    TypeError
+        ``state`` is not a mapping of str, or a value is not an array of a dtype modulekit
+        has (the message names the key). Nothing is written when anything is refused.
 
     Notes
     -----
-    Keys are laid out in a deterministic order (item size, then key), each tensor aligned to
-    its item size, the header padded to 8 bytes. Tied values (the same object, or ndarrays
-    with the same memory, shape, strides and dtype) are written once; :func:`load` gives them
-    back as one object. ``load(save(state))`` is bit-exact.
+    All three formats load back bit-exactly with :func:`load`. Tied values (the same
+    object, or ndarrays with the same memory, shape, strides and dtype) are written once in
+    safetensors and torch files and load as one object; ``.npz`` stores each key's copy.
+    safetensors keys are laid out in a deterministic order (item size, then key), each tensor
+    aligned to its item size, the header padded to 8 bytes.
     """
-    write_safetensors(state, os.fspath(path), metadata)
+    path = os.fspath(path)
+    fmt = _save_format(path, format)
+    if isinstance(state, Mapping) and len(state) == 0:
+        raise ValueError(_EMPTY_STATE)
+    if fmt == "safetensors":
+        write_safetensors(state, path, metadata)
+        return
+    if metadata is not None:
+        raise ValueError(
+            f"save: metadata is stored only in safetensors files, not {fmt} "
+            f"({os.path.basename(path)!r}); save as .safetensors to keep it"
+        )
+    _WRITERS[fmt](state, path)

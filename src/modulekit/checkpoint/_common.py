@@ -11,11 +11,18 @@ from __future__ import annotations
 import mmap as _mmap
 import os
 import struct
+from collections.abc import Mapping
 
 import numpy as np
-from ml_dtypes import bfloat16 as _np_bfloat16
 
-__all__ = ["CheckpointError", "FileBuffer", "SUPPORTED_NP_DTYPES"]
+from modulekit._ext._tensor import as_array
+from modulekit.dtypes import bfloat16_numpy, is_bfloat16
+
+__all__ = [
+    "CheckpointError", "FileBuffer", "SUPPORTED_NP_DTYPES", "atomic_write", "checked_items",
+    "dtype_name",
+    "memory_identity", "saveable_array",
+]
 
 # Nothing in a checkpoint may describe more dimensions than NumPy can hold.
 MAX_NDIM = 64
@@ -35,18 +42,110 @@ def fail(path, where, what) -> CheckpointError:
     return CheckpointError(f"{path}: {where}: {what}")
 
 
-# NumPy dtypes modulekit has, by their little-endian NumPy form.
-SUPPORTED_NP_DTYPES = {
+_EAGER_NP_DTYPES = {
     "float32": np.dtype("<f4"),
     "float64": np.dtype("<f8"),
     "float16": np.dtype("<f2"),
-    "bfloat16": np.dtype(_np_bfloat16),
+    "bfloat16": None,           # ml_dtypes.bfloat16, imported on first look-up
     "int64": np.dtype("<i8"),
     "int32": np.dtype("<i4"),
     "int8": np.dtype("i1"),
     "uint8": np.dtype("u1"),
     "bool": np.dtype("?"),
 }
+
+
+class _SupportedDtypes(Mapping):
+    """Data type name -> NumPy dtype; bfloat16's is resolved (ml_dtypes imported) only when
+    it is looked up, i.e. when a checkpoint actually holds bfloat16."""
+
+    def __getitem__(self, name):
+        if name == "bfloat16":
+            return bfloat16_numpy()
+        return _EAGER_NP_DTYPES[name]
+
+    def __iter__(self):
+        return iter(_EAGER_NP_DTYPES)
+
+    def __len__(self):
+        return len(_EAGER_NP_DTYPES)
+
+
+# NumPy dtypes modulekit has, by their little-endian NumPy form.
+SUPPORTED_NP_DTYPES = _SupportedDtypes()
+
+
+def dtype_name(np_dtype) -> str | None:
+    """The modulekit name of native NumPy dtype ``np_dtype``, or None if modulekit has none
+    (resolving bfloat16 imports nothing unless the array already is one)."""
+    for name, dt in _EAGER_NP_DTYPES.items():
+        if dt is not None and np_dtype == dt:
+            return name
+    return "bfloat16" if is_bfloat16(np_dtype) else None
+
+
+def checked_items(state):
+    """``state``'s items after checking it is a mapping with str keys (TypeError if not)."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"state must be a mapping of str to tensors, got {type(state).__name__}")
+    for key in state:
+        if not isinstance(key, str):
+            raise TypeError(f"state keys must be str, got {type(key).__name__} {key!r}")
+    return state.items()
+
+
+def saveable_array(key, value):
+    """Return ``(native-order ndarray, dtype name)`` for one state-dict value a writer is
+    given, or raise ``TypeError`` naming the key and what was expected."""
+    try:
+        arr = as_array(value)  # Tensor, ndarray, torch tensor (bfloat16 too), array-likes
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"state[{key!r}]: {exc}") from None
+    if not arr.dtype.isnative and arr.dtype.kind in "fiub":
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    name = dtype_name(arr.dtype)
+    if name is None:
+        raise TypeError(
+            f"state[{key!r}]: dtype {arr.dtype} cannot be saved: expected one of "
+            f"{', '.join(SUPPORTED_NP_DTYPES)}"
+        )
+    return arr, name
+
+
+def memory_identity(arr):
+    """Key under which two ndarrays are the very same memory (zero-size ones never are)."""
+    if arr.size == 0:
+        return None
+    return (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.dtype.str)
+
+
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path, write):
+    """Call ``write(binary file)`` on a temporary file in ``path``'s directory, then rename
+    it to ``path``: a failure (an exception in ``write`` included) never leaves a
+    half-written file under ``path``, and removes the temporary file. The file gets the
+    permissions ``open`` would give it (0o666 less the umask)."""
+    import tempfile  # (only writers need it: not on ``import modulekit``'s path)
+
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".modulekit-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 class FileBuffer:

@@ -7,6 +7,8 @@ the data. The header is parsed with :func:`ast.literal_eval` after a length cap 
 arrays (which NumPy would unpickle) are refused, as ``numpy.load(allow_pickle=False)`` does.
 Stored records are read through the memory map (views when the data happens to be aligned);
 compressed ones are inflated with the bounded reader of :mod:`modulekit.checkpoint._zip`.
+
+:func:`write_npz` writes what ``numpy.savez`` writes (stored ``<key>.npy`` records, no pickle).
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ import struct
 
 import numpy as np
 
-from modulekit.checkpoint._common import check_shape, fail, numel_of, view_bytes
+from modulekit.checkpoint._common import (
+    atomic_write,
+    check_shape,
+    checked_items,
+    fail,
+    numel_of,
+    saveable_array,
+    view_bytes,
+)
 from modulekit.checkpoint._zip import record_array
 
-__all__ = ["read_npz", "MAX_NPY_HEADER"]
+__all__ = ["read_npz", "write_npz", "MAX_NPY_HEADER"]
 
 MAX_NPY_HEADER = 65536
 _DESCR = {}
@@ -94,3 +104,38 @@ def read_npz(buf, entries):
             arr = view_bytes(raw[hend:], dtype, shape, path, where)
         out[name[:-4]] = arr
     return out
+
+
+def write_npz(state, path):
+    """Write ``state`` (str -> Tensor/ndarray/array-like) to ``path`` as an uncompressed
+    ``.npz`` archive that ``numpy.load(path, allow_pickle=False)`` reads: one ``<key>.npy``
+    record per key, in the mapping's order, through a temporary file renamed into place.
+
+    NumPy has no bfloat16 dtype (``ml_dtypes.bfloat16`` saves as raw ``V2`` records that
+    NumPy gives back as opaque bytes), so bfloat16 values are refused: cast them, or save as
+    ``.safetensors`` or ``.pt``.
+    """
+    import zipfile
+
+    arrays = {}
+    for key, value in checked_items(state):
+        arr, name = saveable_array(key, value)
+        if name == "bfloat16":
+            raise TypeError(
+                f"state[{key!r}]: bfloat16 cannot be saved as .npz (NumPy has no bfloat16 "
+                "dtype, numpy.load would return raw bytes): cast it (e.g. "
+                "module.to('float32')) or save as .safetensors or .pt"
+            )
+        arrays[key] = arr
+
+    def write(f):
+        with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for key, arr in arrays.items():
+                info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_STORED
+                with zf.open(info, "w", force_zip64=True) as out:
+                    np.lib.format.write_array(out, arr,
+                                              allow_pickle=False)
+
+    atomic_write(path, write)
+

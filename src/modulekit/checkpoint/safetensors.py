@@ -21,18 +21,18 @@ object ``{alias: stored_key}``; the reader restores them as the same object.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 
 import numpy as np
 
-from modulekit._ext._tensor import as_array
 from modulekit.checkpoint._common import (
     SUPPORTED_NP_DTYPES,
+    atomic_write,
     check_shape,
     fail,
+    memory_identity,
     numel_of,
+    saveable_array,
 )
 
 __all__ = ["read_safetensors", "write_safetensors", "ALIASES_KEY", "MAX_HEADER_SIZE"]
@@ -196,40 +196,6 @@ def read_safetensors(buf):
 # Writing
 
 
-def _as_saveable(key, value):
-    """Return ``(array, dtype name)`` for one state-dict value, or raise naming the key."""
-    try:
-        arr = as_array(value)  # Tensor, ndarray, torch tensor (bfloat16 too), array-likes
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"state[{key!r}]: {exc}") from None
-    if not arr.dtype.isnative and arr.dtype.kind in "fiub":
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    name = None
-    for n, dt in SUPPORTED_NP_DTYPES.items():
-        if arr.dtype == dt:
-            name = n
-            break
-    if name is None:
-        raise TypeError(
-            f"state[{key!r}]: dtype {arr.dtype} cannot be saved: expected one of "
-            f"{', '.join(SUPPORTED_NP_DTYPES)}"
-        )
-    return arr, name
-
-
-def _memory_identity(arr):
-    """Key under which two ndarrays are the very same memory (zero-size ones never are)."""
-    if arr.size == 0:
-        return None
-    return (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.dtype.str)
-
-
-def _umask():
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def write_safetensors(state, path, metadata=None):
     """Write ``state`` (str -> Tensor/ndarray/array-like) to ``path`` as safetensors.
 
@@ -261,8 +227,8 @@ def write_safetensors(state, path, metadata=None):
         if owner is not None and state[owner] is value:
             aliases[key] = owner
             continue
-        arr, name = _as_saveable(key, value)
-        ident = _memory_identity(arr)
+        arr, name = saveable_array(key, value)
+        ident = memory_identity(arr)
         if ident is not None and ident in by_memory:
             aliases[key] = by_memory[ident]
             continue
@@ -290,22 +256,12 @@ def write_safetensors(state, path, metadata=None):
     hbytes = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     hbytes += b" " * (-(8 + len(hbytes)) % 8)
 
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".modulekit-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(len(hbytes).to_bytes(8, "little"))
-            f.write(hbytes)
-            for key in order:
-                arr = np.ascontiguousarray(stored[key][0])
-                if arr.nbytes:
-                    f.write(memoryview(arr.reshape(-1).view(np.uint8)))
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    def write(f):
+        f.write(len(hbytes).to_bytes(8, "little"))
+        f.write(hbytes)
+        for key in order:
+            arr = np.ascontiguousarray(stored[key][0])
+            if arr.nbytes:
+                f.write(memoryview(arr.reshape(-1).view(np.uint8)))
+
+    atomic_write(path, write)

@@ -17,7 +17,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from modulekit._ext import _ops
-from modulekit.checkpoint import load as _load_checkpoint
 from modulekit.dtypes import float32
 from modulekit.module import Module
 from modulekit.nn.modules._fused_linear import FusedLinears
@@ -202,6 +201,12 @@ class BertSelfAttention(Module):
 
         # query/key/value as one GEMM (stacked weights, the layers keep their keys and hooks)
         self.__dict__["_qkv"] = FusedLinears(self, ("query", "key", "value"))
+
+    def _fuse(self) -> None:
+        """(``initialize()``) Stack the query/key/value weights now, not on the first call."""
+        qkv = self._qkv
+        if qkv.usable():
+            qkv.forward_ready()
 
     def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
         h = x.shape[1]
@@ -433,7 +438,9 @@ class BertModel(Module):
                 f"BertModel.from_pretrained: neither model.safetensors nor pytorch_model.bin in "
                 f"{directory!r} (sharded checkpoints are not supported)"
             )
-        state = _load_checkpoint(path)
+        from modulekit.checkpoint import load  # (not on ``import modulekit.models``'s path)
+
+        state = load(path)
         state = _hf_keys(state)
         model = cls(config, add_pooling_layer=any(k.startswith("pooler.") for k in state))
         model.load_state_dict(state, strict=True)

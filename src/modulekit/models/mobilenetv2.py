@@ -225,10 +225,9 @@ class MobileNetV2(Module):
         state.pop("_forward_plan", None)  # kernel objects, re-planned on demand
         return state
 
-    def initialize(self):
-        """Pack every layer and, in eval mode, fold each Conv2d + BatchNorm2d pair now."""
-        super().initialize()
-        return prefold(self)
+    def _fuse(self) -> None:
+        """(``initialize()``) In eval mode, fold each Conv2d + BatchNorm2d pair now."""
+        prefold(self)
 
     def _plan_forward(self):
         """Check every layer now and plan the forward: ``(steps, head, classify)`` with

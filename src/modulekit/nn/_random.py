@@ -6,11 +6,15 @@ import numpy as np
 
 __all__ = ["default_generator", "manual_seed"]
 
-_generator = np.random.default_rng()
+# Made on first use: numpy.random costs ~10 ms to import, which ``import modulekit`` need not pay.
+_generator = None
 
 
 def default_generator() -> np.random.Generator:
     """The process-wide generator used by ``Linear``'s default initialisation and dropout."""
+    global _generator
+    if _generator is None:
+        _generator = np.random.default_rng()
     return _generator
 
 

@@ -12,11 +12,11 @@ import math
 import warnings
 
 import numpy as np
-from ml_dtypes import bfloat16 as _np_bfloat16
 
 from modulekit._ext import _conv, _gemm
 from modulekit._ext._conv import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from modulekit._ext._tensor import as_array
+from modulekit.dtypes import is_bfloat16
 from modulekit.nn._random import default_generator
 
 __all__ = [
@@ -51,7 +51,7 @@ def as_real_array(x, op: str) -> np.ndarray:
             arr = as_array(x)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{op}: {exc}") from None
-    if arr.dtype.kind not in "biuf" and arr.dtype != _np_bfloat16:
+    if arr.dtype.kind not in "biuf" and not is_bfloat16(arr.dtype):
         raise TypeError(
             f"{op}: expected an array of real numbers (float32, float64, float16, bfloat16, "
             f"integer or bool), got dtype {arr.dtype}"

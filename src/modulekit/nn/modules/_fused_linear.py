@@ -152,6 +152,11 @@ class FusedLinears:
             self.packed, self.views, self.offsets = packed, tuple(views), tuple(offsets)
             return packed
 
+    def forward_ready(self) -> bool:
+        """Build the stacked kernel now if it is not built (``initialize()``); whether the
+        layers can be stacked."""
+        return self._current() is not None or self._build() is not None
+
     def forward(self, x2d: np.ndarray):
         """The stacked output, or None when the layers cannot be stacked (mixed storage)."""
         packed = self._current()

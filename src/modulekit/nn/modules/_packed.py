@@ -64,14 +64,20 @@ class PackedWeightLayer(Module):
             keys["bias"] = ((self._weight_shape()[0],), self._bias_dtype)
         return keys
 
-    def _unpack(self) -> None:
+    def _packed_values(self) -> dict[str, np.ndarray]:
         packed = self._packed
         if packed is None:
-            return
+            return {}
         weight, bias = packed.unpack()
-        params = {"weight": Parameter(weight)}
+        values = {"weight": np.ascontiguousarray(weight)}
         if bias is not None:
-            params["bias"] = Parameter(np.asarray(bias).astype(self._bias_dtype.numpy))
+            values["bias"] = np.asarray(bias).astype(self._bias_dtype.numpy, order="C")
+        return values
+
+    def _unpack(self) -> None:
+        if self._packed is None:
+            return
+        params = {k: Parameter(v) for k, v in self._packed_values().items()}
         params.update((k, v) for k, v in self._parameters.items() if k not in params)
         self.__dict__["_parameters"] = params
         self._packed = None

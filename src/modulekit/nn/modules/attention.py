@@ -199,13 +199,19 @@ class MultiheadAttention(Module):
         b = None if parts[0][1] is None else np.concatenate([np.asarray(p[1]) for p in parts])
         return w, b
 
+    def _packed_values(self) -> dict[str, np.ndarray]:
+        if self._packed is None:
+            return {}
+        w, b = self._unpacked_values()
+        values = {"in_proj_weight": np.ascontiguousarray(w)}
+        if b is not None:
+            values["in_proj_bias"] = b.astype(self._bias_dtype.numpy, order="C")
+        return values
+
     def _unpack(self) -> None:
         if self._packed is None:
             return
-        w, b = self._unpacked_values()
-        params = {"in_proj_weight": Parameter(w)}
-        if b is not None:
-            params["in_proj_bias"] = Parameter(b.astype(self._bias_dtype.numpy))
+        params = {k: Parameter(v) for k, v in self._packed_values().items()}
         params.update((k, v) for k, v in self._parameters.items() if k not in params)
         self.__dict__["_parameters"] = params
         self._packed = None

@@ -59,9 +59,14 @@ class Conv2d(PackedWeightLayer):
     ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, ``fan_in = in_channels/groups * kH * kW``) from
     NumPy's generator. The first forward (or :meth:`~modulekit.Module.initialize`) packs
     ``weight`` and ``bias`` into the kernel layout and releases them; they then leave
-    ``state_dict()`` and ``parameters()``, and ``load_state_dict`` / ``to(dtype)`` re-pack.
-    float16/bfloat16 layers store 16-bit weights and compute in float32; float64 layers
-    compute in float64.
+    ``state_dict()`` and ``parameters()`` (``state_dict(include_packed=True)`` exports them),
+    and ``load_state_dict`` / ``to(dtype)`` re-pack. float16/bfloat16 layers store 16-bit
+    weights and compute in float32; float64 layers compute in float64.
+
+    Needs the input's shape to be fully prepared: a 3x3 stride-1 float32 layer chooses
+    Winograd F(2x2)/F(4x4) or the implicit GEMM per input size, batch and thread count, and
+    builds the chosen Winograd variant's transformed weights on the first call that uses it.
+    ``initialize()`` cannot do that; ``initialize(example)`` does (it runs the example).
     """
 
     _fused = None  # {(id(bn), activation): (PackedConv2d, bn's tensors and eps)} (conv_bn_act)
