@@ -248,7 +248,7 @@ cdef class PackedLinear:
         alpha, beta : float
             Bounds of "clamp".
         out : ndarray, optional
-            C-contiguous, writeable, shape (M, out_features), ``compute_dtype``, not
+            C-contiguous, aligned, writeable, shape (M, out_features), ``compute_dtype``, not
             overlapping ``x``.
 
         Returns

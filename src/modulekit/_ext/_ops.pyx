@@ -181,7 +181,8 @@ def softmax_(scores, double scale=1.0, mask=None):
     Parameters
     ----------
     scores : ndarray
-        Writable float32 or float64 array of 1 to 4 dimensions with a unit-stride last axis.
+        Writable, aligned float32 or float64 array of 1 to 4 dimensions with a unit-stride
+        last axis.
     scale : float
         Multiplies the scores before the mask is added.
     mask : array_like or None
@@ -262,7 +263,7 @@ def gelu(x, str approximate="none", out=None):
 
     float32 (and narrower) inputs give float32 (vector erfc, relative error about 1e-6);
     float64 inputs give float64 (libm ``erfc``/``tanh``). ``out`` may be a writable
-    C-contiguous array of the result's dtype and shape (``x`` itself for in place).
+    C-contiguous, aligned array of the result's dtype and shape (``x`` itself for in place).
     """
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
@@ -321,8 +322,9 @@ def embedding(ids, table, out=None, bint accumulate=False):
         2-D C-contiguous float32, float64, float16 or bfloat16 (16-bit tables are widened to
         float32).
     out : ndarray or None
-        Writable C-contiguous array of shape ``ids.shape + (table.shape[1],)`` in the result
-        dtype (float64 for float64 tables, else float32); required when ``accumulate``.
+        Writable, aligned C-contiguous array of shape ``ids.shape + (table.shape[1],)`` in the
+        result dtype (float64 for float64 tables, else float32); required when
+        ``accumulate``.
     accumulate : bool
         Add the rows to ``out`` instead of overwriting it.
     """
