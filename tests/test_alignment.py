@@ -2,11 +2,12 @@
 
 A float32 array whose data starts one byte past an aligned address (``np.frombuffer(buf[1:],
 np.float32)``: NumPy flags it not ALIGNED) is valid input. The C kernels read and write only
-aligned memory: the extensions' validation copies an input that is not ALIGNED (an owned,
-aligned copy), casts into an aligned temporary for an output that is not, and the layers pack
-weights from aligned copies. So a misaligned input gives the same bits as an aligned one, and
-nothing reaches a kernel that UBSan would flag as a misaligned access (``.ci/sanitize`` runs
-this file under AddressSanitizer and UndefinedBehaviorSanitizer).
+aligned memory (``src/modulekit/_ext/_align.pxd``): the extensions' validation copies an input
+that is not ALIGNED, refuses a misaligned ``out=`` (``cast_into`` writes through an aligned
+temporary), and the layers pack weights from aligned copies. So a misaligned input gives the
+same bits as an aligned one, and nothing reaches a kernel that UBSan would flag as a
+misaligned access (``.ci/sanitize`` runs this file under AddressSanitizer and
+UndefinedBehaviorSanitizer; docs/testing.md).
 
 Each case compares a misaligned layout (and misaligned read-only, misaligned strided, and
 rows a whole number of bytes but not of elements apart) bit for bit against the same values
