@@ -12,6 +12,7 @@ starting at the same address (``src.view(np.uint8)[: n * 2].view(np.float16)`` f
 cimport numpy as cnp
 from libc.stdint cimport uintptr_t
 
+from modulekit._ext._align cimport aligned
 from modulekit._ext._isa cimport active_isa, mk_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 
@@ -153,12 +154,14 @@ def cast_into(src, dst):
     Parameters
     ----------
     src : numpy.ndarray
-        C-contiguous, float32, float64, float16 or ml_dtypes.bfloat16 (native byte order).
+        C-contiguous, float32, float64, float16 or ml_dtypes.bfloat16 (native byte order);
+        a misaligned one is read through an aligned copy.
     dst : numpy.ndarray
-        C-contiguous and writable, one of the same four dtypes, with as many elements as
-        ``src`` (its shape may differ). It may share ``src``'s memory only by starting at
-        the same address with elements no wider than ``src``'s (in-place narrowing, or a
-        same-size conversion in place); any other overlap is refused.
+        C-contiguous and writable, one of the same four dtypes, with as many
+        elements as ``src`` (its shape may differ). It may share ``src``'s memory only by
+        starting at the same address with elements no wider than ``src``'s (in-place
+        narrowing, or a same-size conversion in place); any other overlap is refused. A
+        misaligned one receives the values through an aligned temporary.
 
     Raises
     ------
@@ -201,9 +204,21 @@ def cast_into(src, dst):
                 f"no wider than src's ({_NAMES[dc]} from {_NAMES[sc]}, dst starts "
                 f"{<Py_ssize_t>(d0 - s0)} bytes after src)"
             )
+    # The kernels touch aligned memory only (_align.pxd): read a misaligned src from an
+    # aligned copy, write a misaligned dst through an aligned temporary (overlaps are checked
+    # above, on the caller's arrays)
+    cdef cnp.ndarray tmp = None
+    if not cnp.PyArray_ISALIGNED(s):
+        s = aligned(s)
+        sp = <const char*>cnp.PyArray_DATA(s)
+    if not cnp.PyArray_ISALIGNED(d):
+        tmp = np.empty(n, d.dtype)
+        dp = <char*>cnp.PyArray_DATA(tmp)
     cdef int nthreads = effective_threads()
     with nogil:
         mk_cast_run(sp, sc, dp, dc, <size_t>n, nthreads, active_isa())
+    if tmp is not None:
+        np.copyto(dst.reshape(-1), tmp)
 
 
 def cast(src, dtype):
@@ -244,6 +259,7 @@ def cast(src, dtype):
         a = a.astype(a.dtype.newbyteorder("="))
     if not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
         a = np.ascontiguousarray(a).reshape(a.shape)
+    a = aligned(a)
     cdef cnp.ndarray s = <cnp.ndarray>a
     cdef int sc = _code_of(s, "src")
     cdef cnp.ndarray out = np.empty(a.shape, dtype=target)

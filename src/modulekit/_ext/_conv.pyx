@@ -24,6 +24,7 @@ cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.stdint cimport uint16_t
 
+from modulekit._ext._align cimport aligned
 from modulekit._ext._isa cimport MK_ISA_AVX512, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 
@@ -143,7 +144,8 @@ def pool_output_size(int size, int kernel, int stride, int pad, int dilation, bi
 
 
 cdef object _as_input(x, what, dtype):
-    """``x`` as an ndarray of ``dtype`` (copying only when it must); strides stay as they are."""
+    """``x`` as an aligned ndarray of ``dtype`` (copying only when it must); strides stay as
+    they are unless they are not whole elements."""
     arr = x if isinstance(x, np.ndarray) else None
     if arr is None:
         from modulekit._ext._tensor import as_array  # Tensor, buffer protocol, torch, lists
@@ -152,8 +154,8 @@ cdef object _as_input(x, what, dtype):
         if arr.dtype.kind not in "fiub" and not is_bfloat16(arr.dtype):
             raise TypeError(f"{what}: expected a numeric array, got dtype {arr.dtype}")
         arr = arr.astype(dtype)
-    elif any(s % arr.itemsize for s in arr.strides):
-        arr = np.ascontiguousarray(arr)
+    elif not arr.flags.aligned or any(s % arr.itemsize for s in arr.strides):
+        arr = arr.copy()  # C order, aligned
     return arr
 
 
@@ -1026,8 +1028,8 @@ def batch_norm_inference(x, scale, shift, activation=None):
     x4 = xa.reshape(shape + (1,) * (4 - xa.ndim)) if xa.ndim < 4 else xa
     if 0 in x4.shape:
         return np.empty(shape, dt)
-    cdef cnp.ndarray sc = np.ascontiguousarray(np.asarray(scale, dt).reshape(-1))
-    cdef cnp.ndarray sh = np.ascontiguousarray(np.asarray(shift, dt).reshape(-1))
+    cdef cnp.ndarray sc = aligned(np.ascontiguousarray(np.asarray(scale, dt).reshape(-1)))
+    cdef cnp.ndarray sh = aligned(np.ascontiguousarray(np.asarray(shift, dt).reshape(-1)))
     if sc.shape[0] != shape[1] or sh.shape[0] != shape[1]:
         raise ValueError(
             f"batch_norm: expected {shape[1]} channel scales and shifts, got "
@@ -1120,7 +1122,7 @@ def spatial_mean(x):
     cdef Py_ssize_t n = xa.shape[0], c = xa.shape[1], hw = xa.shape[2] * xa.shape[3]
     if xa.dtype != np.float32 and xa.dtype.kind == "f":
         return np.einsum("ncp->nc", np.reshape(xa, (n, c, hw))) / xa.dtype.type(hw)
-    cdef cnp.ndarray xc = np.ascontiguousarray(xa, dtype=np.float32)
+    cdef cnp.ndarray xc = aligned(np.ascontiguousarray(xa, dtype=np.float32))
     cdef cnp.ndarray mean = np.empty((n, c), np.float32)
     with nogil:
         mk_mean_rows_f32(<const float *>cnp.PyArray_DATA(xc), n * c, hw,
@@ -1277,7 +1279,8 @@ cdef class InvertedResidualPlan:
         cdef bint same = False
         if (type(x) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_FLOAT32
                 and cnp.PyArray_NDIM(<cnp.ndarray>x) == 4
-                and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x)):
+                and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x)
+                and cnp.PyArray_ISALIGNED(<cnp.ndarray>x)):
             xa = <cnp.ndarray>x
             if self._ready and nthreads == self._nt and band == self._band:
                 sh = cnp.PyArray_DIMS(xa)

@@ -18,6 +18,7 @@ from cpython.pycapsule cimport PyCapsule_New
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc
 
+from modulekit._ext._align cimport aligned, check_aligned
 from modulekit._ext._isa cimport active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads, omp_get_thread_num
 
@@ -109,7 +110,9 @@ cdef cnp.ndarray _as_compute(object x, object compute_dtype, str what):
 
 
 cdef inline bint _elem_strides_ok(cnp.ndarray arr, Py_ssize_t itemsize):
-    """True when the data is aligned and every stride is a whole number of elements."""
+    """True when the data is aligned and every stride is a whole number of elements; else
+    the caller copies ``arr`` (``cnp.PyArray_NewCopy``: ``np.ascontiguousarray`` would return
+    a misaligned C-contiguous array as it is; see ``_align.pxd``)."""
     cdef int d
     if (<uintptr_t>cnp.PyArray_DATA(arr)) % <uintptr_t>itemsize:
         return False
@@ -240,7 +243,7 @@ cdef class PackedLinear:
         alpha, beta : float
             Bounds of "clamp".
         out : ndarray, optional
-            C-contiguous, writeable, shape (M, out_features), ``compute_dtype``, not
+            C-contiguous, aligned, writeable, shape (M, out_features), ``compute_dtype``, not
             overlapping ``x``.
 
         Returns
@@ -258,7 +261,7 @@ cdef class PackedLinear:
         arr = _input_rows(x, self._typenum, self.compute_dtype, self.in_features)
         itemsize = cnp.PyArray_ITEMSIZE(arr)
         if not _elem_strides_ok(arr, itemsize):
-            arr = np.ascontiguousarray(arr)
+            arr = cnp.PyArray_NewCopy(arr, cnp.NPY_CORDER)
         m = cnp.PyArray_DIM(arr, 0)
         if out is None:
             dims[0] = m
@@ -288,6 +291,7 @@ cdef class PackedLinear:
             )
         if not o.flags.c_contiguous or not o.flags.writeable:
             raise ValueError("out must be C-contiguous and writeable")
+        check_aligned(o, "out")
         if np.may_share_memory(o, x):
             raise ValueError("out must not overlap x")
         return o
@@ -367,7 +371,7 @@ def pack_linear(weight, bias=None, storage="float32"):
     _float_dtype(wa.dtype, "weight")
     if wa.ndim != 2:
         raise ValueError(f"weight must be 2-D (out_features, in_features); got shape {wa.shape}")
-    w = np.ascontiguousarray(wa, dtype=_storage_dtype(storage))
+    w = aligned(np.ascontiguousarray(wa, dtype=_storage_dtype(storage)))
     self.out_features = cnp.PyArray_DIM(w, 0)
     self.in_features = cnp.PyArray_DIM(w, 1)
     if bias is not None:
@@ -378,7 +382,7 @@ def pack_linear(weight, bias=None, storage="float32"):
                 f"bias must have shape ({self.out_features},) to match weight {wa.shape}; "
                 f"got {ba.shape}"
             )
-        b = np.ascontiguousarray(ba, dtype=self.compute_dtype)
+        b = aligned(np.ascontiguousarray(ba, dtype=self.compute_dtype))
     self.has_bias = b is not None
     cdef const mk_gemm_config *cfg = mk_gemm_get_config(self._compute, self._storage,
                                                         <int>active_isa())
@@ -442,9 +446,9 @@ def matmul(a, b):
     Bm = _as_compute(Bm, cdt, "b")
     es = cdt.itemsize
     if not _elem_strides_ok(A, es):
-        A = np.ascontiguousarray(A)
+        A = cnp.PyArray_NewCopy(A, cnp.NPY_CORDER)
     if not _elem_strides_ok(Bm, es):
-        Bm = np.ascontiguousarray(Bm)
+        Bm = cnp.PyArray_NewCopy(Bm, cnp.NPY_CORDER)
     M = A.shape[A.ndim - 2]
     K = A.shape[A.ndim - 1]
     N = Bm.shape[Bm.ndim - 1]
@@ -601,7 +605,7 @@ cdef class PackedChain:
         # the chain reads rows with unit stride
         if (not _elem_strides_ok(arr, itemsize)
                 or (cnp.PyArray_STRIDE(arr, 1) != itemsize and self.in_features > 1)):
-            arr = np.ascontiguousarray(arr)
+            arr = cnp.PyArray_NewCopy(arr, cnp.NPY_CORDER)
         m = cnp.PyArray_DIM(arr, 0)
         dims[0] = m
         dims[1] = self.out_features

@@ -24,6 +24,7 @@ from libc.math cimport sqrt
 from libc.stdint cimport int64_t
 
 from modulekit._ext._gemm import _backing_off as _gemm_backing_off
+from modulekit._ext._align cimport aligned, check_aligned
 from modulekit._ext._isa cimport active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 from modulekit.dtypes import is_bfloat16
@@ -94,21 +95,22 @@ def layer_norm(x, Py_ssize_t n, weight=None, bias=None, double eps=1e-5, residua
     if n <= 0 or X.ndim == 0 or X.size % n != 0:
         raise ValueError(f"layer_norm: input of shape {X.shape} cannot be split into rows of {n}")
     dt = X.dtype
-    X = np.ascontiguousarray(X)
+    X = aligned(np.ascontiguousarray(X))
     cdef Py_ssize_t rows = X.size // n
     R = None
     if residual is not None:
-        R = np.ascontiguousarray(_float_array(residual, "layer_norm").astype(dt, copy=False))
+        R = aligned(np.ascontiguousarray(
+            _float_array(residual, "layer_norm").astype(dt, copy=False)))
         if R.shape != X.shape:
             raise ValueError(
                 f"layer_norm: residual shape {R.shape} does not match input shape {X.shape}")
     G = B = None
     if weight is not None:
-        G = np.ascontiguousarray(np.asarray(weight), dtype=dt).reshape(-1)
+        G = aligned(np.ascontiguousarray(np.asarray(weight), dtype=dt).reshape(-1))
         if G.shape[0] != n:
             raise ValueError(f"layer_norm: weight has {G.shape[0]} elements, expected {n}")
     if bias is not None:
-        B = np.ascontiguousarray(np.asarray(bias), dtype=dt).reshape(-1)
+        B = aligned(np.ascontiguousarray(np.asarray(bias), dtype=dt).reshape(-1))
         if B.shape[0] != n:
             raise ValueError(f"layer_norm: bias has {B.shape[0]} elements, expected {n}")
     cdef cnp.ndarray out = np.empty(X.shape, dtype=dt)
@@ -178,7 +180,8 @@ def softmax_(scores, double scale=1.0, mask=None):
     Parameters
     ----------
     scores : ndarray
-        Writable float32 or float64 array of 1 to 4 dimensions with a unit-stride last axis.
+        Writable, aligned float32 or float64 array of 1 to 4 dimensions with a unit-stride
+        last axis.
     scale : float
         Multiplies the scores before the mask is added.
     mask : array_like or None
@@ -198,6 +201,7 @@ def softmax_(scores, double scale=1.0, mask=None):
         raise TypeError(f"softmax_: scores must be float32 or float64, got {dt}")
     if not S.flags.writeable:
         raise ValueError("softmax_: scores must be writable")
+    check_aligned(S, "softmax_: scores")
     if not 1 <= S.ndim <= 4:
         raise ValueError(f"softmax_: scores must have 1 to 4 dimensions, got shape {S.shape}")
     cdef Py_ssize_t es = dt.itemsize
@@ -218,6 +222,7 @@ def softmax_(scores, double scale=1.0, mask=None):
             if M.dtype.kind not in "biuf":
                 raise TypeError(f"softmax_: mask must hold real numbers, got dtype {M.dtype}")
             M = M.astype(dt)
+        M = aligned(M)
         try:
             M4 = np.broadcast_to(M, S.shape)
         except ValueError:
@@ -257,11 +262,11 @@ def gelu(x, str approximate="none", out=None):
 
     float32 (and narrower) inputs give float32 (vector erfc, relative error about 1e-6);
     float64 inputs give float64 (libm ``erfc``/``tanh``). ``out`` may be a writable
-    C-contiguous array of the result's dtype and shape (``x`` itself for in place).
+    C-contiguous, aligned array of the result's dtype and shape (``x`` itself for in place).
     """
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    X = np.ascontiguousarray(_float_array(x, "gelu"))
+    X = aligned(np.ascontiguousarray(_float_array(x, "gelu")))
     dt = X.dtype
     cdef cnp.ndarray Y
     if out is None:
@@ -271,6 +276,7 @@ def gelu(x, str approximate="none", out=None):
                 or not out.flags.c_contiguous or not out.flags.writeable):
             raise ValueError(
                 f"gelu: out must be a writable C-contiguous {dt} array of shape {X.shape}")
+        check_aligned(out, "gelu: out")
         Y = out
     cdef Py_ssize_t n = X.size
     if n == 0:
@@ -315,8 +321,9 @@ def embedding(ids, table, out=None, bint accumulate=False):
         2-D C-contiguous float32, float64, float16 or bfloat16 (16-bit tables are widened to
         float32).
     out : ndarray or None
-        Writable C-contiguous array of shape ``ids.shape + (table.shape[1],)`` in the result
-        dtype (float64 for float64 tables, else float32); required when ``accumulate``.
+        Writable, aligned C-contiguous array of shape ``ids.shape + (table.shape[1],)`` in the
+        result dtype (float64 for float64 tables, else float32); required when
+        ``accumulate``.
     accumulate : bool
         Add the rows to ``out`` instead of overwriting it.
     """
@@ -325,10 +332,10 @@ def embedding(ids, table, out=None, bint accumulate=False):
         raise TypeError(f"embedding: indices must be integers, got dtype {I.dtype}")
     if I.dtype.kind == "u" and I.size and I.max() > np.iinfo(np.int64).max:
         raise IndexError("embedding: index out of range of int64")
-    I = np.ascontiguousarray(I, dtype=_I64)
+    I = aligned(np.ascontiguousarray(I, dtype=_I64))
     if not isinstance(table, np.ndarray) or table.ndim != 2:
         raise ValueError("embedding: table must be a 2-D ndarray")
-    T = np.ascontiguousarray(table)
+    T = aligned(np.ascontiguousarray(table))
     cdef int tdt
     if T.dtype == _F32:
         tdt, rdt = MK_TABLE_F32, _F32
@@ -353,6 +360,7 @@ def embedding(ids, table, out=None, bint accumulate=False):
                 or not out.flags.c_contiguous or not out.flags.writeable):
             raise ValueError(
                 f"embedding: out must be a writable C-contiguous {rdt} array of shape {shape}")
+        check_aligned(out, "embedding: out")
         O = out
     _check_ids(I, rows)
     cdef const int64_t *pi = <const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>I)
@@ -447,6 +455,7 @@ def _rows_view(x, str what, Py_ssize_t width_multiple, dt):
     es = dt.itemsize
     if (A.shape[2] > 1 and A.strides[2] != es) or A.strides[0] % es or A.strides[1] % es:
         A = np.ascontiguousarray(A)
+    A = aligned(A)
     if A.shape[2] % width_multiple:
         raise ValueError(
             f"attention: {what} has {A.shape[2]} features, not divisible by num_heads="
@@ -565,6 +574,7 @@ def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_we
             if M.dtype.kind not in "biuf":
                 raise TypeError(f"attention: mask must hold real numbers, got dtype {M.dtype}")
             M = M.astype(dt)
+        M = aligned(M)
         try:
             M = np.broadcast_to(M, (B, num_heads, Lq, Lk))
         except ValueError:
