@@ -690,6 +690,7 @@ class Module(StateDictMixin):
                 if module._packed_keys():
                     packed.append(module)
             saved = [_snapshot(module) for module in packed]
+            _bump_epoch()  # (before the commit, which allocates nothing, not even an int)
             try:
                 plans = [(tensor, _cast_plan(tensor, dtype)) for tensor in tensors.values()]
                 for module in packed:
@@ -698,7 +699,6 @@ class Module(StateDictMixin):
             except BaseException:
                 _restore(saved)
                 raise
-            _bump_epoch()
             for tensor, arr in plans:
                 tensor._cast_commit_(dtype, arr)
 
