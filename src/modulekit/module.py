@@ -3,7 +3,9 @@
 A Module keeps its state in plain dicts on the instance (``_parameters``, ``_buffers``,
 ``_modules`` and the set ``_non_persistent_buffers``), registered by attribute assignment as in
 PyTorch. Traversal, hooks, ``repr`` and ``state_dict`` names follow ``torch.nn.Module``;
-``load_state_dict`` and ``to`` are all-or-nothing (a refusal leaves the tree unchanged).
+``load_state_dict``, ``to`` and ``initialize`` are all-or-nothing (a refusal, or running out of
+memory part-way, leaves the tree unchanged), and run as writers of the state guard
+(``modulekit/_ext/_guard.pyx``): never while a module call runs, whose outermost call is a reader.
 
 The packing protocol
 --------------------
@@ -11,7 +13,9 @@ A layer with bound weights may convert them once into a packed, kernel-ready for
 
 ``_pack()``
     Build the packed form from the registered tensors and release them (remove them from
-    ``_parameters``: :meth:`Module.state_dict` no longer lists them). Idempotent; hold
+    ``_parameters``: :meth:`Module.state_dict` no longer lists them). Build first, then only
+    rebind attributes and delete registry entries (``initialize`` undoes a failed pack of the
+    tree by restoring every module's dicts). Idempotent; hold
     ``self._pack_lock`` (created by ``Module.__init__`` for every class overriding ``_pack``)
     so concurrent first forwards pack once.
 ``_packed_keys() -> dict[str, tuple[tuple[int, ...], DataType]]``
@@ -23,8 +27,8 @@ A layer with bound weights may convert them once into a packed, kernel-ready for
 ``_repack(values, dtype=None)``
     Re-pack from ``values`` (local name -> ndarray of the shape given by ``_packed_keys``; names
     left out keep their current packed value), storing in ``dtype`` when given. It must build
-    a NEW packed object and rebind it, never mutate the old one (``load_state_dict`` rolls a
-    failed load back by restoring the old binding).
+    a NEW packed object and rebind it, never mutate the old one (``load_state_dict`` and
+    ``to`` roll a failure back by restoring the old binding).
 """
 
 from __future__ import annotations

@@ -39,7 +39,11 @@ cdef extern from *:
     """
     /* Module calls running on this thread: 0 outside any; 1 inside a counted (reader) call;
      * 2 inside a call made by the thread that holds the writer side (not counted). */
+    #if defined(_MSC_VER)
+    static __declspec(thread) int mk_guard_depth = 0;
+    #else
     static __thread int mk_guard_depth = 0;
+    #endif
     """
     int mk_guard_depth
     object PyObject_Call(object callable, object args, PyObject *kwargs)
