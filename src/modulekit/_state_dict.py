@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from modulekit._ext._guard import exclusive as _exclusive
 from modulekit._ext._tensor import Parameter, Tensor, as_array
 from modulekit.dtypes import DataType, is_bfloat16
 from modulekit.hooks import RemovableHandle
@@ -88,6 +89,24 @@ def _assigned_tensor(value, arr: np.ndarray, as_parameter: bool) -> Tensor:
     if arr.flags.c_contiguous and arr.flags.aligned:
         return cls.from_numpy(arr)
     return cls(arr)
+
+
+def _snapshot(module: Module) -> tuple:
+    """What :func:`_restore` needs to undo rebinding in ``module``: its attribute dict and its
+    registries, shallow copies (re-packing and packing build new objects and rebind them)."""
+    d = module.__dict__
+    return (module, d.copy(), d["_parameters"].copy(), d["_buffers"].copy())
+
+
+def _restore(snapshots: list[tuple]) -> None:
+    """Put back the bindings saved by :func:`_snapshot` (the same dict objects, refilled)."""
+    for module, old_dict, old_params, old_buffers in reversed(snapshots):
+        module.__dict__.clear()
+        module.__dict__.update(old_dict)
+        old_dict["_parameters"].clear()
+        old_dict["_parameters"].update(old_params)
+        old_dict["_buffers"].clear()
+        old_dict["_buffers"].update(old_buffers)
 
 
 def _value_description(value) -> str:
@@ -240,6 +259,11 @@ class StateDictMixin:
             ``strict``; it carries the accounting as ``.result``. Whatever raises (a hook
             too), every tensor in the tree is left bit-identical to before.
         """
+        # never under a running forward (the state guard, modulekit/_ext/_guard.pyx)
+        with _exclusive("load_state_dict()"):
+            return self._load_state_dict(state, strict, assign)
+
+    def _load_state_dict(self, state: Mapping[str, Any], strict: bool, assign: bool):
         if not isinstance(state, Mapping):
             raise TypeError(f"Expected state to be a mapping (dict), got {type(state).__name__}")
         metadata = getattr(state, "_metadata", None)
@@ -308,6 +332,10 @@ class StateDictMixin:
                         "assigned from read-only memory); load it with assign=True"
                     )
                     continue
+                if not assign:
+                    # converted now (the allocation a copy may need happens before anything
+                    # is written): the commit's copies are then plain same-dtype copies
+                    arr = arr.astype(tensor.numpy().dtype, order="C", copy=False)
                 is_param = registry is params
                 copies.append((registry, name, tensor, arr, state[key], is_param))
             packed = module._packed_keys()
@@ -398,13 +426,7 @@ class StateDictMixin:
                 np.copyto(tensor.numpy(), old)
             for registry, name, old in reversed(saved_entries):
                 registry[name] = old
-            for module, old_dict, old_params, old_buffers in saved_dicts:
-                module.__dict__.clear()
-                module.__dict__.update(old_dict)
-                old_dict["_parameters"].clear()
-                old_dict["_parameters"].update(old_params)
-                old_dict["_buffers"].clear()
-                old_dict["_buffers"].update(old_buffers)
+            _restore(saved_dicts)
             for module, old in saved_extras:
                 module.set_extra_state(old)
 
@@ -414,10 +436,7 @@ class StateDictMixin:
                     saved_extras.append((module, module.get_extra_state()))
                 module.set_extra_state(value)
             for module, values in repacks:
-                d = module.__dict__
-                saved_dicts.append(
-                    (module, d.copy(), d["_parameters"].copy(), d["_buffers"].copy())
-                )
+                saved_dicts.append(_snapshot(module))
                 module._repack(values)
             if assign:
                 # one new object per (old object, kind): tensors tied before stay tied

@@ -3,7 +3,9 @@
 A Module keeps its state in plain dicts on the instance (``_parameters``, ``_buffers``,
 ``_modules`` and the set ``_non_persistent_buffers``), registered by attribute assignment as in
 PyTorch. Traversal, hooks, ``repr`` and ``state_dict`` names follow ``torch.nn.Module``;
-``load_state_dict`` and ``to`` are all-or-nothing (a refusal leaves the tree unchanged).
+``load_state_dict``, ``to`` and ``initialize`` are all-or-nothing (a refusal, or running out of
+memory part-way, leaves the tree unchanged), and run as writers of the state guard
+(``modulekit/_ext/_guard.pyx``): never while a module call runs, whose outermost call is a reader.
 
 The packing protocol
 --------------------
@@ -11,7 +13,9 @@ A layer with bound weights may convert them once into a packed, kernel-ready for
 
 ``_pack()``
     Build the packed form from the registered tensors and release them (remove them from
-    ``_parameters``: :meth:`Module.state_dict` no longer lists them). Idempotent; hold
+    ``_parameters``: :meth:`Module.state_dict` no longer lists them). Build first, then only
+    rebind attributes and delete registry entries (``initialize`` undoes a failed pack of the
+    tree by restoring every module's dicts). Idempotent; hold
     ``self._pack_lock`` (created by ``Module.__init__`` for every class overriding ``_pack``)
     so concurrent first forwards pack once.
 ``_packed_keys() -> dict[str, tuple[tuple[int, ...], DataType]]``
@@ -26,8 +30,8 @@ A layer with bound weights may convert them once into a packed, kernel-ready for
 ``_repack(values, dtype=None)``
     Re-pack from ``values`` (local name -> ndarray of the shape given by ``_packed_keys``; names
     left out keep their current packed value), storing in ``dtype`` when given. It must build
-    a NEW packed object and rebind it, never mutate the old one (``load_state_dict`` rolls a
-    failed load back by restoring the old binding).
+    a NEW packed object and rebind it, never mutate the old one (``load_state_dict`` and
+    ``to`` roll a failure back by restoring the old binding).
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from modulekit._ext._arena import call as _arena_call
 from modulekit._ext._gemm import warm_threads as _warm_threads
+from modulekit._ext._guard import exclusive as _exclusive
+from modulekit._ext._guard import module_call as _module_call
 from modulekit._ext._tensor import Parameter, Tensor
 from modulekit._state_dict import (
     LoadResult,
@@ -48,6 +53,8 @@ from modulekit._state_dict import (
     StateDictMixin,
     StateDictTypeError,
     _as_array,
+    _restore,
+    _snapshot,
     _value_description,
 )
 from modulekit.device import Device, as_device
@@ -376,16 +383,11 @@ class Module(StateDictMixin):
             f'Module [{type(self).__name__}] is missing the required "forward" function'
         )
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # A module with children or hooks runs with the activation cache's memory handler
-        # current (a no-op when already current, in a nested call): its large intermediate
-        # arrays reuse the memory of the previous call's (modulekit/_ext/_arena.pyx). A leaf
-        # without hooks (Identity, say) keeps the bare path: one flag test.
-        if self._scoped_call:
-            if self._has_hooks:
-                return _arena_call(self._call_with_hooks, (args, kwargs), None)
-            return _arena_call(self.forward, args, kwargs)
-        return self.forward(*args, **kwargs)
+    # Calling a module (``m(x)``): forward with its hooks, under the state guard (the
+    # outermost call on a thread is a reader: to() / load_state_dict() / initialize() never
+    # change the tree under it) and, for a module with children or hooks, the activation
+    # cache. In C (modulekit/_ext/_guard.pyx): the per-call cost of every layer.
+    __call__ = _module_call
 
     def _refresh_hooks_flag(self) -> None:
         _bump_epoch()  # a forward hook was added or removed
@@ -687,14 +689,30 @@ class Module(StateDictMixin):
         return self
 
     def _cast_floating(self, dtype: DataType) -> None:
-        _bump_epoch()
-        for module in self.modules():
-            for registry in (module._parameters, module._buffers):
-                for tensor in registry.values():
-                    if tensor is not None and tensor.dtype.is_floating:
-                        tensor._cast_(dtype)
-            if module._packed_keys():
-                module._repack({}, dtype)
+        # All or nothing, and never under a running forward (the state guard): first every
+        # allocation (the cast copies, the re-packed kernel objects), then the commit, which
+        # cannot fail (rebinding arrays, narrowing casts done in a tensor's own memory).
+        with _exclusive("to()"):
+            tensors, packed = {}, []
+            for module in self.modules():
+                for registry in (module._parameters, module._buffers):
+                    for tensor in registry.values():
+                        if tensor is not None and tensor.dtype.is_floating:
+                            tensors[id(tensor)] = tensor  # a tensor tied twice casts once
+                if module._packed_keys():
+                    packed.append(module)
+            saved = [_snapshot(module) for module in packed]
+            _bump_epoch()  # (before the commit, which allocates nothing, not even an int)
+            try:
+                plans = [(tensor, _cast_plan(tensor, dtype)) for tensor in tensors.values()]
+                for module in packed:
+                    # builds a NEW packed object and rebinds it: undone by _restore
+                    module._repack({}, dtype)
+            except BaseException:
+                _restore(saved)
+                raise
+            for tensor, arr in plans:
+                tensor._cast_commit_(dtype, arr)
 
     def half(self) -> Module:
         """Cast floating parameters and buffers to float16 (``to(modulekit.float16)``)."""
@@ -858,9 +876,18 @@ class Module(StateDictMixin):
             module._pack()
             module._fuse()
 
-        _bump_epoch()
-        visit(self)
-        _bump_epoch()
+        with _exclusive("initialize()"):
+            # packing rebinds (new kernel objects, the source tensors released) and fusing
+            # plans: a failure part-way restores every module's registries and attributes
+            saved = [_snapshot(module) for module in self.modules()]
+            _bump_epoch()
+            try:
+                visit(self)
+            except BaseException:
+                _restore(saved)
+                raise
+            finally:
+                _bump_epoch()
         _warm_threads()
         if example_args or example_kwargs:
             quiet = _warm_up.__dict__
@@ -894,6 +921,12 @@ class Module(StateDictMixin):
             else:
                 main += "\n  " + "\n  ".join(lines) + "\n"
         return main + ")"
+
+
+def _cast_plan(tensor: Tensor, dtype: DataType):
+    """The allocating half of casting ``tensor`` (``Tensor._cast_plan``): where ``to()`` runs
+    out of memory, if it does (tests make it fail here)."""
+    return tensor._cast_plan(dtype)
 
 
 def _resolve_dtype(value) -> DataType | None:

@@ -101,6 +101,19 @@ cdef object _contiguous_copy(arr, dtype):
     return out
 
 
+cdef bint _narrows_in_place(Tensor t, dt):
+    """True when a cast of ``t`` to ``dt`` can reuse its own memory: a narrowing float cast
+    of an array nothing else holds."""
+    src = t._array
+    # References to src: t._array and the local `src`; more means someone shares it.
+    return (
+        dt.itemsize < src.itemsize
+        and _fast_float(src.dtype) and _fast_float(dt.numpy)
+        and Py_REFCNT(src) == 2 and src.base is None and src.flags.owndata
+        and src.flags.writeable and src.size > 0
+    )
+
+
 cdef class Tensor:
     """A CPU array with a :class:`~modulekit.DataType`: module state (weights, buffers).
 
@@ -271,14 +284,8 @@ cdef class Tensor:
         dt = as_dtype(dtype)
         if dt is self._dtype:
             return self
-        src = self._array
-        # References to src: self._array and the local `src`; more means someone shares it.
-        if (
-            dt.itemsize < src.itemsize
-            and _fast_float(src.dtype) and _fast_float(dt.numpy)
-            and Py_REFCNT(src) == 2 and src.base is None and src.flags.owndata
-            and src.flags.writeable and src.size > 0
-        ):
+        if _narrows_in_place(self, dt):
+            src = self._array
             self._array = None      # drop our reference while we reshape the owner
             shape = src.shape
             n = src.size
@@ -286,13 +293,38 @@ cdef class Tensor:
             dst = src.view(np.uint8)[: n * dt.itemsize].view(dt.numpy)
             _fast_cast_into(src, dst)
             del dst
-            # Give the tail back: realloc to ceil(n * new_size / old_size) old elements.
-            src.resize((-(-n * dt.itemsize // src.itemsize),), refcheck=False)
+            # Give the tail back: realloc to ceil(n * new_size / old_size) old elements. A
+            # shrink that fails keeps the whole block (the values are in its head): the cast
+            # itself has happened and must not fail now (``_cast_commit_``).
+            try:
+                src.resize((-(-n * dt.itemsize // src.itemsize),), refcheck=False)
+            except MemoryError:
+                pass
             self._array = src.view(np.uint8)[: n * dt.itemsize].view(dt.numpy).reshape(shape)
         else:
-            self._array = _contiguous_copy(src, dt)
+            self._array = _contiguous_copy(self._array, dt)
         self._dtype = dt
         return self
+
+    def _cast_plan(self, dtype):
+        """The allocating half of an all-or-nothing cast (``Module.to``): the new array of
+        the values cast to ``dtype``, or None when :meth:`_cast_commit_` needs no new memory
+        (same dtype, or a narrowing cast done in this tensor's own memory). Changes nothing;
+        a cast that runs out of memory raises here."""
+        dt = as_dtype(dtype)
+        if dt is self._dtype or _narrows_in_place(self, dt):
+            return None
+        return _contiguous_copy(self._array, dt)
+
+    def _cast_commit_(self, dtype, arr):
+        """The committing half: take ``arr`` from :meth:`_cast_plan` (no allocation, cannot
+        fail), or, for None, narrow in place (no allocation, unless another thread took the
+        array between the two halves, when the values are copied as :meth:`_cast_` does)."""
+        if arr is None:
+            self._cast_(dtype)
+        else:
+            self._array = arr
+            self._dtype = as_dtype(dtype)
 
     def copy_(self, src):
         """Copy ``src`` (an array-like of exactly this shape) into this tensor's memory,

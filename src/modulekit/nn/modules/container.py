@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 
 from modulekit._ext._gemm import linear_chain
+from modulekit._ext._guard import call as _guarded_call
 from modulekit.module import Module, _addindent, _bump_epoch
 from modulekit.nn.modules.linear import Linear
 
@@ -272,12 +273,14 @@ class Sequential(_IndexedContainer):
     def __call__(self, *args, **kwargs):
         # Module.__call__, short-cut for a Sequential that is one chain of Linear layers
         # (an MLP): at batch 1 its whole kernel call takes a few microseconds
-        # (the chain checks this module's hooks and children itself)
+        # (the chain checks this module's hooks and children itself), under the state
+        # guard as every module call
         plan = self._fused_plan
         if plan is not None and len(args) == 1 and not kwargs:
             whole = plan[2]
-            if whole is not None and whole.chain is not None:
-                out = whole.chain._forward_watched(args[0])
+            chain = None if whole is None else whole.chain
+            if chain is not None:
+                out = _guarded_call(chain._forward_watched, args, None, False)
                 if out is not None:
                     return out
         return Module.__call__(self, *args, **kwargs)
