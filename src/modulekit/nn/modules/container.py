@@ -7,6 +7,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 
+from modulekit import module as _module
 from modulekit._ext._gemm import linear_chain
 from modulekit.module import Module, _addindent, _bump_epoch
 from modulekit.nn.modules.linear import Linear
@@ -274,7 +275,8 @@ class Sequential(_IndexedContainer):
         # (an MLP): at batch 1 its whole kernel call takes a few microseconds
         # (the chain checks this module's hooks and children itself)
         plan = self._fused_plan
-        if plan is not None and len(args) == 1 and not kwargs:
+        if (plan is not None and len(args) == 1 and not kwargs and _module._capture is None
+                and self._compiled is None):
             whole = plan[2]
             if whole is not None and whole.chain is not None:
                 out = whole.chain._forward_watched(args[0])
