@@ -4,6 +4,7 @@ from modulekit import memory, nn
 from modulekit._ext._gemm import matmul
 from modulekit._ext._tensor import Parameter, Tensor
 from modulekit.checkpoint import CheckpointError, load, save
+from modulekit.compile import load_module
 from modulekit.device import Device
 from modulekit.dtypes import (
     DataType,
@@ -37,6 +38,7 @@ __all__ = [
     "int64",
     "int8",
     "load",
+    "load_module",
     "LoadResult",
     "matmul",
     "memory",
