@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 import user_models as um
-from test_compile import X, Small, _bn_stats, _same
+from test_compile import Small, X, _bn_stats, _same
 
 import modulekit as mk
 from modulekit import nn
