@@ -317,6 +317,14 @@ def test_user_cnn_bit_identical(build, size, batch):
     for o in _calls(m, x):
         _same(o, ref)
     assert m._compiled.last.plan is not None
+    _same(_exec_code(m, x), ref)
+
+
+def _exec_code(m, *args):
+    code, constants = m.code_with_constants
+    scope = dict(constants)
+    exec(compile(code, "<plan>", "exec"), scope)
+    return scope["forward"](*args)
 
 
 def _bert():
@@ -343,6 +351,7 @@ def test_user_bert_bit_identical(b, seq):
     m.compile()
     for o in _calls(m, ids, mask):
         _same(o, ref)
+    _same(_exec_code(m, ids, mask), ref)
 
 
 def test_user_models_match_torch():
@@ -395,3 +404,30 @@ def test_builtin_models_compiled_bit_identical(name):
         outs = [m(x) for _ in range(3)]
     for o in outs:
         _same(o, ref)
+
+
+def test_concurrent_calls_of_a_compiled_module():
+    import threading
+
+    m = _eval_init(um.ResNet(num_classes=10))
+    xs = [np.random.default_rng(i).standard_normal((1 + i % 2, 3, 32, 32)).astype(np.float32)
+          for i in range(6)]
+    refs = [m(x) for x in xs]
+    m.compile()
+    errors, outs = [], {}
+
+    def work(i):
+        try:
+            for _ in range(3):
+                outs[i] = m(xs[i])
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i, ref in enumerate(refs):
+        _same(outs[i], ref)

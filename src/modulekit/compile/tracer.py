@@ -117,7 +117,8 @@ class TracedArray:
     def shape(self) -> tuple:
         cap, node = self._cap, self._node
         return tuple(
-            SymInt(d, cap.graph.add("dim", "shape", args=(node, i), name="size"), cap)
+            SymInt(d, cap.graph.add("dim", "shape", args=(node, i), name="size", kind="int"),
+                   cap)
             for i, d in enumerate(np.shape(self._value))
         )
 
@@ -125,7 +126,7 @@ class TracedArray:
     def size(self):
         return SymInt(np.size(self._value),
                       self._cap.graph.add("dim", "size", args=(self._node, "size"),
-                                          name="numel"), self._cap)
+                                          name="numel", kind="int"), self._cap)
 
     @property
     def ndim(self) -> int:
@@ -554,7 +555,7 @@ class Capture:
         if self.broken is not None or not isinstance(real, int):
             return real
         node = self.graph.add("call_function", target, fn, self.encode(tuple(args)), {},
-                              name="size", **self._meta())
+                              name="size", kind="int", **self._meta())
         return SymInt(real, node, self)
 
     def call_function(self, name: str, fn, args, kwargs):
