@@ -431,3 +431,16 @@ def test_concurrent_calls_of_a_compiled_module():
     assert not errors
     for i, ref in enumerate(refs):
         _same(outs[i], ref)
+
+
+def test_rank_changing_squeeze_specialises():
+    class Sq(nn.Module):
+        def forward(self, x):
+            y = x.squeeze()
+            return y.sum(axis=0) if y.ndim == 1 else y.sum(axis=1)
+
+    m = Sq()
+    m.compile()
+    a, b = np.ones((1, 3)), np.ones((2, 3))
+    _same(m(a), np.float64(3.0))
+    _same(m(b), np.full(2, 3.0))

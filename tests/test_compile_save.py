@@ -227,3 +227,21 @@ def test_json_tricks_refused(saved, tmp_path, never_build):
         write_safetensors(arrays, p, {"modulekit.module": bad_text})
         with pytest.raises(CheckpointError, match=match):
             mk.load_module(p)
+
+
+def test_functional_pooling_saved(tmp_path):
+    class Pool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            y = mk.nn.functional.max_pool2d(self.conv(x), 2, 2, 0, 1, False)
+            return mk.nn.functional.adaptive_avg_pool2d(y, 1).reshape(x.shape[0], -1)
+
+    m = Pool().eval()
+    m.compile()
+    ref = m(X)
+    assert "F.max_pool2d" in m.code
+    m.save(tmp_path / "p")
+    _same(mk.load_module(tmp_path / "p")(X), ref)

@@ -389,11 +389,13 @@ PURE_OPERATORS = frozenset(f"operator.{n}" for n in _BINARY + ["neg", "pos", "ab
 
 # ------------------------------------------------------------------------------------------
 # library functions the capture records as one node
-def traceable(fn):
+def traceable(fn, name: str | None = None):
     """Mark a library function so that a capture records a call with traced arguments as one
-    ``call_function`` node (run whole by the plan) instead of tracing into it. Costs one
-    global read per call outside a capture."""
-    name = f"{fn.__module__}.{fn.__qualname__}"
+    ``call_function`` node (run whole by the plan) instead of tracing into it; ``name`` is the
+    node's target (default: the function's module and qualified name). Costs one global read
+    per call outside a capture."""
+    if name is None:
+        name = f"{fn.__module__}.{fn.__qualname__}"
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -533,6 +535,10 @@ class Capture:
         """Run ``fn`` (or the method ``target`` of ``args[0]``) on the real values and record
         it as a node; returns the traced result."""
         real_args, real_kwargs = self.unwrap(args), self.unwrap(kwargs)
+        if target in ("squeeze", "numpy.squeeze") and len(real_args) < 2 \
+                and real_kwargs.get("axis") is None:
+            # the result's rank depends on which sizes are 1: keep the plan to these shapes
+            self.specialize("squeeze() without an axis")
         if op == "call_method":
             receiver = real_args[0]
             if target == "__getitem__":

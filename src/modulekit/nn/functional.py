@@ -40,9 +40,9 @@ __all__ = [
     "hardswish",
 ]
 
-max_pool2d = traceable(_max_pool2d)
-avg_pool2d = traceable(_avg_pool2d)
-adaptive_avg_pool2d = traceable(_adaptive_avg_pool2d)
+max_pool2d = traceable(_max_pool2d, "modulekit.nn.functional.max_pool2d")
+avg_pool2d = traceable(_avg_pool2d, "modulekit.nn.functional.avg_pool2d")
+adaptive_avg_pool2d = traceable(_adaptive_avg_pool2d, "modulekit.nn.functional.adaptive_avg_pool2d")
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
