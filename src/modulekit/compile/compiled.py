@@ -82,7 +82,7 @@ def compile_module(module, *args, **kwargs) -> None:
 
 
 class _Entry:
-    __slots__ = ("plan", "graph", "reason", "exact", "params", "arg_map")
+    __slots__ = ("plan", "graph", "reason", "exact", "params")
 
     def __init__(self, plan, graph, reason, exact, params):
         self.plan, self.graph, self.reason, self.exact, self.params = (

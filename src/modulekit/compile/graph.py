@@ -29,6 +29,7 @@ and :meth:`Graph.erase`.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -200,7 +201,7 @@ class Graph:
             if inline_scopes and node.meta.get("scope"):
                 notes.append(f"scope: {node.meta['scope']}")
             if node.meta.get("where"):
-                notes.append(node.meta["where"])
+                notes.append(os.path.basename(node.meta["where"]))
             lines.append(head + (f"  # {'; '.join(notes)}" if notes else ""))
         return "\n".join(lines) + "\n"
 

@@ -217,7 +217,7 @@ def _generate(graph: Graph, params: list[str], ns: _Namespace, namedtuple) -> st
             callee = ns.bind("self_" + (node.meta.get("path") or target), fn)
             rhs = f"{callee}({call_args(node)})"
         elif op == "call_fused":
-            callee = ns.bind(node.name, node.fn)
+            callee = ns.bind("kernel_" + node.meta["modules"][0], node.fn)
             rhs = f"{callee}({call_args(node)})"
         elif op == "call_function":
             short = target.rsplit(".", 1)[-1]
