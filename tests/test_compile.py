@@ -444,3 +444,16 @@ def test_rank_changing_squeeze_specialises():
     a, b = np.ones((1, 3)), np.ones((2, 3))
     _same(m(a), np.float64(3.0))
     _same(m(b), np.full(2, 3.0))
+
+
+def test_pickled_copy_is_not_compiled():
+    import copy
+    import pickle
+
+    m = _eval_init(Small())
+    m.compile()
+    ref = m(X)
+    for c in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+        assert c._compiled is None
+        _same(c(X), ref)
+    assert m._compiled is not None
