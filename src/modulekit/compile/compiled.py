@@ -299,7 +299,11 @@ class CompiledCall:
     def save(self, f, **kwargs) -> None:
         from modulekit.compile.serialize import save_compiled
 
-        save_compiled(self.module, self._entry().graph, f, **kwargs)
+        try:
+            entry = self._entry()
+        except AttributeError as exc:
+            raise CompileError(f"save: {exc}") from None
+        save_compiled(self.module, entry.graph, f, **kwargs)
 
 
 def _encode_output(cap, value):
