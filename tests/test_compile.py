@@ -457,3 +457,14 @@ def test_pickled_copy_is_not_compiled():
         assert c._compiled is None
         _same(c(X), ref)
     assert m._compiled is not None
+
+
+def test_first_call_on_an_unpacked_model_plans_once():
+    m = Small().eval()  # nothing packed yet
+    ref = Small().eval()
+    ref.load_state_dict(m.state_dict())
+    expected = ref(X)
+    m.compile()
+    for o in _calls(m, X):
+        _same(o, expected)
+    assert m._compiled.captures == 1

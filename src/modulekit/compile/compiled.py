@@ -198,6 +198,7 @@ class CompiledCall:
     def _capture(self, args, kwargs, loose, shapes):
         module = self.module
         positions, names = self._input_names(args, kwargs)
+        self._pack_all()
         epoch = _module._epoch
         result, cap, traced_out = run_capture(module, args, kwargs, positions, names,
                                               self.fullgraph)
@@ -240,6 +241,24 @@ class CompiledCall:
         entry = _Entry(plan, graph, None, shapes if exact else None, names)
         self._store((loose, entry.exact), entry)
         return result
+
+    def _pack_all(self) -> None:
+        """Pack every layer not packed yet, as its first forward would (the same values):
+        packing is a structure change, so doing it now keeps the capture's plan current."""
+        from modulekit.module import Module
+
+        if self.epoch != _module._epoch:
+            return
+        packed = False
+        for sub in self.module.modules():
+            if type(sub)._pack is not Module._pack and not sub._packed_keys():
+                try:
+                    sub._pack()
+                    packed = True
+                except Exception:  # noqa: BLE001 - forward raises the real error, if it runs
+                    pass
+        if packed:
+            self.epoch = _module._epoch  # plans made before stay valid: packing is neutral
 
     def _store(self, key, entry: _Entry) -> None:
         self.cache[key] = entry
