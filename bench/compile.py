@@ -72,13 +72,19 @@ def main():
         same = all(np.array_equal(x, y) for x, y in zip(
             ref if isinstance(ref, tuple) else (ref,), out if isinstance(out, tuple) else (out,)))
         number = 20 if "bert" in name else 3
-        t = interleaved({"eager": lambda: eager(*args), "compiled": lambda: compiled(*args)},
+
+        def run_eager(m=eager, inputs=args):
+            return m(*inputs)
+
+        def run_compiled(m=compiled, inputs=args):
+            return m(*inputs)
+
+        t = interleaved({"eager": run_eager, "compiled": run_compiled},
                         rounds=a.rounds, number=number)
         e, c = t["eager"]["seconds"], t["compiled"]["seconds"]
         print(f"{name:34s} eager {e * 1e3:8.3f} ms  compiled {c * 1e3:8.3f} ms  "
-              f"eager/compiled {e / c:5.3f}  __call__ dispatches {dispatches(lambda: eager(*args))}"
-              f" -> {dispatches(lambda: compiled(*args))}  bit-identical {same}")
-
+              f"eager/compiled {e / c:5.3f}  __call__ dispatches {dispatches(run_eager)} -> "
+              f"{dispatches(run_compiled)}  bit-identical {same}")
 
 if __name__ == "__main__":
     main()
