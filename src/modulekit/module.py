@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from modulekit._ext._gemm import warm_threads as _warm_threads
+from modulekit._ext._guard import call as _guarded_call
 from modulekit._ext._guard import exclusive as _exclusive
 from modulekit._ext._guard import module_call as _module_call
 from modulekit._ext._tensor import Parameter, Tensor
@@ -88,6 +89,7 @@ def _bump_epoch() -> None:
 def structure_epoch() -> int:
     """The current structure epoch (see ``_epoch``)."""
     return _epoch
+
 
 # torch device families: a string naming one of these is a device (and refused unless "cpu").
 _DEVICE_TYPES = frozenset(
@@ -144,6 +146,8 @@ class Module(StateDictMixin):
     # True once the module has hooks or a child: __call__ then runs it under the activation
     # cache (see __call__); a leaf without hooks keeps the bare path.
     _scoped_call: bool = False
+    # The compiled call (modulekit.compile.CompiledCall) once compile() ran, else None.
+    _compiled = None
 
     # ------------------------------------------------------------------ construction
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -271,9 +275,13 @@ class Module(StateDictMixin):
                     "load new values with load_state_dict(), or cast with to()"
                 )
         if name in _TORCHSCRIPT_ATTRS:
+            compiled = d.get("_compiled")
+            if compiled is not None:
+                return getattr(compiled, name)
             raise AttributeError(
-                f"'{type(self).__name__}' has no attribute '{name}': modulekit has no "
-                "TorchScript, forward is plain Python (read its source)"
+                f"'{type(self).__name__}' has no attribute '{name}': it describes a compiled "
+                "module's captured forward; call compile() and then the module once (or "
+                "initialize(example_input)) first"
             )
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
@@ -364,6 +372,8 @@ class Module(StateDictMixin):
             twin._unpack()
             state = twin.__dict__
         state.pop("_pack_lock", None)
+        if state.pop("_compiled", None) is not None:
+            state["_scoped_call"] = bool(state["_has_hooks"] or state.get("_modules"))
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -371,6 +381,7 @@ class Module(StateDictMixin):
         d = self.__dict__
         self._init_hook_registries(d)
         d.update(state)
+        d.pop("_compiled", None)  # a compiled plan is not pickled: compile() again
         d["_scoped_call"] = bool(d["_has_hooks"] or d.get("_modules"))
         if type(self)._pack is not Module._pack:
             d["_pack_lock"] = threading.Lock()
@@ -383,21 +394,32 @@ class Module(StateDictMixin):
             f'Module [{type(self).__name__}] is missing the required "forward" function'
         )
 
-    # Calling a module (``m(x)``): forward with its hooks, under the state guard (the
-    # outermost call on a thread is a reader: to() / load_state_dict() / initialize() never
-    # change the tree under it) and, for a module with children or hooks, the activation
-    # cache. In C (modulekit/_ext/_guard.pyx): the per-call cost of every layer.
+    # Calling a module (``m(x)``): under a capture (``modulekit.compile``) the capture sees the
+    # call first; a compiled module runs its plan; otherwise forward with its hooks, under the
+    # state guard (the outermost call on a thread is a reader: to() / load_state_dict() /
+    # initialize() never change the tree under it) and, for a module with children or hooks,
+    # the activation cache. In C (modulekit/_ext/_guard.pyx): the per-call cost of every layer.
     __call__ = _module_call
+
+    def _eager_call(self, args: tuple, kwargs: dict) -> Any:
+        """``__call__`` without the capture and the compiled plan: hooks and ``forward``."""
+        if self._scoped_call:
+            if self._has_hooks:
+                return _guarded_call(self._call_with_hooks, (args, kwargs), None, True)
+            return _guarded_call(self.forward, args, kwargs, True)
+        return _guarded_call(self.forward, args, kwargs, False)
 
     def _refresh_hooks_flag(self) -> None:
         _bump_epoch()  # a forward hook was added or removed
         d = self.__dict__
         d["_has_hooks"] = bool(d["_forward_pre_hooks"] or d["_forward_hooks"])
-        d["_scoped_call"] = bool(d["_has_hooks"] or d["_modules"])
+        d["_scoped_call"] = bool(d["_has_hooks"] or d["_modules"] or d.get("_compiled"))
 
-    def _call_with_hooks(self, args: tuple, kwargs: dict) -> Any:
+    def _call_with_hooks(self, args: tuple, kwargs: dict, forward: Callable | None = None) -> Any:
+        if forward is None:
+            forward = self.forward
         if _warm_up.__dict__.get("hooks_off"):  # initialize(example)'s call: no hooks
-            return self.forward(*args, **kwargs)
+            return forward(*args, **kwargs)
         result = None
         called = set()
         try:
@@ -416,7 +438,7 @@ class Module(StateDictMixin):
                     out = hook(self, args)
                     if out is not None:
                         args = out if isinstance(out, tuple) else (out,)
-            result = self.forward(*args, **kwargs)
+            result = forward(*args, **kwargs)
             for hook_id, hook in tuple(self._forward_hooks.items()):
                 called.add(hook_id)
                 result = self._run_forward_hook(hook_id, hook, args, kwargs, result)
@@ -794,18 +816,34 @@ class Module(StateDictMixin):
         """No-op: there are no gradients (no autograd), so all of them are already None."""
 
     def compile(self, *args: Any, **kwargs: Any) -> None:
-        """Refused: there is no torch.compile; the kernels are compiled C already."""
-        raise NotImplementedError(
-            "compile: modulekit has no torch.compile; its hot paths are compiled kernels "
-            "already. Call initialize() to pack the weights ahead of the first forward"
-        )
+        """Compile ``__call__`` in place (seed 003's ``compile``, torch's ``Module.compile``).
+
+        The next call (or ``initialize(example_input)``) captures ``forward`` on its inputs
+        into a graph and later calls with the same input signature run it as a plan; a forward
+        that cannot be captured runs eagerly with a warning that says why. Options:
+        ``fullgraph=False`` (True: a forward that cannot be captured raises instead),
+        ``dynamic=True`` (False: every input shape is captured on its own),
+        ``cache_size_limit=8`` (signatures kept, least recently used dropped), ``backend``
+        and ``mode`` (accepted and ignored, as torch options). See ``modulekit.compile``.
+        Returns None, as torch's.
+        """
+        from modulekit.compile import compile_module
+
+        with _exclusive("compile()"):  # a running forward sees the module before or after
+            compile_module(self, *args, **kwargs)
 
     def save(self, f, **kwargs: Any) -> None:
-        """Refused: there is no TorchScript archive."""
-        raise NotImplementedError(
-            "save: modulekit has no TorchScript archive; save the weights with "
-            "modulekit.save(module.state_dict(), path) and rebuild the module in Python"
-        )
+        """Write the compiled module (its captured graph and weights, no pickle) to ``f`` (a
+        path or a binary file object) for :func:`modulekit.load_module`; an uncompiled
+        module, or one not yet called since compile(), is refused."""
+        compiled = self.__dict__.get("_compiled")
+        if compiled is None:
+            raise NotImplementedError(
+                "save: only a compiled module can be saved as a graph (module.compile(), then "
+                "one call); save the weights with modulekit.save(module.state_dict(), path) "
+                "and rebuild the module in Python"
+            )
+        compiled.save(f, **kwargs)
 
     # ------------------------------------------------------------------ packing protocol
     def _pack(self) -> None:

@@ -33,7 +33,7 @@ import time
 
 from modulekit._ext._arena import call as _arena_call
 
-__all__ = ["call", "exclusive", "in_call", "module_call", "state"]
+__all__ = ["call", "capture", "exclusive", "in_call", "module_call", "set_capture", "state"]
 
 cdef extern from *:
     """
@@ -96,13 +96,35 @@ cdef inline void _exit_read():
             _cond.notify_all()
 
 
+cdef object _capture = None   # the capture in progress (modulekit.compile), or None
+
+
+def set_capture(cap):
+    """Make ``cap`` (a ``modulekit.compile.tracer.Capture``, or None) the capture in progress:
+    while one is set, every module call goes to ``cap.call_module(module, args, kwargs)``."""
+    global _capture
+    _capture = cap
+
+
+def capture():
+    """The capture in progress (see :func:`set_capture`), or None."""
+    return _capture
+
+
 def module_call(self, *args, **kwargs):
-    """``Module.__call__``. A module with children or hooks runs with the activation cache's
-    memory handler current (``modulekit._ext._arena.call``; a no-op when already current, in
-    a nested call): its large intermediate arrays reuse the memory of the previous call's. A
-    leaf without hooks (Identity, say) skips that. The outermost call on a thread is a reader
-    of the module state (:func:`call`)."""
+    """``Module.__call__``. While a compiled module's forward is being captured
+    (:func:`set_capture`), the capture sees every module call first; a compiled module
+    (``compile()``) runs its plan. A module with children or hooks runs with the activation
+    cache's memory handler current (``modulekit._ext._arena.call``; a no-op when already
+    current, in a nested call): its large intermediate arrays reuse the memory of the previous
+    call's. A leaf without hooks (Identity, say) skips that. The outermost call on a thread is
+    a reader of the module state (:func:`call`)."""
+    if _capture is not None:
+        return _capture.call_module(self, args, kwargs)
     if self._scoped_call:
+        compiled = self._compiled
+        if compiled is not None:
+            return _call(compiled, (args, kwargs), None, False)
         if self._has_hooks:
             return _call(self._call_with_hooks, (args, kwargs), None, True)
         return _call(self.forward, args, kwargs, True)

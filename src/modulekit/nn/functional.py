@@ -14,8 +14,11 @@ import warnings
 import numpy as np
 
 from modulekit._ext import _conv, _gemm
-from modulekit._ext._conv import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from modulekit._ext._conv import adaptive_avg_pool2d as _adaptive_avg_pool2d
+from modulekit._ext._conv import avg_pool2d as _avg_pool2d
+from modulekit._ext._conv import max_pool2d as _max_pool2d
 from modulekit._ext._tensor import as_array
+from modulekit.compile.tracer import traceable
 from modulekit.dtypes import is_bfloat16
 from modulekit.nn._random import default_generator
 
@@ -36,6 +39,10 @@ __all__ = [
     "adaptive_avg_pool2d",
     "hardswish",
 ]
+
+max_pool2d = traceable(_max_pool2d, "modulekit.nn.functional.max_pool2d")
+avg_pool2d = traceable(_avg_pool2d, "modulekit.nn.functional.avg_pool2d")
+adaptive_avg_pool2d = traceable(_adaptive_avg_pool2d, "modulekit.nn.functional.adaptive_avg_pool2d")
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
@@ -74,6 +81,7 @@ def _inplace_target(x, arr: np.ndarray) -> bool:
     return arr is x and arr.dtype in (_F32, _F64) and arr.flags.writeable
 
 
+@traceable
 def linear(input, weight, bias=None) -> np.ndarray:
     """``input @ weight.T + bias`` for ``input`` of shape ``(*, in_features)`` and ``weight``
     of shape ``(out_features, in_features)``. Computes in float64 when ``weight`` is float64,
@@ -100,6 +108,7 @@ def linear(input, weight, bias=None) -> np.ndarray:
     return y.reshape(lead + (w.shape[0],))
 
 
+@traceable
 def relu(input, inplace: bool = False) -> np.ndarray:
     """``max(x, 0)``. With ``inplace=True`` a writable float32/float64 ndarray input is
     overwritten and returned."""
@@ -110,6 +119,7 @@ def relu(input, inplace: bool = False) -> np.ndarray:
     return np.maximum(arr, arr.dtype.type(0))
 
 
+@traceable
 def relu6(input, inplace: bool = False) -> np.ndarray:
     """``min(max(x, 0), 6)``."""
     arr = as_real_array(input, "relu6")
@@ -148,6 +158,7 @@ def _erfc_f64(x: np.ndarray) -> np.ndarray:
 _erfc_exact = np.frompyfunc(math.erfc, 1, 1)
 
 
+@traceable
 def gelu(input, approximate: str = "none") -> np.ndarray:
     """GELU: ``0.5 x (1 + erf(x / sqrt(2)))``, or with ``approximate='tanh'``
     ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
@@ -170,6 +181,7 @@ def gelu(input, approximate: str = "none") -> np.ndarray:
     return y.astype(dt, copy=False)
 
 
+@traceable
 def sigmoid(input) -> np.ndarray:
     """``1 / (1 + exp(-x))``, without overflow for large ``|x|``."""
     x = as_float_array(input, "sigmoid")
@@ -177,6 +189,7 @@ def sigmoid(input) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
 
+@traceable
 def silu(input, inplace: bool = False) -> np.ndarray:
     """``x * sigmoid(x)``. With ``inplace=True`` a writable float32/float64 ndarray input is
     overwritten and returned."""
@@ -187,6 +200,7 @@ def silu(input, inplace: bool = False) -> np.ndarray:
     return np.multiply(arr.astype(y.dtype, copy=False), y, out=y)
 
 
+@traceable
 def tanh(input) -> np.ndarray:
     """Hyperbolic tangent."""
     return np.tanh(as_float_array(input, "tanh"))
@@ -201,6 +215,7 @@ def _softmax_dim(ndim: int) -> int:
     return 0 if ndim in (0, 1, 3) else 1
 
 
+@traceable
 def softmax(input, dim: int | None = None) -> np.ndarray:
     """``exp(x) / sum(exp(x))`` along ``dim`` (torch's legacy choice with a warning when
     ``dim`` is None)."""
@@ -219,6 +234,7 @@ def softmax(input, dim: int | None = None) -> np.ndarray:
     return e
 
 
+@traceable
 def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False) -> np.ndarray:
     """Inverted dropout: in training, zero each element with probability ``p`` (NumPy's
     generator, seeded by :func:`modulekit.nn.manual_seed`) and scale the rest by
@@ -237,6 +253,7 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
     return np.multiply(x, keep * x.dtype.type(scale), out=out)
 
 
+@traceable
 def flatten(input, start_dim: int = 0, end_dim: int = -1) -> np.ndarray:
     """Merge dimensions ``start_dim..end_dim`` into one (a view when possible)."""
     x = as_real_array(input, "flatten")
@@ -255,6 +272,7 @@ def flatten(input, start_dim: int = 0, end_dim: int = -1) -> np.ndarray:
     return x.reshape(shape)
 
 
+@traceable
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
     """``torch.nn.functional.conv2d``: packs ``weight`` for this one call (a layer packs once).
 
@@ -265,6 +283,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) 
     return packed.forward(input)
 
 
+@traceable
 def hardswish(input) -> np.ndarray:
     """``x * relu6(x + 3) / 6`` element-wise."""
     x = as_float_array(input, "hardswish")

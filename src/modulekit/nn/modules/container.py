@@ -7,8 +7,10 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 
+from modulekit import module as _module
 from modulekit._ext._gemm import linear_chain
 from modulekit._ext._guard import call as _guarded_call
+from modulekit._ext._guard import capture as _capture
 from modulekit.module import Module, _addindent, _bump_epoch
 from modulekit.nn.modules.linear import Linear
 
@@ -276,7 +278,8 @@ class Sequential(_IndexedContainer):
         # (the chain checks this module's hooks and children itself), under the state
         # guard as every module call
         plan = self._fused_plan
-        if plan is not None and len(args) == 1 and not kwargs:
+        if (plan is not None and len(args) == 1 and not kwargs and _capture() is None
+                and self._compiled is None):
             whole = plan[2]
             chain = None if whole is None else whole.chain
             if chain is not None:

@@ -10,6 +10,7 @@ import numpy as np
 
 from modulekit._ext import _conv
 from modulekit._ext._tensor import Parameter
+from modulekit.compile.tracer import traceable
 from modulekit.device import as_device
 from modulekit.dtypes import as_dtype, float32
 from modulekit.module import Module
@@ -280,7 +281,8 @@ class Conv2d(PackedWeightLayer):
                 w.astype(npdt), b.astype(npdt), storage=storage, **self._pack_args()
             )
             if self._fused is None:
-                self._fused = {}
+                # a cache, not structure: no structure-epoch bump (a compiled plan stays)
+                self.__dict__["_fused"] = {}
                 if not getattr(self, "_fuse_hooked", False):
                     # a checkpoint loaded into the tree (the norm's statistics included)
                     # invalidates the folded weights
@@ -302,6 +304,7 @@ def _maxpool_args(pool) -> tuple:
     return (pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
 
 
+@traceable
 def conv_bn_act_maxpool(conv: Conv2d, bn, activation, pool, input) -> np.ndarray:
     """``pool(act(bn(conv(input))))`` with the pooling fused into the convolution where
     :func:`conv_bn_act` would fold the norm (``PackedConv2d.forward_maxpool`` chooses the fused
@@ -351,6 +354,7 @@ def _folded_activation(conv, bn, activation):
     return epilogue[0]
 
 
+@traceable
 def conv_bn_act(conv: Conv2d, bn, activation=None, input=None, residual=None) -> np.ndarray:
     """``act(bn(conv(input)) + residual)``, with ``bn`` folded into ``conv`` in eval mode.
 

@@ -1,0 +1,470 @@
+"""Module.compile(): capture, guards, eager fallback, hooks, plans, graph/code."""
+
+import warnings
+
+import numpy as np
+import pytest
+import user_models as um
+
+import modulekit as mk
+from modulekit import models, nn
+from modulekit.compile import CompileError, CompileWarning
+from modulekit.nn import functional as F
+
+
+def _eval_init(m):
+    return m.eval().initialize()
+
+
+def _calls(m, *args, n=3):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        return [m(*args) for _ in range(n)]
+
+
+def _same(a, b):
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert type(a) is type(b)
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == b.dtype
+
+
+def _bn_stats(model, seed=0):
+    rng = np.random.default_rng(seed)
+    state = {}
+    for name, buf in model.named_buffers():
+        if name.endswith("running_mean"):
+            state[name] = rng.standard_normal(buf.shape).astype(np.float32) * 0.1
+        elif name.endswith("running_var"):
+            state[name] = rng.random(buf.shape).astype(np.float32) + 0.5
+    model.load_state_dict(state, strict=False)
+    return model
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = F.relu(self.bn(self.conv(x)))
+        y = (y * 0.5 + 1.0).mean(axis=(2, 3))
+        y = np.concatenate([y, y[:, :2]], axis=1)[:, :8]
+        return self.fc(y.reshape(x.shape[0], -1))
+
+
+X = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+
+
+def test_compile_matches_eager_and_plans_once():
+    m = _eval_init(Small())
+    ref = m(X)
+    assert m.compile() is None
+    outs = _calls(m, X)
+    for o in outs:
+        _same(o, ref)
+    assert m._compiled.captures == 1
+    assert m._compiled.last.plan is not None
+
+
+def test_batch_size_is_symbolic():
+    m = _eval_init(Small())
+    m.compile()
+    m(X)
+    for b in (1, 5, 2, 7):
+        x = np.random.default_rng(b).standard_normal((b, 3, 8, 8)).astype(np.float32)
+        m.compile(disable=True)
+        ref = m(x)
+        m.compile()
+        m(X)
+        before = m._compiled.captures
+        _same(m(x), ref)
+        assert m._compiled.captures == before
+    assert "?" in m.graph.splitlines()[0]
+
+
+def test_new_dtype_or_ndim_captures_again():
+    m = _eval_init(Small())
+    m.compile()
+    m(X)
+    m(X.astype(np.float64))
+    assert m._compiled.captures == 2
+    m(X.astype(np.float64))
+    assert m._compiled.captures == 2
+
+
+def test_specialised_shape_guard():
+    class Spec(nn.Module):
+        def forward(self, x):
+            return x * np.ones(x.shape[0], np.float32)[:, None]
+
+    m = Spec()
+    m.compile()
+    a = np.ones((3, 4), np.float32)
+    _same(m(a), a.copy())
+    m(a)
+    b = np.ones((5, 4), np.float32)
+    _same(m(b), b.copy())  # a new shape: captured again, not a wrong broadcast
+    assert m._compiled.captures == 2
+
+
+def test_lru_bound():
+    class Add(nn.Module):
+        def forward(self, x, k):
+            return x + k
+
+    m = Add()
+    m.compile(cache_size_limit=2)
+    x = np.ones(3, np.float32)
+    for k in (1, 2, 3):
+        m(x, k)
+        m(x, k)
+    assert len(m._compiled.cache) == 2 and m._compiled.captures == 3
+    _same(m(x, 1), x + 1)  # dropped, captured again
+    assert m._compiled.captures == 4
+
+
+@pytest.mark.parametrize("how", ["bool", "float", "item", "tolist", "iter", "kernel"])
+def test_value_branch_runs_eagerly_with_warning(how):
+    class Branch(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            if how == "bool":
+                return y * 2 if (y.sum() > 0) else y - 1
+            if how == "float":
+                return y * float(y.max())
+            if how == "item":
+                return y + y.mean().item()
+            if how == "tolist":
+                return y + len(y.tolist())
+            if how == "iter":
+                return np.stack([r * 2 for r in y])
+            return mk.matmul(y, np.eye(4, dtype=np.float32))
+
+    m = Branch()
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    ref = m(x)
+    m.compile()
+    with pytest.warns(CompileWarning, match=r"test_compile\.py:\d+"):
+        out = m(x)
+    _same(out, ref)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        _same(m(x), ref)  # eager for this signature, no second capture
+    with pytest.raises(AttributeError, match="could not be captured"):
+        _ = m.graph
+    m.compile(fullgraph=True)
+    with pytest.raises(CompileError, match=r"test_compile\.py:\d+"):
+        m(x)
+
+
+def test_hooks_fire_and_hooked_module_is_a_boundary():
+    m = _eval_init(Small())
+    seen, pre = [], []
+    m.bn.register_forward_hook(lambda mod, args, out: seen.append(out.copy()))
+    m.register_forward_pre_hook(lambda mod, args: pre.append(1))
+    ref = m(X)
+    n_seen = len(seen)
+    m.compile()
+    outs = _calls(m, X)
+    for o in outs:
+        _same(o, ref)
+    assert len(seen) == n_seen + 3 and len(pre) == 4
+    np.testing.assert_array_equal(seen[-1], seen[0])
+    node = [n for n in m._compiled.current_graph().nodes if n.target == "bn"][0]
+    assert node.meta["hooks"]
+
+
+def test_hook_that_changes_output_and_hook_removal():
+    m = _eval_init(Small())
+    m.compile()
+    base = m(X)
+    h = m.fc.register_forward_hook(lambda mod, a, out: out * 0)
+    _same(m(X), np.zeros_like(base))
+    _same(m(X), np.zeros_like(base))
+    h.remove()
+    _same(m(X), base)
+
+
+def test_structure_changes_invalidate():
+    m = _eval_init(Small())
+    m.compile()
+    m(X)
+    m(X)
+    m.fc = nn.Linear(8, 5)
+    out = m(X)
+    assert m._compiled.captures == 2
+    _same(out, m.fc(_pre_fc(m, X)))
+
+
+def _pre_fc(m, x):
+    y = F.relu(m.bn(m.conv(x)))
+    y = (y * 0.5 + 1.0).mean(axis=(2, 3))
+    return np.concatenate([y, y[:, :2]], axis=1)[:, :8]
+
+
+def test_load_cast_and_train_invalidate():
+    m = _eval_init(Small())
+    m.compile()
+    m(X)
+    state = {k: np.asarray(v) * 2 for k, v in Small().state_dict().items()}
+    m.load_state_dict(state)
+    eager = Small()
+    eager.load_state_dict(state)
+    eager.eval()
+    _same(m(X), eager(X))
+    m.to(mk.float64)
+    eager.to(mk.float64)
+    _same(m(X), eager(X))
+    m.train()
+    eager.train()
+    np.testing.assert_allclose(m(X), eager(X), rtol=1e-12)
+
+
+def test_code_is_valid_python_and_runs():
+    m = _eval_init(Small())
+    m.compile()
+    ref = m(X)
+    code, constants = m.code_with_constants
+    assert code == m.code
+    scope = dict(constants)
+    exec(compile(code, "<test>", "exec"), scope)
+    _same(scope["forward"](X), ref)
+    text = m.graph
+    assert "call_module[conv]" in text and "float32[2, 8, 8, 8]" in text
+    assert "scope:" not in text
+    inlined = m.inlined_graph
+    assert "numpy.concatenate" in inlined
+
+
+def test_scopes_kept_for_user_modules():
+    m = _eval_init(um.ResNet(num_classes=10))
+    m.compile()
+    m(np.zeros((1, 3, 32, 32), np.float32))
+    assert "scope: layer1.0" in m.inlined_graph
+    assert "self_layer1_0_conv1" in m.code
+
+
+def test_uncompiled_refusals():
+    m = Small()
+    for name in ("graph", "inlined_graph", "code", "code_with_constants"):
+        with pytest.raises(AttributeError, match="compile"):
+            getattr(m, name)
+    with pytest.raises(NotImplementedError, match="compiled"):
+        m.save("x")
+    m.compile()
+    with pytest.raises(AttributeError, match="call it once"):
+        _ = m.graph
+    with pytest.raises(TypeError, match="unknown option"):
+        m.compile(nope=1)
+
+
+def test_unsupported_argument_runs_eagerly():
+    m = _eval_init(Small())
+    m.compile()
+    ref = m(X)
+    with pytest.warns(CompileWarning, match="Tensor"):
+        _same(m(mk.Tensor(X)), ref)
+
+
+def test_sequential_fused_plan_is_followed():
+    seq = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 16), nn.SiLU(),
+                        nn.Linear(16, 4)).initialize()
+    x = np.random.default_rng(3).standard_normal((5, 8)).astype(np.float32)
+    ref = seq(x)
+    seq.compile()
+    for o in _calls(seq, x):
+        _same(o, ref)
+    assert "call_fused[linear_chain]" in seq.graph
+
+
+def test_inplace_and_setitem():
+    class InPlace(nn.Module):
+        def forward(self, x):
+            y = x * 1.0
+            y[:, 0] = 0.0
+            y += x
+            y[y < 0] = -1.0
+            return y.T.copy()
+
+    m = InPlace()
+    x = np.random.default_rng(4).standard_normal((3, 4))
+    ref = m(x)
+    m.compile()
+    for o in _calls(m, x):
+        _same(o, ref)
+
+
+# ------------------------------------------------------------------ the three user models
+@pytest.mark.parametrize("build, size", [(um.ResNet, 64), (um.MobileNetV2, 64)])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_user_cnn_bit_identical(build, size, batch):
+    m = _bn_stats(build(num_classes=10))
+    m = _eval_init(m)
+    x = np.random.default_rng(batch).standard_normal((batch, 3, size, size)).astype(np.float32)
+    ref = m(x)
+    m.compile()
+    for o in _calls(m, x):
+        _same(o, ref)
+    assert m._compiled.last.plan is not None
+    _same(_exec_code(m, x), ref)
+
+
+def _exec_code(m, *args):
+    code, constants = m.code_with_constants
+    scope = dict(constants)
+    exec(compile(code, "<plan>", "exec"), scope)
+    return scope["forward"](*args)
+
+
+def _bert():
+    m = um.BertModel(um.BERT_CONFIG)
+    rng = np.random.default_rng(0)
+    m.load_state_dict({k: rng.standard_normal(v.shape).astype(np.float32) * 0.05
+                       for k, v in m.state_dict().items()})
+    return _eval_init(m)
+
+
+def _bert_inputs(b, seq):
+    rng = np.random.default_rng(b * 100 + seq)
+    ids = rng.integers(0, 1000, (b, seq))
+    mask = np.ones((b, seq), np.int64)
+    mask[0, seq - 2:] = 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("b, seq", [(1, 16), (4, 9)])
+def test_user_bert_bit_identical(b, seq):
+    m = _bert()
+    ids, mask = _bert_inputs(b, seq)
+    ref = m(ids, mask)
+    m.compile()
+    for o in _calls(m, ids, mask):
+        _same(o, ref)
+    _same(_exec_code(m, ids, mask), ref)
+
+
+def test_user_models_match_torch():
+    torch = pytest.importorskip("torch")
+    from test_models import TBasicBlock, TMobileNetV2, TResNet, randomize
+
+    for tbuild, mbuild in ((lambda: TResNet(TBasicBlock, [2, 2, 2, 2], 10), um.ResNet),
+                           (lambda: TMobileNetV2(10), um.MobileNetV2)):
+        t = randomize(tbuild())
+        m = mbuild(num_classes=10)
+        m.load_state_dict({k: v.numpy() for k, v in t.state_dict().items()})
+        m = _eval_init(m)
+        m.compile()
+        x = np.random.default_rng(5).standard_normal((2, 3, 64, 64)).astype(np.float32)
+        m(x)
+        with torch.no_grad():
+            expected = t(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(m(x), expected, atol=1e-4, rtol=0)
+
+
+def test_user_bert_matches_transformers():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(**um.BERT_CONFIG, hidden_act="gelu",
+                                  attn_implementation="eager")
+    torch.manual_seed(0)
+    t = transformers.BertModel(cfg).eval()
+    m = um.BertModel(um.BERT_CONFIG)
+    state = {k: v.numpy() for k, v in t.state_dict().items() if "position_ids" not in k}
+    m.load_state_dict(state)
+    m = _eval_init(m)
+    m.compile()
+    ids, mask = _bert_inputs(2, 12)
+    m(ids, mask)
+    hidden, pooled = m(ids, mask)
+    with torch.no_grad():
+        out = t(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    np.testing.assert_allclose(hidden, out.last_hidden_state.numpy(), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(pooled, out.pooler_output.numpy(), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_builtin_models_compiled_bit_identical(name):
+    m = _eval_init(getattr(models, name)(num_classes=10))
+    x = np.random.default_rng(6).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    ref = m(x)
+    m.compile()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompileWarning)  # mobilenet_v2's block kernels
+        outs = [m(x) for _ in range(3)]
+    for o in outs:
+        _same(o, ref)
+
+
+def test_concurrent_calls_of_a_compiled_module():
+    import threading
+
+    m = _eval_init(um.ResNet(num_classes=10))
+    xs = [np.random.default_rng(i).standard_normal((1 + i % 2, 3, 32, 32)).astype(np.float32)
+          for i in range(6)]
+    refs = [m(x) for x in xs]
+    m.compile()
+    errors, outs = [], {}
+
+    def work(i):
+        try:
+            for _ in range(3):
+                outs[i] = m(xs[i])
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i, ref in enumerate(refs):
+        _same(outs[i], ref)
+
+
+def test_rank_changing_squeeze_specialises():
+    class Sq(nn.Module):
+        def forward(self, x):
+            y = x.squeeze()
+            return y.sum(axis=0) if y.ndim == 1 else y.sum(axis=1)
+
+    m = Sq()
+    m.compile()
+    a, b = np.ones((1, 3)), np.ones((2, 3))
+    _same(m(a), np.float64(3.0))
+    _same(m(b), np.full(2, 3.0))
+
+
+def test_pickled_copy_is_not_compiled():
+    import copy
+    import pickle
+
+    m = _eval_init(Small())
+    m.compile()
+    ref = m(X)
+    for c in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+        assert c._compiled is None
+        _same(c(X), ref)
+    assert m._compiled is not None
+
+
+def test_first_call_on_an_unpacked_model_plans_once():
+    m = Small().eval()  # nothing packed yet
+    ref = Small().eval()
+    ref.load_state_dict(m.state_dict())
+    expected = ref(X)
+    m.compile()
+    for o in _calls(m, X):
+        _same(o, expected)
+    assert m._compiled.captures == 1
