@@ -455,7 +455,6 @@ def test_accelerator_methods_refused(name):
         lambda m: m.requires_grad_(),
         lambda m: m.compile(),
         lambda m: m.save("x.pt"),
-        lambda m: m.share_memory(),
     ],
 )
 def test_autograd_torchscript_methods_refused(call):

@@ -790,6 +790,8 @@ class Module(StateDictMixin):
             tensor._set_array_(array)
         for module, packed in packs:
             module._set_shared_packed(packed)
+        for module in self.modules():
+            module._fuse()  # plans over kernels (the stacked query/key/value) adopt the new
         return self
 
     # ------------------------------------------------------------------ autograd / TorchScript
