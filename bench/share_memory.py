@@ -150,9 +150,9 @@ def main(argv=None) -> int:
     for mode in args.modes.split(","):
         r = _run(mode, args.workers, args.start_method, args.quick, args.tokens)
         results.append(r)
-        print(f"\n{mode} ({args.start_method}; model weights {r['weight_bytes'] * mb:.0f} MB, "
-              f"pickle {r['payload_bytes'] * mb:.1f} MB)")
-        print(" workers  total PSS  added PSS  worker USS  worker RSS  MemAvailable drop")
+        print(f"\n{mode} ({args.start_method}; model weights {r['weight_bytes'] * mb:.0f} MiB, "
+              f"pickle {r['payload_bytes'] * mb:.1f} MiB)")
+        print(" workers  total PSS  added PSS  worker USS  worker RSS  MemAvailable drop (MiB)")
         for s in r["steps"]:
             share = 100 * s["added_pss"] / r["weight_bytes"]
             print(f" {s['workers']:7d} {s['total_pss'] * mb:9.0f}M {s['added_pss'] * mb:8.1f}M "

@@ -399,3 +399,92 @@ def test_killed_owner_leaves_no_segment(tmp_path):
             break
         time.sleep(0.1)
     assert name not in _segments()
+
+
+CONV_CASES = [
+    dict(weight=(8, 3, 3, 3), bias=True, stride=1, padding=1, groups=1, storage="float32"),
+    dict(weight=(8, 1, 3, 3), bias=True, stride=2, padding=1, groups=8, storage="float32"),
+    dict(weight=(6, 2, 1, 1), bias=False, stride=1, padding=0, groups=2, storage="float16"),
+    dict(weight=(4, 3, 3, 3), bias=True, stride=1, padding=(1, 0), groups=1, storage="float64"),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_packed_conv2d_shared_and_pickled(case):
+    from modulekit._ext._conv import pack_conv2d
+
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal(case["weight"])
+    b = rng.standard_normal(case["weight"][0]) if case["bias"] else None
+    packed = pack_conv2d(w, b, case["stride"], case["padding"], 1, case["groups"],
+                         case["storage"])
+    cin = case["weight"][1] * case["groups"]
+    x = rng.standard_normal((2, cin, 9, 9)).astype(
+        np.float64 if case["storage"] == "float64" else np.float32)
+    ref = packed.forward(x)
+    shared = packed.shared_copy()
+    assert shared.is_shared and not packed.is_shared and shared.shared_copy() is shared
+    copies = [shared, pickle.loads(pickle.dumps(shared)), pickle.loads(pickle.dumps(packed))]
+    assert [c.is_shared for c in copies] == [True, True, False]
+    assert len(pickle.dumps(shared)) < 2000
+    for c in copies:
+        np.testing.assert_array_equal(c.forward(x), ref)
+
+
+def test_cnn_share_memory_and_pickle():
+    mk.nn.manual_seed(1)
+    nn = mk.nn
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.Conv2d(8, 4, 1), nn.Flatten(),
+        nn.Linear(4 * 36, 5),
+    ).eval()
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    ref = model.initialize()(x)  # (Conv+BN folded, as share_memory() leaves it)
+    model.share_memory()
+    kernels = _packed_kernels(model)
+    assert len(kernels) == 4 and all(k.is_shared for k in kernels)
+    assert all(t.is_shared() for t in model.state_dict().values())  # BatchNorm's buffers
+    np.testing.assert_array_equal(model(x), ref)
+    twin = pickle.loads(pickle.dumps(model))
+    assert all(k.is_shared for k in _packed_kernels(twin))
+    np.testing.assert_array_equal(twin(x), ref)
+
+
+def test_hostile_conv_handles_are_refused():
+    from modulekit._ext._conv import _attach_conv2d, pack_conv2d
+
+    owner = pack_conv2d(np.ones((4, 3, 3, 3), np.float32), np.ones(4, np.float32)).shared_copy()
+    fn, args = owner.__reduce__()
+    assert fn is _attach_conv2d
+    bad = [
+        ((4096, 4096) + args[2:], ValueError, "cannot hold"),
+        (args[:1] + (64,) + args[2:], ValueError, "does not hold"),
+        (args[:2] + (0,) + args[3:], ValueError, "groups"),
+        (args[:7] + ("int8",) + args[8:], ValueError, "storage"),
+        (args[:11] + (args[10],), ValueError, "bias handle where none"),
+        (args[:9] + ("fast",) + args[10:], ValueError, "algorithm"),
+        (args[:10] + (("mk_" + "1" * 32, 4096, 0, 64), None), FileNotFoundError, "exist"),
+    ]
+    for a, exc, match in bad:
+        with pytest.raises(exc, match=match):
+            pickle.loads(pickle.dumps(_Reduce(fn, a)))
+    assert pickle.loads(pickle.dumps(owner)).is_shared
+
+
+def test_bench_script_measures_the_saving(tmp_path):
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench", "share_memory.py")
+    if not os.path.exists(script) or not os.path.exists("/proc/self/smaps_rollup"):
+        pytest.skip("needs the repository's bench/ and Linux /proc")
+    out = tmp_path / "r.json"
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    proc = subprocess.run(
+        [sys.executable, script, "--quick", "--workers", "1", "--modes", "shared,private",
+         "--json", str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    shared, private = json.loads(out.read_text())
+    weights = shared["weight_bytes"]
+    assert shared["payload_bytes"] < 100_000 < weights < private["payload_bytes"] + 1
+    # a worker of the shared model holds about one copy of the weights less
+    uss_s, uss_p = shared["steps"][0]["worker_uss"], private["steps"][0]["worker_uss"]
+    assert uss_s < uss_p - weights // 2
