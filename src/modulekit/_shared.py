@@ -36,7 +36,7 @@ try:
 except ImportError:  # pragma: no cover - every POSIX CPython has it
     _posixshmem = None
 
-__all__ = ["Handle", "attach", "copy_to_shared", "handle_of", "is_shared"]
+__all__ = ["Handle", "attach", "copy_to_shared", "handle_of", "is_shared", "trim_heap"]
 
 #: ``(name, segment_size, offset, nbytes)``: where a shared array's bytes are.
 Handle = tuple
@@ -219,3 +219,28 @@ def attach(handle, what: str = "array") -> np.ndarray:
                 f"says {size}"
             )
     return np.frombuffer(mapping, np.uint8, count=nbytes, offset=offset)
+
+
+def trim_heap() -> None:
+    """Give the heap's free pages back to the system (glibc ``malloc_trim``; no-op elsewhere).
+
+    After ``share_memory()`` the private copies of the weights are freed, but glibc keeps
+    freed heap chunks (its mmap threshold grows after large frees, so later large buffers come
+    from the heap): measured on a 4-layer BERT, the owner's private memory stayed at the
+    packed model's size (365 MB with the 201 MB of segments) until trimmed (225 MB).
+    """
+    global _libc
+    if _libc is None:
+        try:
+            import ctypes
+
+            _libc = ctypes.CDLL("libc.so.6")
+            _libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _libc = False
+    if _libc:
+        _libc.malloc_trim(0)
+
+
+_libc = None
+

@@ -792,6 +792,8 @@ class Module(StateDictMixin):
             module._set_shared_packed(packed)
         for module in self.modules():
             module._fuse()  # plans over kernels (the stacked query/key/value) adopt the new
+        del tensors, packs, memo
+        _shared.trim_heap()  # the freed private copies back to the system
         return self
 
     # ------------------------------------------------------------------ autograd / TorchScript

@@ -21,10 +21,10 @@ class PackedWeightLayer(Module):
     own dtype through a pack/unpack round trip.
 
     Shared memory (:meth:`~modulekit.Module.share_memory`): a packed object offering
-    ``shared_copy()`` and ``is_shared`` (``PackedLinear``, ``PackedConv2d``) is copied into a shared segment
-    and then pickles as a handle (the layer pickles packed, not as raw weights); a re-pack of
-    a shared layer that keeps its storage dtype (``load_state_dict``) is shared again, a cast
-    (``to(dtype)``) is private.
+    ``shared_copy()`` and ``is_shared`` (``PackedLinear``, ``PackedConv2d``) is copied into a
+    shared segment and then pickles as a handle (the layer pickles packed, not as raw
+    weights); a re-pack of a shared layer that keeps its storage dtype (``load_state_dict``)
+    is shared again, a cast (``to(dtype)``) is private.
     """
 
     _packed = None  # the kernel object once packed
