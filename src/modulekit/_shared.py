@@ -1,7 +1,7 @@
 """Shared-memory segments for :meth:`modulekit.Module.share_memory`.
 
 Each shared array (a tensor's values, a packed weight buffer) lives in its own POSIX
-shared-memory segment (``shm_open``: a file in ``/dev/shm`` on Linux) named ``mk_`` + 32 random
+shared-memory segment (``shm_open``: a file in ``/dev/shm`` on Linux) named ``mk_`` + 24 random
 hex digits, mapped ``MAP_SHARED``. An array over a segment is a view of a
 :class:`_Mapping` (an ``mmap.mmap``), found again by walking the array's ``base`` chain, so
 pickling it sends a :data:`Handle` ``(name, segment size, offset, nbytes)`` instead of bytes.
@@ -41,7 +41,7 @@ __all__ = ["Handle", "attach", "copy_to_shared", "handle_of", "is_shared", "trim
 #: ``(name, segment_size, offset, nbytes)``: where a shared array's bytes are.
 Handle = tuple
 
-_NAME = re.compile(r"mk_[0-9a-f]{32}\Z")
+_NAME = re.compile(r"mk_[0-9a-f]{24}\Z")
 _ALIGN = 64
 _MAX_SEGMENT = 1 << 48
 
@@ -80,10 +80,10 @@ def _create(nbytes: int) -> _Mapping:
         raise _unavailable()
     size = max(int(nbytes), 1)
     while True:
-        name = "mk_" + secrets.token_hex(16)
+        name = "mk_" + secrets.token_hex(12)
         try:
             fd = _posixshmem.shm_open("/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # pragma: no cover - 128 random bits
+        except FileExistsError:  # pragma: no cover - 96 random bits
             continue
         break
     pid = os.getpid()
@@ -161,7 +161,7 @@ def empty_shared(nbytes: int) -> np.ndarray:
 def attach(handle, what: str = "array") -> np.ndarray:
     """Map the bytes a :data:`Handle` names: a 1-D uint8 array over the segment.
 
-    Everything is checked before mapping: the name's form (``mk_`` + 32 hex digits, so a
+    Everything is checked before mapping: the name's form (``mk_`` + 24 hex digits, so a
     handle cannot reach another file), the types and ranges of the numbers, that the segment's
     real size is the size recorded and holds ``offset + nbytes``, and 64-byte alignment.
     Raises ``ValueError`` for a malformed or inconsistent handle and ``FileNotFoundError`` when
@@ -177,7 +177,7 @@ def attach(handle, what: str = "array") -> np.ndarray:
     name, size, offset, nbytes = handle
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(
-            f"{what}: shared-memory handle names {name!r:.100}, expected 'mk_' and 32 hex "
+            f"{what}: shared-memory handle names {name!r:.100}, expected 'mk_' and 24 hex "
             "digits (a segment made by share_memory())"
         )
     for label, value in (("size", size), ("offset", offset), ("nbytes", nbytes)):
