@@ -153,6 +153,11 @@ def test_writes_after_share_memory():
     )
     # packed layers re-packed into new shared segments (not seen by the twin)
     assert all(k.is_shared for k in _packed_kernels(model))
+    # sent again before any forward: the re-stacked query/key/value go shared, as one stack
+    again = pickle.loads(pickle.dumps(model))
+    for sa, sb in zip(model.encoder.layer, again.encoder.layer):
+        a, b = sa.attention.self.query._packed, sb.attention.self.query._packed
+        assert a.fused.is_shared and b.fused.__reduce__()[1][0] == a.fused.__reduce__()[1][0]
     out = model(IDS).last_hidden_state
     fresh = _small_bert()
     fresh.load_state_dict(state)

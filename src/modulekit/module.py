@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from modulekit import _shared
 from modulekit._ext._arena import call as _arena_call
 from modulekit._ext._gemm import warm_threads as _warm_threads
 from modulekit._ext._tensor import Parameter, Tensor
@@ -768,8 +769,6 @@ class Module(StateDictMixin):
         ``share_memory()`` again). Either everything is moved or, on failure (a full
         ``/dev/shm``: ``OSError``), nothing. Returns self.
         """
-        from modulekit import _shared
-
         self.initialize()
         # every segment first, then the bindings: a failure leaves the tree as it was
         tensors: dict[int, tuple[Tensor, np.ndarray]] = {}

@@ -224,6 +224,8 @@ class BertSelfAttention(Module):
             self._qkv._build()
 
     def __getstate__(self) -> dict:
+        if getattr(self._modules["query"]._packed, "is_shared", False):
+            self._fuse()  # a shared model sends its shared stack, not three separate packs
         state = super().__getstate__()
         state.pop("_qkv", None)
         return state

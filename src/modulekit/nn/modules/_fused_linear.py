@@ -186,6 +186,8 @@ class FusedLinears:
             if parts[0][1] is not None:
                 b = np.concatenate([np.asarray(p[1]) for p in parts])
             packed = pack_linear(w, b, storages.pop())
+            if all(k.is_shared for k in kernels):  # (re-packed by load_state_dict, say)
+                packed = packed.shared_copy()
             offsets, views, r0 = [], [], 0
             for k in kernels:
                 r1 = r0 + k.out_features
