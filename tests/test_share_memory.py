@@ -493,3 +493,19 @@ def test_bench_script_measures_the_saving(tmp_path):
     # a worker of the shared model holds about one copy of the weights less
     uss_s, uss_p = shared["steps"][0]["worker_uss"], private["steps"][0]["worker_uss"]
     assert uss_s < uss_p - weights // 2
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_cnn_models_shared_and_pickled_bit_identical(name):
+    from modulekit import models
+
+    model = getattr(models, name)().eval().initialize()
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    ref = model(x)
+    model.share_memory()
+    np.testing.assert_array_equal(model(x), ref)
+    data = pickle.dumps(model)
+    assert len(data) < 200_000  # handles; the weights are megabytes
+    twin = pickle.loads(data)
+    assert all(k.is_shared for k in _packed_kernels(twin))
+    np.testing.assert_array_equal(twin(x), ref)
