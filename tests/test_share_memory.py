@@ -108,6 +108,9 @@ def test_tensor_and_packed_linear_round_trip(dtype):
     owner = mk.Parameter(mk.Tensor(values, dtype=dtype)).share_memory_()  # (the owner must
     p = pickle.loads(pickle.dumps(owner))  # hold its segment while a pickle is in flight)
     assert type(p) is mk.Parameter
+    # a view at an unaligned offset of a segment is pickled by value (and still loads)
+    view = mk.Tensor.from_numpy(owner.numpy().reshape(-1)[1:])
+    assert view.is_shared() and not pickle.loads(pickle.dumps(view)).is_shared()
     rng = np.random.default_rng(0)
     w, b = rng.standard_normal((19, 33)), rng.standard_normal(19)
     packed = pack_linear(w, b, dtype)

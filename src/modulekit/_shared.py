@@ -129,11 +129,14 @@ def is_shared(arr: np.ndarray) -> bool:
 
 
 def handle_of(arr: np.ndarray) -> Handle | None:
-    """``(name, segment size, offset, nbytes)`` of a C-contiguous ``arr`` in a segment."""
+    """``(name, segment size, offset, nbytes)`` of a C-contiguous ``arr`` in a segment, 64-byte
+    aligned in it (what :func:`attach` accepts); None otherwise."""
     seg = _segment_of(arr)
     if seg is None or not arr.flags.c_contiguous:
         return None
     offset = arr.ctypes.data - _address(seg) if arr.size else 0
+    if offset % _ALIGN:  # a view at an odd place (from_numpy of a slice): pickled by value
+        return None
     return (seg.name, seg.size, int(offset), int(arr.nbytes))
 
 
