@@ -169,3 +169,20 @@ def test_refusals(X, estimator):
         mkd.predict(estimator, da.from_array(X), method="transform")
     with pytest.raises(ValueError, match="n_threads must be None or a positive int"):
         mkd.scatter(estimator, object(), n_threads=0)
+
+
+def worker_model_is_shared(name, dask_worker):
+    model = dask_worker.plugins[name].model
+    return all(t.is_shared() for t in model.state_dict().values()) and all(
+        m._packed.is_shared for m in model.modules() if getattr(m, "_packed", None) is not None
+    )
+
+
+def test_shared_model_maps_the_clients_segments(client, X):
+    # share_memory(): the workers (processes on this machine) map the client's segments
+    model = make_model().share_memory()
+    dX = da.from_array(X, chunks=(BATCH, 6))
+    with mkd.scatter(model, client) as handle:
+        assert set(client.run(worker_model_is_shared, handle.name).values()) == {True}
+        got = mkd.predict(handle, dX, method=None).compute()
+    np.testing.assert_array_equal(got, model(X))

@@ -454,7 +454,6 @@ def test_accelerator_methods_refused(name):
         lambda m: m.register_full_backward_pre_hook(print),
         lambda m: m.requires_grad_(),
         lambda m: m.save("x.pt"),  # uncompiled: no graph to save
-        lambda m: m.share_memory(),
     ],
 )
 def test_autograd_torchscript_methods_refused(call):

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from modulekit import _shared
 from modulekit._ext._gemm import warm_threads as _warm_threads
 from modulekit._ext._guard import call as _guarded_call
 from modulekit._ext._guard import exclusive as _exclusive
@@ -798,11 +799,52 @@ class Module(StateDictMixin):
         return self
 
     def share_memory(self) -> Module:
-        """Refused: modulekit tensors are ordinary process memory."""
-        raise NotImplementedError(
-            "share_memory: modulekit tensors live in ordinary process memory; share a model "
-            "between processes by fork (copy-on-write) or by pickling it (the raw weights)"
-        )
+        """Move the tree's weights into shared memory, so that processes hold one copy.
+
+        Packs every layer first (:meth:`initialize`), then copies every parameter, buffer and
+        packed weight buffer into POSIX shared memory (``/dev/shm`` on Linux); the Tensor and
+        Parameter objects stay the same objects. Pickling the model afterwards (to a
+        ``multiprocessing`` spawn/forkserver worker, a Dask worker process, ...) sends
+        handles to the segments, not bytes: the receiving process maps the same memory and
+        does not re-pack; after ``fork`` the pages are shared anyway. The segments belong to
+        this process: they are removed when its model is gone or it exits, and a pickle
+        unpickled after that raises ``FileNotFoundError``.
+
+        Afterwards, writes in place stay shared (``load_state_dict`` copies into the shared
+        tensors, and every process mapping them sees the new values; a packed layer re-packs
+        into a new segment, seen by processes that receive the model after that); a cast to
+        another dtype (``to(dtype)``) moves the tensors to private memory (call
+        ``share_memory()`` again). Either everything is moved or, on failure (a full
+        ``/dev/shm``: ``OSError``), nothing. Returns self.
+        """
+        with _exclusive("share_memory()"):  # a running forward sees the old or new tree
+            self.initialize()
+            # every segment first, then the bindings: a failure leaves the tree as it was
+            tensors: dict[int, tuple[Tensor, np.ndarray]] = {}
+            packs = []
+            memo: dict = {}
+            for module in self.modules():
+                for registry in (module._parameters, module._buffers):
+                    for tensor in registry.values():
+                        if tensor is not None and id(tensor) not in tensors:
+                            tensors[id(tensor)] = (
+                                tensor, _shared.copy_to_shared(tensor.numpy())
+                            )
+                share = getattr(module, "_shared_packed", None)
+                if share is not None:
+                    packed = share(memo)
+                    if packed is not None:
+                        packs.append((module, packed))
+            _bump_epoch()
+            for tensor, array in tensors.values():
+                tensor._set_array_(array)
+            for module, packed in packs:
+                module._set_shared_packed(packed)
+            for module in self.modules():
+                module._fuse()  # plans over kernels (the stacked query/key/value) adopt the new
+            del tensors, packs, memo
+        _shared.trim_heap()  # the freed private copies back to the system
+        return self
 
     # ------------------------------------------------------------------ autograd / TorchScript
     def requires_grad_(self, requires_grad: bool = True) -> Module:

@@ -32,6 +32,7 @@ import threading
 
 import numpy as np
 
+from modulekit import _shared
 from modulekit._ext._gemm import _winograd_engine_capsule
 from modulekit.dtypes import bfloat16_numpy, is_bfloat16
 
@@ -426,6 +427,44 @@ cdef class PackedConv2d:
         w = w.transpose(0, 1, 3, 2).reshape(self.groups, npg * MK_CONV_MR, K)[:, :cout_g]
         w = np.ascontiguousarray(w).reshape(self.out_channels, cin_g, kh, kw)
         return w, (np.ascontiguousarray(bias).reshape(-1) if self.has_bias else None)
+
+    # --- shared memory (Module.share_memory) -------------------------------------------------
+
+    @property
+    def is_shared(self):
+        """Whether the packed weights (and bias) live in shared memory."""
+        return _shared.is_shared(self._packed) and (
+            self._bias is None or _shared.is_shared(self._bias))
+
+    def shared_copy(self):
+        """This convolution with its packed weights in new shared-memory segments (self when
+        they are shared already): copied, not re-packed. The Winograd transforms stay a
+        per-process cache. A shared PackedConv2d pickles as handles plus its geometry."""
+        if self.is_shared:
+            return self
+        cdef PackedConv2d out = PackedConv2d.__new__(PackedConv2d)
+        out.in_channels, out.out_channels, out.groups = (
+            self.in_channels, self.out_channels, self.groups)
+        out.kernel_size, out.stride, out.dilation, out.padding = (
+            self.kernel_size, self.stride, self.dilation, self.padding)
+        out.storage, out.depthwise, out.has_bias = self.storage, self.depthwise, self.has_bias
+        out._wtype = self._wtype
+        out._algorithm = self._algorithm
+        out._wino = {}
+        out._packed = _shared.copy_to_shared(self._packed)
+        out._bias = None if self._bias is None else _shared.copy_to_shared(self._bias)
+        return out
+
+    def __reduce__(self):
+        args = (self.in_channels, self.out_channels, self.groups, self.kernel_size,
+                self.stride, self.dilation, self.padding, self.storage, self.has_bias,
+                self._algorithm)
+        if self.is_shared:
+            return (_attach_conv2d, args + (
+                _shared.handle_of(self._packed),
+                None if self._bias is None else _shared.handle_of(self._bias)))
+        w, b = self.unpack()
+        return (_repack_conv2d, args + (w, b))
 
     def __call__(self, x, activation=None, residual=None):
         return self.forward(x, activation, residual)
@@ -847,6 +886,72 @@ def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, st
     self._packed = np.ascontiguousarray(flat.reshape(groups * npg, -1).astype(sdtype))
     self._bias = None
     return self
+
+
+def _conv_from_geometry(in_channels, out_channels, groups, kernel_size, stride, dilation,
+                        padding, storage, has_bias, algorithm, w, b):
+    """pack_conv2d with a pickled geometry, checked."""
+    for label, value in (("in_channels", in_channels), ("out_channels", out_channels),
+                         ("groups", groups)):
+        if type(value) is not int or not 0 < value < 2 ** 31:
+            raise ValueError(f"PackedConv2d: {label} must be a positive int, got {value!r:.100}")
+    if in_channels % groups:
+        raise ValueError(f"PackedConv2d: groups={groups} must divide in_channels={in_channels}")
+    if type(has_bias) is not bool:
+        raise ValueError(f"PackedConv2d: has_bias must be a bool, got {has_bias!r:.100}")
+    if algorithm not in _ALGORITHMS:
+        raise ValueError(f"PackedConv2d: unknown algorithm {algorithm!r:.100}")
+    kh, kw = _pair(kernel_size, "kernel_size", "PackedConv2d")
+    if w is None:
+        w = np.zeros((out_channels, in_channels // groups, kh, kw), np.float32)
+        b = np.zeros(out_channels, np.float32) if has_bias else None
+    packed = pack_conv2d(w, b, stride, padding, dilation, groups, storage)
+    if (packed.in_channels, packed.kernel_size, packed.has_bias) != (
+            in_channels, (kh, kw), has_bias):
+        raise ValueError("PackedConv2d: the pickled weights do not match the geometry")
+    packed.algorithm = algorithm
+    return packed
+
+
+def _repack_conv2d(in_channels, out_channels, groups, kernel_size, stride, dilation, padding,
+                   storage, has_bias, algorithm, w, b):
+    """Unpickle a PackedConv2d from its weights (packed again for this process)."""
+    return _conv_from_geometry(in_channels, out_channels, groups, kernel_size, stride,
+                               dilation, padding, storage, has_bias, algorithm, w, b)
+
+
+def _attach_conv2d(in_channels, out_channels, groups, kernel_size, stride, dilation, padding,
+                   storage, has_bias, algorithm, packed_handle, bias_handle):
+    """Unpickle a shared PackedConv2d: map its segments after checking that the geometry is
+    valid and implies exactly the packed arrays' sizes (found by packing zeros: the layout
+    code is pack_conv2d's own; the weight's size is bounded by the mapped segment first)."""
+    raw = _shared.attach(packed_handle, "shared PackedConv2d")
+    kh, kw = _pair(kernel_size, "kernel_size", "PackedConv2d")
+    if (type(out_channels) is int and type(in_channels) is int and type(groups) is int
+            and groups > 0 and
+            out_channels * (in_channels // groups) * kh * kw * 2 > raw.nbytes + 4096):
+        raise ValueError(
+            f"shared PackedConv2d: the handle's {raw.nbytes} bytes cannot hold a "
+            f"({out_channels}, {in_channels} / {groups}, {kh}, {kw}) weight")
+    ref = _conv_from_geometry(in_channels, out_channels, groups, kernel_size, stride,
+                              dilation, padding, storage, has_bias, algorithm, None, None)
+    cdef PackedConv2d out = <PackedConv2d>ref
+    for label, handle, expect in (("weights", packed_handle, out._packed),
+                                  ("bias", bias_handle, out._bias)):
+        if expect is None:
+            if handle is not None:
+                raise ValueError(f"shared PackedConv2d: a {label} handle where none is packed")
+            continue
+        if not isinstance(handle, tuple) or len(handle) != 4 or handle[3] != expect.nbytes:
+            raise ValueError(
+                f"shared PackedConv2d: the {label} handle {handle!r:.200} does not hold the "
+                f"{expect.nbytes} bytes this geometry packs to")
+    out._packed = raw.view(out._packed.dtype).reshape(out._packed.shape)
+    if out._bias is not None:
+        braw = _shared.attach(bias_handle, "shared PackedConv2d")
+        out._bias = braw.view(out._bias.dtype).reshape(out._bias.shape)
+    out._wino = {}
+    return out
 
 
 def _set_winograd_engine(int mode):

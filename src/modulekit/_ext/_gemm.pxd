@@ -97,13 +97,16 @@ cdef class PackedLinear:
     cdef int _storage
     cdef int _typenum                  # NumPy type number of the compute dtype
     cdef const mk_gemm_config *_cfg    # configuration the buffer is packed for
-    cdef void *_packed                 # 64-byte aligned packed panels (owned)
+    cdef void *_packed                 # 64-byte aligned packed panels (owned unless _shm)
     cdef size_t _packed_size
     cdef list _retired                 # buffers replaced by a re-pack (freed at dealloc)
+    cdef object _shm                   # uint8 ndarray over the shared segment holding
+                                       # _packed (share_memory), or None: _packed is malloc'd
 
     cdef int _pack(self, const mk_gemm_config *cfg, object w, object b) except -1
     cdef object _check_out(self, object out, Py_ssize_t m, object x)
     cdef int ensure_ready(self) except -1
+    cdef PackedLinear _like(self)
     cdef int gemm(self, size_t m, const void *a, ptrdiff_t rsa, ptrdiff_t csa, void *c,
                   size_t ldc, const mk_epilogue *ep, int nthreads) noexcept nogil
 

@@ -34,7 +34,19 @@ class PackedLinear:
         out: np.ndarray | None = None,
     ) -> np.ndarray: ...
     def unpack(self) -> tuple[np.ndarray, np.ndarray | None]: ...
+    @property
+    def is_shared(self) -> bool: ...
+    def shared_copy(self) -> PackedLinear: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
+
+def _attach_linear(
+    handle: tuple[str, int, int, int],
+    out_features: int,
+    in_features: int,
+    storage: str,
+    has_bias: bool,
+    isa: int,
+) -> PackedLinear: ...
 
 def pack_linear(
     weight: npt.ArrayLike, bias: npt.ArrayLike | None = None, storage: str = "float32"

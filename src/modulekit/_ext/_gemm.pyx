@@ -9,6 +9,8 @@ call. Every check happens here, before the C kernels run without the GIL.
 """
 import numpy as np
 
+from modulekit import _shared
+
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
@@ -17,6 +19,7 @@ from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_New
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 from modulekit._ext._align cimport aligned, check_aligned
 from modulekit._ext._isa cimport active_isa
@@ -171,9 +174,11 @@ cdef class PackedLinear:
         )
 
     def __dealloc__(self):
-        free(self._packed)
+        if self._shm is None:
+            free(self._packed)
         for addr in self._retired:
-            free(<void *><uintptr_t>addr)
+            if type(addr) is int:  # (a shared segment's holder array is just dropped)
+                free(<void *><uintptr_t>addr)
 
     cdef int _pack(self, const mk_gemm_config *cfg, object w, object b) except -1:
         """Pack w (N, K) C-contiguous in the storage dtype and b (N,) or None for cfg."""
@@ -192,7 +197,8 @@ cdef class PackedLinear:
         if self._packed != NULL:
             # another thread may still be computing from the old buffer (it read the
             # pointer before this re-pack): keep it until the object dies
-            self._retired.append(<uintptr_t>self._packed)
+            self._retired.append(<uintptr_t>self._packed if self._shm is None else self._shm)
+            self._shm = None
         self._packed = buf
         self._packed_size = size
         self._cfg = cfg
@@ -324,7 +330,52 @@ cdef class PackedLinear:
             w = w.view(sdt)
         return w, b
 
+    @property
+    def is_shared(self):
+        """Whether the packed buffer lives in shared memory (see :meth:`shared_copy`)."""
+        return self._shm is not None
+
+    def shared_copy(self):
+        """This packed layer with its buffer in a new shared-memory segment (self when it is
+        shared already): the bytes are copied, not re-packed.
+
+        A shared PackedLinear pickles as a handle to the segment plus its geometry; the
+        receiving process maps the segment (no copy, no re-pack).
+        """
+        if self._shm is not None:
+            return self
+        if self._cfg == NULL:
+            raise ValueError("this PackedLinear holds no weights: create it with pack_linear")
+        shm = _shared.empty_shared(self._packed_size)
+        cdef PackedLinear out = self._like()
+        cdef void *dst = cnp.PyArray_DATA(<cnp.ndarray>shm)
+        with nogil:
+            memcpy(dst, self._packed, self._packed_size)
+        out._shm = shm
+        out._packed = dst
+        out._packed_size = self._packed_size
+        out._cfg = self._cfg
+        return out
+
+    cdef PackedLinear _like(self):
+        """A new, empty PackedLinear with this one's geometry and dtypes."""
+        cdef PackedLinear out = PackedLinear.__new__(PackedLinear)
+        out.in_features = self.in_features
+        out.out_features = self.out_features
+        out.storage = self.storage
+        out.compute_dtype = self.compute_dtype
+        out.has_bias = self.has_bias
+        out._compute = self._compute
+        out._storage = self._storage
+        out._typenum = self._typenum
+        return out
+
     def __reduce__(self):
+        if self._shm is not None:
+            return (_attach_linear, (
+                _shared.handle_of(self._shm), self.out_features, self.in_features,
+                self.storage, self.has_bias, self._cfg.isa,
+            ))
         w, b = self.unpack()
         return (pack_linear, (w, b, self.storage))
 
@@ -339,6 +390,56 @@ cdef object _storage_dtype(str storage):
     if storage == "bfloat16":
         return bfloat16_numpy()
     return np.dtype(storage)
+
+
+def _attach_linear(handle, out_features, in_features, storage, has_bias, isa):
+    """Unpickle a shared PackedLinear: map the segment ``handle`` names, after checking that
+    the geometry is valid and that the packed size it implies is the handle's size."""
+    if not isinstance(storage, str) or storage not in _STORAGE_CODES:
+        raise ValueError(
+            f"shared PackedLinear: unknown storage {storage!r:.100}: expected one of "
+            f"{', '.join(STORAGES)}"
+        )
+    for label, value in (("out_features", out_features), ("in_features", in_features),
+                         ("isa", isa)):
+        if type(value) is not int or not 0 <= value < 2 ** 31:
+            raise ValueError(
+                f"shared PackedLinear: {label} must be an int in [0, 2**31), got {value!r:.100}"
+            )
+    if out_features * in_features >= 2 ** 40:
+        raise ValueError(
+            f"shared PackedLinear: a ({out_features}, {in_features}) weight is too large"
+        )
+    if type(has_bias) is not bool:
+        raise ValueError(f"shared PackedLinear: has_bias must be a bool, got {has_bias!r:.100}")
+    cdef PackedLinear self = PackedLinear.__new__(PackedLinear)
+    self.storage = storage
+    self._storage = _STORAGE_CODES[storage]
+    self._compute = MK_COMPUTE_F64 if storage == "float64" else MK_COMPUTE_F32
+    self.compute_dtype = _F64 if storage == "float64" else _F32
+    self._typenum = cnp.NPY_FLOAT64 if storage == "float64" else cnp.NPY_FLOAT32
+    self.out_features = out_features
+    self.in_features = in_features
+    self.has_bias = has_bias
+    # the layout it was packed for (an instruction set this CPU may lack: ensure_ready
+    # re-packs privately for the active one at the first forward, as for a switched ISA)
+    cdef const mk_gemm_config *cfg = mk_gemm_get_config(self._compute, self._storage, <int>isa)
+    if cfg == NULL:
+        raise ValueError(
+            f"shared PackedLinear: no {storage} GEMM layout for instruction-set level {isa}"
+        )
+    cdef size_t size = mk_gemm_packed_size(cfg, <size_t>out_features, <size_t>in_features)
+    if not isinstance(handle, tuple) or len(handle) != 4 or handle[3] != size:
+        raise ValueError(
+            f"shared PackedLinear: the handle {handle!r:.200} does not hold the {size} bytes "
+            f"a ({out_features}, {in_features}) {storage} weight packs to"
+        )
+    shm = _shared.attach(handle, "shared PackedLinear")
+    self._shm = shm
+    self._packed = cnp.PyArray_DATA(<cnp.ndarray>shm)
+    self._packed_size = size
+    self._cfg = cfg
+    return self
 
 
 def pack_linear(weight, bias=None, storage="float32"):

@@ -21,6 +21,7 @@ from modulekit.device import Device, as_device
 from modulekit.dtypes import DataType, as_dtype, bfloat16, float32, is_bfloat16
 
 from modulekit._ext._cast import cast as _fast_cast, cast_into as _fast_cast_into
+from modulekit import _shared
 
 __all__ = ["Tensor", "Parameter", "as_array"]
 
@@ -365,11 +366,32 @@ cdef class Tensor:
     def float(self):
         return self.to(float32)
 
+    # ---- shared memory -----------------------------------------------------------------
+    def share_memory_(self):
+        """Move the values into a shared-memory segment (no-op when they are in one already);
+        this object stays the same object. Returns self.
+
+        Pickling a shared tensor then sends a handle to the segment, not the bytes: the
+        receiving process maps the same memory (see ``modulekit/_shared.py``). Writes in place
+        (:meth:`copy_`, ``load_state_dict``) are seen by every process that maps it; a cast
+        to another dtype (:meth:`_cast_`, ``Module.to(dtype)``) moves the values to new,
+        private memory.
+        """
+        self._array = _shared.copy_to_shared(self._array)
+        return self
+
+    def is_shared(self):
+        """Whether the values live in shared memory (see :meth:`share_memory_`)."""
+        return _shared.is_shared(self._array)
+
     # ---- Python protocols --------------------------------------------------------------
     def __repr__(self):
         return _format(self, "tensor")
 
     def __reduce__(self):
+        handle = _shared.handle_of(self._array)
+        if handle is not None:
+            return (_rebuild_shared, (type(self), handle, self._dtype.name, self._array.shape))
         return (_rebuild, (type(self), self._array))
 
     def __copy__(self):
@@ -407,6 +429,31 @@ def _rebuild(cls, arr):
     cdef Tensor out = cls.__new__(cls)
     out._array = np.ascontiguousarray(arr)
     out._dtype = _dtype_of(out._array)
+    return out
+
+
+def _rebuild_shared(cls, handle, dtype, shape):
+    """Unpickle a shared tensor: map the segment ``handle`` names (checked against ``dtype``
+    and ``shape`` before any byte is read)."""
+    if not (isinstance(cls, type) and issubclass(cls, Tensor)):
+        raise TypeError(f"shared tensor: {cls!r:.100} is not a Tensor class")
+    dt = as_dtype(dtype)
+    if not isinstance(shape, tuple) or not all(
+        type(d) is int and 0 <= d < 2 ** 48 for d in shape
+    ):
+        raise ValueError(f"shared tensor: shape must be a tuple of ints >= 0, got {shape!r:.100}")
+    nbytes = dt.itemsize
+    for d in shape:
+        nbytes *= d
+    if not isinstance(handle, tuple) or len(handle) != 4 or handle[3] != nbytes:
+        raise ValueError(
+            f"shared tensor: the handle {handle!r:.200} does not hold {nbytes} bytes "
+            f"(shape {shape}, {dt.name})"
+        )
+    raw = _shared.attach(handle, "shared tensor")
+    cdef Tensor out = cls.__new__(cls)
+    out._array = raw.view(dt.numpy).reshape(shape)
+    out._dtype = dt
     return out
 
 

@@ -223,7 +223,14 @@ class BertSelfAttention(Module):
         ctx, _ = attention(q, k, v, self.num_attention_heads, mask)
         return ctx.reshape(B * L, h)
 
+    def _fuse(self) -> None:
+        # initialize() stacks query/key/value now (so share_memory() shares the stack)
+        if self._qkv.usable():
+            self._qkv._build()
+
     def __getstate__(self) -> dict:
+        if getattr(self._modules["query"]._packed, "is_shared", False):
+            self._fuse()  # a shared model sends its shared stack, not three separate packs
         state = super().__getstate__()
         state.pop("_qkv", None)
         return state

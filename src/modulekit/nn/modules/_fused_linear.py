@@ -73,9 +73,37 @@ class RowsOf:
     def __getattr__(self, name):  # in_features, storage, compute_dtype, has_bias, kernel
         return getattr(self.fused, name)
 
+    @property
+    def is_shared(self) -> bool:
+        return self.fused.is_shared
+
+    def shared_copy(self, memo: dict | None = None) -> RowsOf:
+        """This view over a shared copy of the stacked kernel (self when it is shared);
+        ``memo`` (id of a kernel -> its shared copy) gives a stack's views one copy."""
+        fused = self.fused
+        if fused.is_shared:
+            return self
+        memo = {} if memo is None else memo
+        shared = memo.get(id(fused))
+        if shared is None:
+            shared = memo[id(fused)] = fused.shared_copy()
+        return RowsOf(shared, self.r0, self.r1)
+
     def __reduce__(self):
+        if self.fused.is_shared:  # the stacked kernel goes as a handle (once per pickle)
+            return (_rows_of, (self.fused, self.r0, self.r1))
         w, b = self.unpack()
         return (pack_linear, (w, b, self.fused.storage))
+
+
+def _rows_of(fused, r0: int, r1: int) -> RowsOf:
+    """Unpickle a view of a shared stacked kernel, its row range checked."""
+    rows = getattr(fused, "out_features", None)
+    if not (
+        type(rows) is int and type(r0) is int and type(r1) is int and 0 <= r0 < r1 <= rows
+    ):
+        raise ValueError(f"RowsOf: rows [{r0!r:.50}, {r1!r:.50}) are not a range of {fused!r:.200}")
+    return RowsOf(fused, r0, r1)
 
 
 class FusedLinears:
@@ -118,6 +146,22 @@ class FusedLinears:
             return self.packed
         return None
 
+    def _adopt(self, kernels):
+        """The stacked kernel when ``kernels`` are already the views, in order, of one
+        (a shared model as unpickled, or after share_memory()): adopted, not re-stacked."""
+        if not all(type(k) is RowsOf for k in kernels):
+            return None
+        fused, r0 = kernels[0].fused, 0
+        for k in kernels:
+            if k.fused is not fused or k.r0 != r0:
+                return None
+            r0 = k.r1
+        if r0 != fused.out_features:
+            return None
+        self.packed, self.views = fused, tuple(kernels)
+        self.offsets = tuple((k.r0, k.r1) for k in kernels)
+        return fused
+
     def _build(self):
         with _LOCK:
             packed = self._current()
@@ -127,6 +171,9 @@ class FusedLinears:
                 if lin._packed is None:
                     lin._pack()
             kernels = [lin._packed for lin in self.linears]
+            packed = self._adopt(kernels)
+            if packed is not None:
+                return packed
             storages = {k.storage for k in kernels}
             biases = {k.has_bias for k in kernels}
             if len(storages) != 1 or len(biases) != 1:
@@ -139,6 +186,8 @@ class FusedLinears:
             if parts[0][1] is not None:
                 b = np.concatenate([np.asarray(p[1]) for p in parts])
             packed = pack_linear(w, b, storages.pop())
+            if all(k.is_shared for k in kernels):  # (re-packed by load_state_dict, say)
+                packed = packed.shared_copy()
             offsets, views, r0 = [], [], 0
             for k in kernels:
                 r1 = r0 + k.out_features

@@ -19,6 +19,12 @@ class PackedWeightLayer(Module):
     weight has (:meth:`_weight_shape`); the packed object must offer ``has_bias``,
     ``storage`` (a dtype name) and ``unpack() -> (weight, bias or None)``. The bias keeps its
     own dtype through a pack/unpack round trip.
+
+    Shared memory (:meth:`~modulekit.Module.share_memory`): a packed object offering
+    ``shared_copy()`` and ``is_shared`` (``PackedLinear``, ``PackedConv2d``) is copied into a
+    shared segment and then pickles as a handle (the layer pickles packed, not as raw
+    weights); a re-pack of a shared layer that keeps its storage dtype (``load_state_dict``)
+    is shared again, a cast (``to(dtype)``) is private.
     """
 
     _packed = None  # the kernel object once packed
@@ -54,6 +60,35 @@ class PackedWeightLayer(Module):
                 del self._parameters["bias"]
             self._packed = packed
             self._packed_changed()
+
+    def _shared_packed(self, memo: dict):
+        """The packed kernel with its buffer in shared memory (a new object, or the current
+        one when it is shared already), or None when not packed or not shareable; ``memo``
+        (id of a packed object -> its shared copy) makes objects reached twice one copy."""
+        packed = self._packed
+        if packed is None or not hasattr(packed, "shared_copy"):
+            return None
+        if hasattr(packed, "fused"):  # a RowsOf view: share the stacked kernel once
+            return packed.shared_copy(memo)
+        new = memo.get(id(packed))
+        if new is None:
+            new = memo[id(packed)] = packed.shared_copy()
+        return new
+
+    def _set_shared_packed(self, packed) -> None:
+        """Bind the object :meth:`_shared_packed` returned."""
+        with self._pack_lock:
+            if packed is not self._packed:
+                self._packed = packed
+                self._packed_changed()
+
+    def __getstate__(self) -> dict:
+        if getattr(self._packed, "is_shared", False):
+            # shared: the packed kernel pickles as a handle to its segment (no re-pack)
+            state = self.__dict__.copy()
+            state.pop("_pack_lock", None)
+            return state
+        return super().__getstate__()
 
     def _packed_keys(self) -> dict[str, tuple[tuple[int, ...], DataType]]:
         packed = self._packed
@@ -98,8 +133,11 @@ class PackedWeightLayer(Module):
             bias_dtype = self._bias_dtype if dtype is None else dtype
             if bias is not None:
                 bias = np.asarray(bias).astype(bias_dtype.numpy, copy=False)
-            self._packed = self._pack_kernel(
+            new = self._pack_kernel(
                 np.asarray(weight).astype(storage.numpy, copy=False), bias, storage.name
             )
+            if getattr(packed, "is_shared", False) and storage.name == packed.storage:
+                new = new.shared_copy()  # stays shared (in a new segment) unless cast
+            self._packed = new
             self._bias_dtype = bias_dtype
             self._packed_changed()
