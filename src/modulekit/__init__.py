@@ -22,7 +22,8 @@ from modulekit.threads import get_num_threads, set_num_threads
 __version__ = "0.1.0"
 
 # Imported on first use (PEP 562), not by ``import modulekit``: the checkpoint readers and
-# writers, the profiler and the compiled-module loader are ~25 ms of imports that a program running a model need not pay.
+# writers, the profiler and the compiled-module loader are ~25 ms of imports that a program
+# running a model need not pay.
 _LAZY = {
     "CheckpointError": "modulekit.checkpoint",
     "load": "modulekit.checkpoint",

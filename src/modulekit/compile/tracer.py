@@ -5,7 +5,7 @@ forward input and of every result computed from one, so the capturing call retur
 values as an eager call (it IS the eager call) and the graph's shapes and dtypes are the ones
 observed. What is recorded:
 
-* module calls (``Module.__call__`` asks the capture first, see ``modulekit._ext._guard.set_capture``):
+* module calls (``Module.__call__`` asks the capture first: ``_guard.set_capture``):
   a modulekit.nn layer (a class whose ``forward`` is defined in ``modulekit.nn``) is a
   ``call_module`` node, run whole; a module with forward hooks is a ``call_module`` node that
   calls the module with its hooks (they fire, at capture and in the plan, as in eager mode);
@@ -38,7 +38,6 @@ import threading
 
 import numpy as np
 
-from modulekit import module as _module
 from modulekit._ext._guard import capture as _capture
 from modulekit._ext._guard import set_capture as _set_capture
 from modulekit.compile.graph import Graph, Node

@@ -7,7 +7,6 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 
-from modulekit import module as _module
 from modulekit._ext._gemm import linear_chain
 from modulekit._ext._guard import call as _guarded_call
 from modulekit._ext._guard import capture as _capture
