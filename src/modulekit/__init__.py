@@ -1,7 +1,7 @@
 """modulekit: PyTorch-style Modules for fast CPU inference on NumPy arrays."""
 
 from modulekit import memory, nn
-from modulekit._ext._gemm import matmul
+from modulekit.nn.functional import matmul
 from modulekit._ext._tensor import Parameter, Tensor
 from modulekit.checkpoint import CheckpointError, load, save
 from modulekit.device import Device

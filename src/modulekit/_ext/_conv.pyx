@@ -99,10 +99,30 @@ _WINO_G = {
 # argument helpers
 
 
+#: The largest kernel size, stride, dilation, padding and output size the kernels take:
+#: their geometry is C int arithmetic, and with every window parameter and every dilated
+#: kernel extent within this bound a padded size stays below 2**31.
+MAX_WINDOW = 2**20
+
+
+def _in_range(int_value, name, what):
+    """``int_value`` (a Python int) unless it is outside ``[-MAX_WINDOW, MAX_WINDOW]``
+    (the sign is checked by the callers, with their own messages)."""
+    if not -MAX_WINDOW <= int_value <= MAX_WINDOW:
+        lo = 0 if name == "padding" else 1
+        raise ValueError(
+            f"{what}: {name}={int_value} is out of range: each value must be between {lo} and "
+            f"{MAX_WINDOW} (2**20)"
+        )
+    return int_value
+
+
 def _pair(value, name, what):
-    """``value`` as a pair of ints (an int means both); ``what`` names the call in errors."""
+    """``value`` as a pair of ints (an int means both), each within ``MAX_WINDOW``; ``what``
+    names the call in errors."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return (int(value), int(value))
+        v = _in_range(int(value), name, what)
+        return (v, v)
     try:
         items = tuple(value)
     except TypeError:
@@ -113,7 +133,30 @@ def _pair(value, name, what):
         isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items
     ):
         raise TypeError(f"{what}: {name} must be an int or a pair of ints, got {value!r}")
-    return (int(items[0]), int(items[1]))
+    return (_in_range(int(items[0]), name, what), _in_range(int(items[1]), name, what))
+
+
+def _check_extent(k, d, what):
+    """Refuse a dilated kernel ``d * (k - 1) + 1`` longer than ``MAX_WINDOW`` (k, d: pairs)."""
+    for axis in (0, 1):
+        if d[axis] * (k[axis] - 1) + 1 > MAX_WINDOW:
+            raise ValueError(
+                f"{what}: the dilated kernel, dilation * (kernel_size - 1) + 1 = "
+                f"{d[axis] * (k[axis] - 1) + 1} (dilation {d}, kernel_size {k}), must be at "
+                f"most {MAX_WINDOW} (2**20)"
+            )
+
+
+cdef int _check_native(object arr, str what) except -1:
+    """Refuse a byte-swapped array: the kernels read native words only. (The layers and
+    ``nn.functional`` convert such input first, in ``modulekit.nn._input.as_input``.)"""
+    if not arr.dtype.isnative:
+        raise TypeError(
+            f"{what}: the array is in non-native byte order (dtype {arr.dtype.str}); the "
+            f"kernels read native-endian data: convert it first, e.g. "
+            f"x.astype(x.dtype.newbyteorder('='))"
+        )
+    return 0
 
 
 def _act_code(activation):
@@ -126,13 +169,13 @@ def _act_code(activation):
         ) from None
 
 
-def conv_output_size(int size, int kernel, int stride, int pad_lo, int pad_hi, int dilation):
+def conv_output_size(size, kernel, stride, pad_lo, pad_hi, dilation):
     """Output length of a convolution along one axis (torch's formula)."""
     num = size + pad_lo + pad_hi - dilation * (kernel - 1) - 1
     return num // stride + 1   # Python floor division: num may be negative
 
 
-def pool_output_size(int size, int kernel, int stride, int pad, int dilation, bint ceil_mode):
+def pool_output_size(size, kernel, stride, pad, dilation, ceil_mode):
     """Output length of a pooling window along one axis, torch's ``pooling_output_shape``.
 
     With ``ceil_mode`` the last window must start inside the input or its left padding.
@@ -150,6 +193,7 @@ cdef object _as_input(x, what, dtype):
     if arr is None:
         from modulekit._ext._tensor import as_array  # Tensor, buffer protocol, torch, lists
         arr = np.asarray(as_array(x))
+    _check_native(arr, what)
     if arr.dtype != dtype:
         if arr.dtype.kind not in "fiub" and arr.dtype != _BF16:
             raise TypeError(f"{what}: expected a numeric array, got dtype {arr.dtype}")
@@ -179,6 +223,11 @@ def _check_4d(x, what):
     if max(x.shape) > 2**31 - 1 or x.shape[0] * x.shape[1] > 2**31 - 1:
         raise ValueError(
             f"{what}: input too large, shape {x.shape} (batch * channels must stay below 2**31)"
+        )
+    if max(x.shape[2:]) > 2**31 - 1 - 2 * MAX_WINDOW:
+        raise ValueError(
+            f"{what}: input too large, shape {x.shape} (height and width must stay below "
+            f"2**31 - 2**21)"
         )
 
 
@@ -773,6 +822,7 @@ def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, st
         raise ValueError(
             f"pack_conv2d: stride {stride} and dilation {dilation} must be positive"
         )
+    _check_extent((kh, kw), dilation, "pack_conv2d")
     if isinstance(padding, str):
         if padding == "valid":
             pads = (0, 0, 0, 0)
@@ -788,7 +838,7 @@ def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, st
                 f"{padding!r}"
             )
     elif not isinstance(padding, (int, np.integer)) and len(tuple(padding)) == 4:
-        pads = tuple(int(p) for p in padding)
+        pads = tuple(_in_range(int(p), "padding", "pack_conv2d") for p in padding)
     else:
         ph, pw = _pair(padding, "padding", "pack_conv2d")
         pads = (ph, pw, ph, pw)
@@ -865,6 +915,8 @@ def _weight_array(obj):
         arr = np.asarray(as_array(obj))
     if arr.dtype.kind != "f" and arr.dtype != _BF16:
         raise TypeError(f"pack_conv2d: weights must be floating point, got dtype {arr.dtype}")
+    if not arr.dtype.isnative:  # weights are copied into the packed layout anyway
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
 
 
@@ -959,7 +1011,7 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     k, s, p, _ = _pool_args("avg_pool2d", kernel_size, stride, padding, 1)
     cdef int divisor = 0
     if divisor_override is not None:
-        divisor = int(divisor_override)
+        divisor = _in_range(int(divisor_override), "divisor_override", "avg_pool2d")
         if divisor == 0:
             raise ValueError("avg_pool2d: divisor_override must be non-zero")
     cdef mk_conv_geom g
@@ -994,8 +1046,10 @@ def adaptive_avg_pool2d(x, output_size):
                 f"adaptive_avg_pool2d: output_size must be an int or a pair, got {output_size!r}")
         osz = (xa.shape[2] if osz[0] is None else int(osz[0]),
                xa.shape[3] if osz[1] is None else int(osz[1]))
-    if min(osz) < 1:
-        raise ValueError(f"adaptive_avg_pool2d: output_size must be positive, got {osz}")
+    if min(osz) < 1 or max(osz) > MAX_WINDOW:
+        raise ValueError(
+            f"adaptive_avg_pool2d: output_size must be positive and at most {MAX_WINDOW} (2**20), "
+            f"got {osz}")
     cdef mk_conv_geom g
     _fill_input_geom(&g, xa)
     g.OH, g.OW = osz
@@ -1069,6 +1123,7 @@ def _pool_args(what, kernel_size, stride, padding, dilation):
     if min(p) < 0 or p[0] > k[0] // 2 or p[1] > k[1] // 2:
         raise ValueError(
             f"{what}: padding {p} must be non-negative and at most half the kernel size {k}")
+    _check_extent(k, d, what)
     return k, s, p, d
 
 
@@ -1279,6 +1334,7 @@ cdef class InvertedResidualPlan:
         cdef cnp.npy_intp *sh
         cdef bint same = False
         if (type(x) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_FLOAT32
+                and not cnp.PyArray_ISBYTESWAPPED(<cnp.ndarray>x)
                 and cnp.PyArray_NDIM(<cnp.ndarray>x) == 4
                 and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x)):
             xa = <cnp.ndarray>x
