@@ -265,7 +265,8 @@ def test_lone_surrogate_keys_refused(tmp_path):
     path = _safetensors(tmp_path / "a.safetensors", {"w": _ONE_F32, "__metadata__": meta})
     with pytest.raises(CheckpointError, match="lone surrogate"):
         load(path)
-    path = _safetensors(tmp_path / "m.safetensors", {"w": _ONE_F32, "__metadata__": {"k": "\udc80"}})
+    header = {"w": _ONE_F32, "__metadata__": {"k": "\udc80"}}
+    path = _safetensors(tmp_path / "m.safetensors", header)
     with pytest.raises(CheckpointError, match="lone surrogate"):
         load(path, metadata=True)
     # a torch pickle's key, written with surrogatepass (BINUNICODE "w" -> "\ud800")

@@ -1,7 +1,6 @@
 """modulekit: PyTorch-style Modules for fast CPU inference on NumPy arrays."""
 
 from modulekit import memory, nn
-from modulekit.nn.functional import matmul
 from modulekit._ext._tensor import Parameter, Tensor
 from modulekit.checkpoint import CheckpointError, load, save
 from modulekit.device import Device
@@ -18,6 +17,7 @@ from modulekit.dtypes import (
     uint8,
 )
 from modulekit.module import LoadResult, Module, StateDictError
+from modulekit.nn.functional import matmul
 from modulekit.profiler import profile
 from modulekit.threads import get_num_threads, set_num_threads
 

@@ -141,13 +141,14 @@ def gelu(input, approximate: str = "none") -> np.ndarray:
     arr = as_input(input, "gelu")
     dt = compute_dtype(arr.dtype)
     x = arr.astype(_F64, copy=False)
-    if approximate == "tanh":
-        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
-        y = 0.5 * x * (1.0 + np.tanh(inner))
-    elif dt == _F64:
-        y = 0.5 * x * _erfc_exact(-x / math.sqrt(2.0)).astype(_F64)
-    else:
-        y = 0.5 * x * _erfc_f64(-x / math.sqrt(2.0))
+    with np.errstate(invalid="ignore", over="ignore"):  # -inf gives NaN, as in torch
+        if approximate == "tanh":
+            inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+            y = 0.5 * x * (1.0 + np.tanh(inner))
+        elif dt == _F64:
+            y = 0.5 * x * _erfc_exact(-x / math.sqrt(2.0)).astype(_F64)
+        else:
+            y = 0.5 * x * _erfc_f64(-x / math.sqrt(2.0))
     return y.astype(dt, copy=False)
 
 

@@ -11,8 +11,8 @@ from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
 from modulekit.dtypes import as_dtype, float32
 from modulekit.module import Module
-from modulekit.nn._random import default_generator
 from modulekit.nn._input import as_input
+from modulekit.nn._random import default_generator
 from modulekit.nn.modules._packed import PackedWeightLayer
 
 __all__ = ["Identity", "Linear"]
