@@ -218,8 +218,9 @@ cdef void _fill_input_geom(mk_conv_geom *g, cnp.ndarray x):
 def _check_4d(x, what):
     if x.ndim != 4:
         raise ValueError(f"{what}: expected a 4-D (N, C, H, W) input, got shape {x.shape}")
-    if 0 in x.shape:
-        raise ValueError(f"{what}: expected a non-empty input, got shape {x.shape}")
+    if 0 in x.shape[1:]:  # an empty batch is fine (an empty output, as in torch)
+        raise ValueError(
+            f"{what}: expected non-empty channels, height and width, got shape {x.shape}")
     if max(x.shape) > 2**31 - 1 or x.shape[0] * x.shape[1] > 2**31 - 1:
         raise ValueError(
             f"{what}: input too large, shape {x.shape} (batch * channels must stay below 2**31)"
@@ -542,6 +543,8 @@ cdef class PackedConv2d:
         cdef int nthreads = effective_threads()
         k, s, p, d = _conv_pool_geom(&pg, oshape, kernel_size, stride, padding, dilation,
                                      ceil_mode)
+        if g.N == 0:  # an empty batch: nothing to compute
+            return np.empty((0, self.out_channels, pg.OH, pg.OW), self.compute_dtype)
         if self.storage == "float64" or not self._maxpool_fused(&g, &pg, isa):
             y = self.forward(xa, activation)
             y = max_pool2d(y, k, s, p, d, ceil_mode)
@@ -635,6 +638,8 @@ cdef class PackedConv2d:
         cdef float *mp
         cdef const float *op
         cdef Py_ssize_t rows
+        if g.N == 0:  # an empty batch: nothing to compute
+            return np.empty(oshape[:2], dtype) if want_mean else out
         if not want_mean:
             self._run(&g, xa, out, res, act)
             return out[0] if unbatched else out
@@ -990,6 +995,8 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     _fill_pool_geom(&g, xa, k, s, p, d, ceil_mode, "max_pool2d")
     cdef cnp.ndarray xin = xa
     cdef cnp.ndarray out = np.empty((g.N, g.C, g.OH, g.OW), xa.dtype)
+    if g.N == 0:
+        return out
     cdef int nt = effective_threads()
     cdef void *xp = cnp.PyArray_DATA(xin)
     cdef void *op = cnp.PyArray_DATA(out)
@@ -1018,6 +1025,8 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     _fill_pool_geom(&g, xa, k, s, p, (1, 1), ceil_mode, "avg_pool2d")
     cdef cnp.ndarray xin = xa
     cdef cnp.ndarray out = np.empty((g.N, g.C, g.OH, g.OW), xa.dtype)
+    if g.N == 0:
+        return out
     cdef int nt = effective_threads()
     cdef int cip = bool(count_include_pad)
     cdef void *xp = cnp.PyArray_DATA(xin)
@@ -1055,6 +1064,8 @@ def adaptive_avg_pool2d(x, output_size):
     g.OH, g.OW = osz
     cdef cnp.ndarray xin = xa
     cdef cnp.ndarray out = np.empty((g.N, g.C, g.OH, g.OW), xa.dtype)
+    if g.N == 0:
+        return out
     cdef int nt = effective_threads()
     cdef void *xp = cnp.PyArray_DATA(xin)
     cdef void *op = cnp.PyArray_DATA(out)
@@ -1175,6 +1186,8 @@ def spatial_mean(x):
     """
     xa = np.asarray(x)
     _check_4d(xa, "spatial_mean")
+    if xa.shape[0] == 0:
+        return np.empty((0, xa.shape[1]), np.float64 if xa.dtype == np.float64 else np.float32)
     cdef Py_ssize_t n = xa.shape[0], c = xa.shape[1], hw = xa.shape[2] * xa.shape[3]
     if xa.dtype != np.float32 and xa.dtype.kind == "f":
         return np.einsum("ncp->nc", np.reshape(xa, (n, c, hw))) / xa.dtype.type(hw)
@@ -1346,6 +1359,9 @@ cdef class InvertedResidualPlan:
             xa = _as_input(x, "inverted_residual", np.float32)
         if not same:
             _check_4d(xa, "inverted_residual")
+            if xa.shape[0] == 0:
+                raise ValueError("inverted_residual: expected a non-empty batch, got shape "
+                                 f"{(<object>xa).shape}")
             if xa.shape[1] != self._cin:
                 raise ValueError(
                     f"inverted_residual: expected input with {self._cin} channels, got "
