@@ -509,6 +509,13 @@ cdef class PackedConv2d:
             )
         oshape = self.output_shape(xa.shape)
         g.OH, g.OW = oshape[2], oshape[3]
+        # a stride past the padded input gives one output row (column) either way; clamped to
+        # the padded size it computes the same, where a stride of 2**20 would size the
+        # stride-phase image (sy * sx phases) at terabytes
+        if g.sy > g.H + g.pt + g.pb:
+            g.sy = g.H + g.pt + g.pb
+        if g.sx > g.W + g.pl + g.pr:
+            g.sx = g.W + g.pl + g.pr
         mk_conv_geometry(&g)
         gp[0] = g
         return xa, unbatched, oshape

@@ -100,7 +100,8 @@ class LayerNorm(Module):
             and b.dtype is float32
             and (
                 residual is None
-                or (type(residual) is np.ndarray and residual.shape == input.shape)
+                or (type(residual) is np.ndarray and residual.dtype == _F32_DT
+                    and residual.shape == input.shape)
             )
         ):  # a transformer layer's call: float32 arrays all around, no conversions
             return _ops.layer_norm(input, self._n, w.numpy(), b.numpy(), self.eps, residual)
