@@ -33,7 +33,7 @@ _F64 = np.dtype(np.float64)
 def additive_mask(mask, what: str, dtype) -> np.ndarray:
     """``mask`` as an additive float mask: bool ``True`` (masked out) becomes ``-inf``, float
     masks are used as they are."""
-    m = np.asarray(mask)
+    m = as_input(mask, what)
     if m.dtype == np.bool_:
         out = np.zeros(m.shape, dtype=dtype)
         out[m] = -np.inf
