@@ -33,7 +33,6 @@ __all__ = [
     "avg_pool2d",
     "adaptive_avg_pool2d",
     "hardswish",
-    "matmul",
 ]
 
 _F32 = np.dtype(np.float32)
@@ -277,7 +276,8 @@ def matmul(a, b) -> np.ndarray:
     """``a @ b`` on the packed GEMM kernels: 2-D ``(M, K) @ (K, N)`` or batched 3-D (a 2-D
     operand broadcast), any strides; float64 when either operand is float64, else float32
     (float16/bfloat16/integer/bool operands are widened; byte-swapped ones are read in native
-    order). ``modulekit.matmul`` is this function."""
+    order). ``modulekit.matmul`` is this function (not in ``__all__``: torch.nn.functional has
+    no matmul)."""
     x = as_input(a, "matmul(a)")
     y = as_input(b, "matmul(b)")
     if x.dtype.kind in "iub" or y.dtype.kind in "iub":
