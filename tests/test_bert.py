@@ -195,7 +195,7 @@ def test_bad_input_raises_clear_errors(saved):
         m(np.ones((1, 131), np.int64))
     with pytest.raises(ValueError, match="no tokens"):
         m(np.zeros((2, 0), np.int64))
-    with pytest.raises(TypeError, match="input_ids must hold integers"):
+    with pytest.raises(TypeError, match=r"input_ids\).*must be integers"):
         m(np.ones((1, 3), np.float32))
     with pytest.raises(ValueError, match="divisible"):
         BertConfig(hidden_size=30, num_attention_heads=4)

@@ -6,6 +6,7 @@ must not exist and no module named by the pickle may have been imported.
 """
 
 import builtins
+import json
 import os
 import pickle
 import struct
@@ -214,3 +215,104 @@ def test_absurd_shapes_refused(tmp_path):
     pkl = pkl.replace(stride, b"K\x01K\x01K\x01\x87", 1)
     with pytest.raises(CheckpointError, match="empty tensor shape"):
         load(_zip_container(tmp_path, pkl))
+
+
+# ---------------------------------------------------------------------------------------------
+# Leniencies the reliability campaign found (issue #18): each is refused as CheckpointError.
+
+
+def _safetensors(path, header, data=b"\x00\x00\x80\x3f"):
+    raw = json.dumps(header).encode()  # ensure_ascii: a lone surrogate stays a \ud800 escape
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+    return path
+
+
+_ONE_F32 = {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}
+
+
+def test_safetensors_controls_load(tmp_path):
+    # the hand-built files below differ from this valid one in one field each
+    meta = {"modulekit.aliases": json.dumps({"v": "w"})}
+    state = load(_safetensors(tmp_path / "ok.safetensors", {"w": _ONE_F32, "__metadata__": meta}))
+    assert list(state) == ["w", "v"] and state["v"] is state["w"]
+
+
+def test_frame_length_is_checked(tmp_path):
+    ok = pickle.dumps({"note": "no tensors"}, protocol=4)
+    assert ok[2:3] == b"\x95"  # protocol 4 frames its opcodes
+    assert load(_zip_container(tmp_path, ok)) == {}
+    (n,) = struct.unpack("<Q", ok[3:11])
+    for claimed in (n + 1, 1 << 62):
+        blob = ok[:3] + struct.pack("<Q", claimed) + ok[11:]
+        with pytest.raises(CheckpointError, match="FRAME of .* runs past the end"):
+            load(_zip_container(tmp_path, blob))
+
+
+def test_alias_named_metadata_refused(tmp_path):
+    meta = {"modulekit.aliases": json.dumps({"__metadata__": "w"})}
+    path = _safetensors(tmp_path / "a.safetensors", {"w": _ONE_F32, "__metadata__": meta})
+    with pytest.raises(CheckpointError, match="alias '__metadata__' is reserved"):
+        load(path)
+
+
+def test_lone_surrogate_keys_refused(tmp_path):
+    path = _safetensors(tmp_path / "s.safetensors", {"\ud800": _ONE_F32})
+    assert b"\\ud800" in path.read_bytes()
+    with pytest.raises(CheckpointError, match="lone surrogate"):
+        load(path)
+    meta = {"modulekit.aliases": json.dumps({"w\udfff": "w"})}
+    path = _safetensors(tmp_path / "a.safetensors", {"w": _ONE_F32, "__metadata__": meta})
+    with pytest.raises(CheckpointError, match="lone surrogate"):
+        load(path)
+    header = {"w": _ONE_F32, "__metadata__": {"k": "\udc80"}}
+    path = _safetensors(tmp_path / "m.safetensors", header)
+    with pytest.raises(CheckpointError, match="lone surrogate"):
+        load(path, metadata=True)
+    # a torch pickle's key, written with surrogatepass (BINUNICODE "w" -> "\ud800")
+    src = tmp_path / "valid.pt"
+    torch.save({"w": torch.ones(3)}, src)
+    with zipfile.ZipFile(src) as z:
+        pkl = z.read(next(n for n in z.namelist() if n.endswith("/data.pkl")))
+    key = b"X\x01\x00\x00\x00w"
+    assert pkl.count(key) == 1
+    pkl = pkl.replace(key, b"X\x03\x00\x00\x00" + "\ud800".encode("utf-8", "surrogatepass"))
+    with pytest.raises(CheckpointError, match="lone surrogate"):
+        load(_zip_container(tmp_path, pkl))
+
+
+def test_empty_zip_refused(tmp_path):
+    path = tmp_path / "empty.zip"
+    zipfile.ZipFile(path, "w").close()
+    assert path.stat().st_size == 22  # the end record alone
+    with pytest.raises(CheckpointError, match="holds no records: not a checkpoint"):
+        load(path)
+
+
+def _npz_with_end_record(tmp_path, patch):
+    import numpy as np
+
+    path = tmp_path / "x.npz"
+    np.savez(path, w=np.ones(3, np.float32))
+    raw = bytearray(path.read_bytes())
+    eocd = raw.rindex(b"PK\x05\x06")
+    fields = list(struct.unpack("<HHHHII", raw[eocd + 4:eocd + 20]))
+    assert load(path)["w"].shape == (3,)  # the control loads
+    patch(fields)
+    raw[eocd + 4:eocd + 20] = struct.pack("<HHHHII", *fields)
+    path.write_bytes(bytes(raw))
+    return path
+
+
+@pytest.mark.parametrize("field, value, match", [
+    (0, 1, "bogus end-of-central-directory"),   # this disk's number
+    (1, 3, "bogus end-of-central-directory"),   # the directory's disk
+    (2, 2, "bogus end-of-central-directory"),   # entries on this disk != total
+    (5, -1, "does not end at the end records"),  # directory offset moved back: a gap
+])
+def test_bogus_end_record_refused(tmp_path, field, value, match):
+    def patch(fields):
+        fields[field] = value if value >= 0 else fields[field] + value
+
+    with pytest.raises(CheckpointError, match=match):
+        load(_npz_with_end_record(tmp_path, patch))

@@ -246,8 +246,9 @@ def test_bad_inputs(rng):
         packed.forward(np.zeros((1, 3, 2, 8), np.float32))
     with pytest.raises(ValueError, match="4-D"):
         packed.forward(np.zeros((3, 8), np.float32))
+    assert packed.forward(np.zeros((0, 3, 8, 8), np.float32)).shape == (0, 4, 6, 6)  # as torch
     with pytest.raises(ValueError, match="non-empty"):
-        packed.forward(np.zeros((0, 3, 8, 8), np.float32))
+        packed.forward(np.zeros((1, 3, 0, 8), np.float32))
     with pytest.raises(ValueError, match="residual shape"):
         packed.forward(np.zeros((1, 3, 8, 8), np.float32), residual=np.zeros((1, 4, 5, 5)))
     with pytest.raises(ValueError, match="unknown activation"):

@@ -238,3 +238,32 @@ def test_conv_maxpool_fused_nan_views_unbatched(isa, rng):
                                   _conv.max_pool2d(h.forward(x, "relu"), 3, 2, 1))
     with pytest.raises(ValueError, match="max_pool2d"):
         packed.forward_maxpool(x, "relu", 3, 2, 2)  # padding more than half the window
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 2), (2, 3, 1, 20), (1, 2, 3, 33)])
+def test_max_pool_window_of_padding_rows_only(isa, shape):
+    """Dilation can put every row of a window in the padding (H=1, padding 1, dilation 2:
+    rows -1 and 1): torch answers -inf there; the kernels once read a row past the plane."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    for pool in [dict(kernel_size=2, stride=2, padding=1, dilation=2),
+                 dict(kernel_size=2, stride=1, padding=1, dilation=2)]:
+        want = torch.nn.functional.max_pool2d(torch.from_numpy(x), **pool).numpy()
+        got = _conv.max_pool2d(x, **pool)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(_conv.max_pool2d(x.astype(np.float64), **pool), want)
+
+
+def test_empty_batch_pools_and_conv_like_torch():
+    torch = pytest.importorskip("torch")
+    x = np.zeros((0, 3, 6, 5), np.float32)
+    t = torch.from_numpy(x)
+    assert _conv.max_pool2d(x, 2).shape == tuple(torch.nn.functional.max_pool2d(t, 2).shape)
+    assert _conv.avg_pool2d(x, 3, 2).shape == tuple(torch.nn.functional.avg_pool2d(t, 3, 2).shape)
+    assert _conv.adaptive_avg_pool2d(x, 2).shape == (0, 3, 2, 2)
+    packed = _conv.pack_conv2d(np.ones((4, 3, 3, 3), np.float32), padding=1)
+    assert packed.forward(x).shape == (0, 4, 6, 5)
+    assert packed.forward_mean(x).shape == (0, 4)
+    assert packed.forward_maxpool(x, "relu", 2).shape == (0, 4, 3, 2)
+    with pytest.raises(ValueError, match="non-empty"):
+        _conv.max_pool2d(np.zeros((1, 0, 4, 4), np.float32), 2)

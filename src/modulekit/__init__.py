@@ -1,7 +1,6 @@
 """modulekit: PyTorch-style Modules for fast CPU inference on NumPy arrays."""
 
 from modulekit import memory, nn
-from modulekit._ext._gemm import matmul
 from modulekit._ext._tensor import Parameter, Tensor
 from modulekit.device import Device
 from modulekit.dtypes import (
@@ -17,6 +16,7 @@ from modulekit.dtypes import (
     uint8,
 )
 from modulekit.module import LoadResult, Module, StateDictError
+from modulekit.nn.functional import matmul
 from modulekit.threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"

@@ -7,6 +7,8 @@ _Pair = Union[int, tuple[int, int]]
 _Act = Literal["none", "identity", "relu", "relu6", "silu", "hardswish"] | None
 
 ACTIVATIONS: dict[str | None, int]
+#: The largest kernel size, stride, dilation, padding and output size the kernels take.
+MAX_WINDOW: int
 
 class PackedConv2d:
     in_channels: int
@@ -145,3 +147,10 @@ class InvertedResidualPlan:
         residual: bool = False,
     ) -> None: ...
     def __call__(self, x: ArrayLike, band_rows: int = 0) -> np.ndarray: ...
+
+# argument checks shared with modulekit.nn (errors name ``what`` and the parameter)
+def _pair(value: Any, name: str, what: str) -> tuple[int, int]: ...
+def _check_extent(k: tuple[int, int], d: tuple[int, int], what: str) -> None: ...
+def _pool_args(
+    what: str, kernel_size: _Pair, stride: _Pair | None, padding: _Pair, dilation: _Pair
+) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]: ...

@@ -99,10 +99,30 @@ _WINO_G = {
 # argument helpers
 
 
+#: The largest kernel size, stride, dilation, padding and output size the kernels take:
+#: their geometry is C int arithmetic, and with every window parameter and every dilated
+#: kernel extent within this bound a padded size stays below 2**31.
+MAX_WINDOW = 2**20
+
+
+def _in_range(int_value, name, what):
+    """``int_value`` (a Python int) unless it is outside ``[-MAX_WINDOW, MAX_WINDOW]``
+    (the sign is checked by the callers, with their own messages)."""
+    if not -MAX_WINDOW <= int_value <= MAX_WINDOW:
+        lo = 0 if name == "padding" else 1
+        raise ValueError(
+            f"{what}: {name}={int_value} is out of range: each value must be between {lo} and "
+            f"{MAX_WINDOW} (2**20)"
+        )
+    return int_value
+
+
 def _pair(value, name, what):
-    """``value`` as a pair of ints (an int means both); ``what`` names the call in errors."""
+    """``value`` as a pair of ints (an int means both), each within ``MAX_WINDOW``; ``what``
+    names the call in errors."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return (int(value), int(value))
+        v = _in_range(int(value), name, what)
+        return (v, v)
     try:
         items = tuple(value)
     except TypeError:
@@ -113,7 +133,30 @@ def _pair(value, name, what):
         isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items
     ):
         raise TypeError(f"{what}: {name} must be an int or a pair of ints, got {value!r}")
-    return (int(items[0]), int(items[1]))
+    return (_in_range(int(items[0]), name, what), _in_range(int(items[1]), name, what))
+
+
+def _check_extent(k, d, what):
+    """Refuse a dilated kernel ``d * (k - 1) + 1`` longer than ``MAX_WINDOW`` (k, d: pairs)."""
+    for axis in (0, 1):
+        if d[axis] * (k[axis] - 1) + 1 > MAX_WINDOW:
+            raise ValueError(
+                f"{what}: the dilated kernel, dilation * (kernel_size - 1) + 1 = "
+                f"{d[axis] * (k[axis] - 1) + 1} (dilation {d}, kernel_size {k}), must be at "
+                f"most {MAX_WINDOW} (2**20)"
+            )
+
+
+cdef int _check_native(object arr, str what) except -1:
+    """Refuse a byte-swapped array: the kernels read native words only. (The layers and
+    ``nn.functional`` convert such input first, in ``modulekit.nn._input.as_input``.)"""
+    if not arr.dtype.isnative:
+        raise TypeError(
+            f"{what}: the array is in non-native byte order (dtype {arr.dtype.str}); the "
+            f"kernels read native-endian data: convert it first, e.g. "
+            f"x.astype(x.dtype.newbyteorder('='))"
+        )
+    return 0
 
 
 def _act_code(activation):
@@ -126,13 +169,13 @@ def _act_code(activation):
         ) from None
 
 
-def conv_output_size(int size, int kernel, int stride, int pad_lo, int pad_hi, int dilation):
+def conv_output_size(size, kernel, stride, pad_lo, pad_hi, dilation):
     """Output length of a convolution along one axis (torch's formula)."""
     num = size + pad_lo + pad_hi - dilation * (kernel - 1) - 1
     return num // stride + 1   # Python floor division: num may be negative
 
 
-def pool_output_size(int size, int kernel, int stride, int pad, int dilation, bint ceil_mode):
+def pool_output_size(size, kernel, stride, pad, dilation, ceil_mode):
     """Output length of a pooling window along one axis, torch's ``pooling_output_shape``.
 
     With ``ceil_mode`` the last window must start inside the input or its left padding.
@@ -151,6 +194,7 @@ cdef object _as_input(x, what, dtype):
     if arr is None:
         from modulekit._ext._tensor import as_array  # Tensor, buffer protocol, torch, lists
         arr = np.asarray(as_array(x))
+    _check_native(arr, what)
     if arr.dtype != dtype:
         if arr.dtype.kind not in "fiub" and not is_bfloat16(arr.dtype):
             raise TypeError(f"{what}: expected a numeric array, got dtype {arr.dtype}")
@@ -175,11 +219,17 @@ cdef void _fill_input_geom(mk_conv_geom *g, cnp.ndarray x):
 def _check_4d(x, what):
     if x.ndim != 4:
         raise ValueError(f"{what}: expected a 4-D (N, C, H, W) input, got shape {x.shape}")
-    if 0 in x.shape:
-        raise ValueError(f"{what}: expected a non-empty input, got shape {x.shape}")
+    if 0 in x.shape[1:]:  # an empty batch is fine (an empty output, as in torch)
+        raise ValueError(
+            f"{what}: expected non-empty channels, height and width, got shape {x.shape}")
     if max(x.shape) > 2**31 - 1 or x.shape[0] * x.shape[1] > 2**31 - 1:
         raise ValueError(
             f"{what}: input too large, shape {x.shape} (batch * channels must stay below 2**31)"
+        )
+    if max(x.shape[2:]) > 2**31 - 1 - 2 * MAX_WINDOW:
+        raise ValueError(
+            f"{what}: input too large, shape {x.shape} (height and width must stay below "
+            f"2**31 - 2**21)"
         )
 
 
@@ -498,6 +548,13 @@ cdef class PackedConv2d:
             )
         oshape = self.output_shape(xa.shape)
         g.OH, g.OW = oshape[2], oshape[3]
+        # a stride past the padded input gives one output row (column) either way; clamped to
+        # the padded size it computes the same, where a stride of 2**20 would size the
+        # stride-phase image (sy * sx phases) at terabytes
+        if g.sy > g.H + g.pt + g.pb:
+            g.sy = g.H + g.pt + g.pb
+        if g.sx > g.W + g.pl + g.pr:
+            g.sx = g.W + g.pl + g.pr
         mk_conv_geometry(&g)
         gp[0] = g
         return xa, unbatched, oshape
@@ -532,6 +589,8 @@ cdef class PackedConv2d:
         cdef int nthreads = effective_threads()
         k, s, p, d = _conv_pool_geom(&pg, oshape, kernel_size, stride, padding, dilation,
                                      ceil_mode)
+        if g.N == 0:  # an empty batch: nothing to compute
+            return np.empty((0, self.out_channels, pg.OH, pg.OW), self.compute_dtype)
         if self.storage == "float64" or not self._maxpool_fused(&g, &pg, isa):
             y = self.forward(xa, activation)
             y = max_pool2d(y, k, s, p, d, ceil_mode)
@@ -625,6 +684,8 @@ cdef class PackedConv2d:
         cdef float *mp
         cdef const float *op
         cdef Py_ssize_t rows
+        if g.N == 0:  # an empty batch: nothing to compute
+            return np.empty(oshape[:2], dtype) if want_mean else out
         if not want_mean:
             self._run(&g, xa, out, res, act)
             return out[0] if unbatched else out
@@ -812,6 +873,7 @@ def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, st
         raise ValueError(
             f"pack_conv2d: stride {stride} and dilation {dilation} must be positive"
         )
+    _check_extent((kh, kw), dilation, "pack_conv2d")
     if isinstance(padding, str):
         if padding == "valid":
             pads = (0, 0, 0, 0)
@@ -827,7 +889,7 @@ def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, st
                 f"{padding!r}"
             )
     elif not isinstance(padding, (int, np.integer)) and len(tuple(padding)) == 4:
-        pads = tuple(int(p) for p in padding)
+        pads = tuple(_in_range(int(p), "padding", "pack_conv2d") for p in padding)
     else:
         ph, pw = _pair(padding, "padding", "pack_conv2d")
         pads = (ph, pw, ph, pw)
@@ -969,6 +1031,8 @@ def _weight_array(obj):
         arr = np.asarray(as_array(obj))
     if arr.dtype.kind != "f" and not is_bfloat16(arr.dtype):
         raise TypeError(f"pack_conv2d: weights must be floating point, got dtype {arr.dtype}")
+    if not arr.dtype.isnative:  # weights are copied into the packed layout anyway
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
 
 
@@ -1042,6 +1106,8 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     _fill_pool_geom(&g, xa, k, s, p, d, ceil_mode, "max_pool2d")
     cdef cnp.ndarray xin = xa
     cdef cnp.ndarray out = np.empty((g.N, g.C, g.OH, g.OW), xa.dtype)
+    if g.N == 0:
+        return out
     cdef int nt = effective_threads()
     cdef void *xp = cnp.PyArray_DATA(xin)
     cdef void *op = cnp.PyArray_DATA(out)
@@ -1063,13 +1129,15 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     k, s, p, _ = _pool_args("avg_pool2d", kernel_size, stride, padding, 1)
     cdef int divisor = 0
     if divisor_override is not None:
-        divisor = int(divisor_override)
+        divisor = _in_range(int(divisor_override), "divisor_override", "avg_pool2d")
         if divisor == 0:
             raise ValueError("avg_pool2d: divisor_override must be non-zero")
     cdef mk_conv_geom g
     _fill_pool_geom(&g, xa, k, s, p, (1, 1), ceil_mode, "avg_pool2d")
     cdef cnp.ndarray xin = xa
     cdef cnp.ndarray out = np.empty((g.N, g.C, g.OH, g.OW), xa.dtype)
+    if g.N == 0:
+        return out
     cdef int nt = effective_threads()
     cdef int cip = bool(count_include_pad)
     cdef void *xp = cnp.PyArray_DATA(xin)
@@ -1098,13 +1166,17 @@ def adaptive_avg_pool2d(x, output_size):
                 f"adaptive_avg_pool2d: output_size must be an int or a pair, got {output_size!r}")
         osz = (xa.shape[2] if osz[0] is None else int(osz[0]),
                xa.shape[3] if osz[1] is None else int(osz[1]))
-    if min(osz) < 1:
-        raise ValueError(f"adaptive_avg_pool2d: output_size must be positive, got {osz}")
+    if min(osz) < 1 or max(osz) > MAX_WINDOW:
+        raise ValueError(
+            f"adaptive_avg_pool2d: output_size must be positive and at most {MAX_WINDOW} (2**20), "
+            f"got {osz}")
     cdef mk_conv_geom g
     _fill_input_geom(&g, xa)
     g.OH, g.OW = osz
     cdef cnp.ndarray xin = xa
     cdef cnp.ndarray out = np.empty((g.N, g.C, g.OH, g.OW), xa.dtype)
+    if g.N == 0:
+        return out
     cdef int nt = effective_threads()
     cdef void *xp = cnp.PyArray_DATA(xin)
     cdef void *op = cnp.PyArray_DATA(out)
@@ -1173,6 +1245,7 @@ def _pool_args(what, kernel_size, stride, padding, dilation):
     if min(p) < 0 or p[0] > k[0] // 2 or p[1] > k[1] // 2:
         raise ValueError(
             f"{what}: padding {p} must be non-negative and at most half the kernel size {k}")
+    _check_extent(k, d, what)
     return k, s, p, d
 
 
@@ -1224,6 +1297,8 @@ def spatial_mean(x):
     """
     xa = np.asarray(x)
     _check_4d(xa, "spatial_mean")
+    if xa.shape[0] == 0:
+        return np.empty((0, xa.shape[1]), np.float64 if xa.dtype == np.float64 else np.float32)
     cdef Py_ssize_t n = xa.shape[0], c = xa.shape[1], hw = xa.shape[2] * xa.shape[3]
     if xa.dtype != np.float32 and xa.dtype.kind == "f":
         return np.einsum("ncp->nc", np.reshape(xa, (n, c, hw))) / xa.dtype.type(hw)
@@ -1383,6 +1458,7 @@ cdef class InvertedResidualPlan:
         cdef cnp.npy_intp *sh
         cdef bint same = False
         if (type(x) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_FLOAT32
+                and not cnp.PyArray_ISBYTESWAPPED(<cnp.ndarray>x)
                 and cnp.PyArray_NDIM(<cnp.ndarray>x) == 4
                 and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x)
                 and cnp.PyArray_ISALIGNED(<cnp.ndarray>x)):
@@ -1395,6 +1471,9 @@ cdef class InvertedResidualPlan:
             xa = _as_input(x, "inverted_residual", np.float32)
         if not same:
             _check_4d(xa, "inverted_residual")
+            if xa.shape[0] == 0:
+                raise ValueError("inverted_residual: expected a non-empty batch, got shape "
+                                 f"{(<object>xa).shape}")
             if xa.shape[1] != self._cin:
                 raise ValueError(
                     f"inverted_residual: expected input with {self._cin} channels, got "

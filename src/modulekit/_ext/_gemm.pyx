@@ -92,9 +92,16 @@ cdef int make_epilogue(object activation, double alpha, double beta,
 
 
 cdef object _float_dtype(object dtype, str what):
-    """The dtype if it is one of the four floating dtypes, else TypeError."""
+    """The dtype if it is one of the four floating dtypes in native byte order, else
+    TypeError (the kernels read native words only; ``modulekit.nn._input.as_input``, which
+    the layers and ``modulekit.matmul`` run first, converts byte-swapped input)."""
     if dtype == _F32 or dtype == _F64 or dtype == _F16 or is_bfloat16(dtype):
         return dtype
+    if not dtype.isnative:
+        raise TypeError(
+            f"{what} is in non-native byte order (dtype {dtype.str}); the kernels read "
+            f"native-endian data: convert it first, e.g. x.astype(x.dtype.newbyteorder('='))"
+        )
     raise TypeError(
         f"{what} must be a float16, bfloat16, float32 or float64 array; got dtype {dtype}"
     )
@@ -129,7 +136,8 @@ cdef cnp.ndarray _input_rows(object x, int typenum, object compute_dtype,
                              Py_ssize_t in_features):
     """``x`` as a 2-D (batch, in_features) array of the compute dtype (no copy when it is one)."""
     cdef cnp.ndarray arr
-    if type(x) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>x) == typenum:
+    if (type(x) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>x) == typenum
+            and not cnp.PyArray_ISBYTESWAPPED(<cnp.ndarray>x)):
         arr = <cnp.ndarray>x
     else:
         arr = _as_compute(x, compute_dtype, "x")
@@ -469,6 +477,8 @@ def pack_linear(weight, bias=None, storage="float32"):
     self.compute_dtype = _F64 if storage == "float64" else _F32
     self._typenum = cnp.NPY_FLOAT64 if storage == "float64" else cnp.NPY_FLOAT32
     wa = np.asarray(weight)
+    if not wa.dtype.isnative and wa.dtype.kind == "f":  # copied into the packed layout anyway
+        wa = wa.astype(wa.dtype.newbyteorder("="))
     _float_dtype(wa.dtype, "weight")
     if wa.ndim != 2:
         raise ValueError(f"weight must be 2-D (out_features, in_features); got shape {wa.shape}")
@@ -477,6 +487,8 @@ def pack_linear(weight, bias=None, storage="float32"):
     self.in_features = cnp.PyArray_DIM(w, 1)
     if bias is not None:
         ba = np.asarray(bias)
+        if not ba.dtype.isnative and ba.dtype.kind == "f":
+            ba = ba.astype(ba.dtype.newbyteorder("="))
         _float_dtype(ba.dtype, "bias")
         if ba.shape != (self.out_features,):
             raise ValueError(
@@ -800,6 +812,7 @@ cdef class PackedChain:
         cdef tuple children
         if (self._modules is None or type(x) is not np.ndarray
                 or cnp.PyArray_TYPE(<cnp.ndarray>x) != self._typenum
+                or cnp.PyArray_ISBYTESWAPPED(<cnp.ndarray>x)
                 or cnp.PyArray_NDIM(<cnp.ndarray>x) != 2):
             return None
         if self._owner is not None:

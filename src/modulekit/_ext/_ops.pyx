@@ -57,9 +57,22 @@ cdef inline int _threads(Py_ssize_t work) except -1:
     return nt
 
 
+cdef int _check_native(object arr, str what) except -1:
+    """Refuse a byte-swapped array: the kernels read native words only. (The layers convert
+    such input first, in ``modulekit.nn._input.as_input``.)"""
+    if not arr.dtype.isnative:
+        raise TypeError(
+            f"{what}: the array is in non-native byte order (dtype {arr.dtype.str}); the "
+            f"kernels read native-endian data: convert it first, e.g. "
+            f"x.astype(x.dtype.newbyteorder('='))"
+        )
+    return 0
+
+
 def _float_array(x, str what):
     """``x`` as an ndarray in its compute dtype (float64 stays, other reals become float32)."""
     arr = np.asarray(x)
+    _check_native(arr, what)
     if arr.dtype == _F32 or arr.dtype == _F64:
         return arr
     if arr.dtype.kind not in "biuf" and not is_bfloat16(arr.dtype):
@@ -138,6 +151,7 @@ def layer_norm(x, Py_ssize_t n, weight=None, bias=None, double eps=1e-5, residua
 cdef inline bint _f32_c(object a) noexcept:
     """``a`` is a C-contiguous, aligned float32 ndarray."""
     return (type(a) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_FLOAT32
+            and not cnp.PyArray_ISBYTESWAPPED(<cnp.ndarray>a)
             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a)
             and cnp.PyArray_ISALIGNED(<cnp.ndarray>a))
 
@@ -196,6 +210,7 @@ def softmax_(scores, double scale=1.0, mask=None):
     if not isinstance(scores, np.ndarray):
         raise TypeError(f"softmax_: scores must be an ndarray, got {type(scores).__name__}")
     S = scores
+    _check_native(S, "softmax_: scores")
     dt = S.dtype
     if dt != _F32 and dt != _F64:
         raise TypeError(f"softmax_: scores must be float32 or float64, got {dt}")
@@ -328,11 +343,13 @@ def embedding(ids, table, out=None, bint accumulate=False):
         Add the rows to ``out`` instead of overwriting it.
     """
     I = np.asarray(ids)
+    _check_native(I, "embedding: indices")
     if I.dtype.kind not in "iu" and not (I.dtype.kind == "b" and I.size == 0):
         raise TypeError(f"embedding: indices must be integers, got dtype {I.dtype}")
     if I.dtype.kind == "u" and I.size and I.max() > np.iinfo(np.int64).max:
         raise IndexError("embedding: index out of range of int64")
-    I = aligned(np.ascontiguousarray(I, dtype=_I64))
+    # (np.ascontiguousarray would make a 0-d index 1-d: a scalar index gives one row, (dim,))
+    I = aligned(np.require(I, dtype=_I64, requirements="C"))
     if not isinstance(table, np.ndarray) or table.ndim != 2:
         raise ValueError("embedding: table must be a 2-D ndarray")
     T = aligned(np.ascontiguousarray(table))
@@ -378,6 +395,7 @@ def embedding(ids, table, out=None, bint accumulate=False):
 cdef inline bint _i64_c(object a) noexcept:
     """``a`` is a C-contiguous, aligned int64 ndarray."""
     return (type(a) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_INT64
+            and not cnp.PyArray_ISBYTESWAPPED(<cnp.ndarray>a)
             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a)
             and cnp.PyArray_ISALIGNED(<cnp.ndarray>a))
 
@@ -446,6 +464,7 @@ def embedding_layer_norm(ids0, table0, ids1, table1, ids2, table2, weight, bias,
 def _rows_view(x, str what, Py_ssize_t width_multiple, dt):
     """``x`` as a 3-D ``dt`` array with a unit-stride last axis (no copy when it has one)."""
     A = np.asarray(x)
+    _check_native(A, f"attention: {what}")
     if A.dtype.kind not in "biuf" and not is_bfloat16(A.dtype):
         raise TypeError(f"attention: {what} must hold real numbers, got dtype {A.dtype}")
     if A.dtype != dt:
@@ -470,7 +489,7 @@ cdef inline bint _f32_rows3(object a, Py_ssize_t heads) noexcept:
         return False
     cdef cnp.ndarray A = <cnp.ndarray>a
     if (cnp.PyArray_TYPE(A) != cnp.NPY_FLOAT32 or cnp.PyArray_NDIM(A) != 3
-            or not cnp.PyArray_ISALIGNED(A)):
+            or cnp.PyArray_ISBYTESWAPPED(A) or not cnp.PyArray_ISALIGNED(A)):
         return False
     return ((A.shape[2] <= 1 or A.strides[2] == 4) and A.strides[0] % 4 == 0
             and A.strides[1] % 4 == 0 and A.shape[2] % heads == 0)

@@ -125,6 +125,11 @@ def load(
                 t = (Parameter if ref.is_parameter else Tensor).from_numpy(arr)
                 made[id(ref)] = t
             out[key] = t
+    for key in out:
+        _check_key(buf.path, key, "key")
+    for key, value in meta.items():
+        _check_key(buf.path, key, "metadata key")
+        _check_key(buf.path, value, f"metadata value of {key!r}")
     return (out, meta) if metadata else out
 
 
@@ -165,6 +170,16 @@ _EMPTY_STATE = (
     "complete checkpoint with modulekit.save(model.state_dict(include_packed=True), path) "
     "(or save before the first forward)"
 )
+
+
+def _check_key(path, text: str, what: str) -> None:
+    """Refuse a key that is no Unicode text: a lone surrogate (a JSON ``\\ud800`` escape or
+    a pickle's surrogatepass string) cannot be printed, encoded or saved again."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise fail(path, f"{what} {text!r}", f"holds a lone surrogate (character {exc.start}): "
+                                             "not valid Unicode text") from None
 
 
 def save(

@@ -60,26 +60,46 @@ def _find_eocd(buf):
                 return lo + pos
 
 
+def _check_end_record(path, at, disk, cd_disk, n_here, n_total):
+    """The end record of a single-disk archive with at least one record, or CheckpointError."""
+    if disk != 0 or cd_disk != 0 or n_here != n_total:
+        raise fail(path, f"offset {at}",
+                   f"bogus end-of-central-directory record (disk {disk}, directory on disk "
+                   f"{cd_disk}, {n_here} of {n_total} entries on this disk): not a "
+                   "single-disk archive")
+    if n_total == 0:
+        raise fail(path, f"offset {at}", "the ZIP archive holds no records: not a checkpoint")
+
+
 def read_central_directory(buf):
     """Return ``{name: ZipEntry}`` for the archive in ``buf``, validated."""
     path = buf.path
     eocd = _find_eocd(buf)
-    _disk, _cd_disk, _n_here, n_total, cd_size, cd_offset = buf.unpack(
+    disk, cd_disk, n_here, n_total, cd_size, cd_offset = buf.unpack(
         "<HHHHII", eocd + 4, "the end-of-central-directory record")
+    _check_end_record(path, eocd, disk, cd_disk, n_here, n_total)
     cd_limit = eocd
-    if n_total == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
-        loc = eocd - 20
-        if loc < 0 or buf.bytes_at(loc, 4, "the ZIP64 locator") != _EOCD64_LOC_SIG:
-            raise fail(path, f"offset {eocd}", "ZIP64 fields without a ZIP64 locator")
-        (_d, eocd64, _nd) = buf.unpack("<IQI", loc + 4, "the ZIP64 locator")
+    loc = eocd - 20
+    has_zip64 = loc >= 0 and buf.bytes_at(loc, 4, "the ZIP64 locator") == _EOCD64_LOC_SIG
+    needs_zip64 = n_total == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF
+    if needs_zip64 and not has_zip64:
+        raise fail(path, f"offset {eocd}", "ZIP64 fields without a ZIP64 locator")
+    if has_zip64:  # (torch writes the ZIP64 records whether or not it needs them)
+        (d, eocd64, nd) = buf.unpack("<IQI", loc + 4, "the ZIP64 locator")
+        if d != 0 or nd != 1:
+            raise fail(path, f"offset {loc}", f"ZIP64 locator names disk {d} of {nd} (a "
+                                              "multi-disk archive is not a checkpoint)")
         if eocd64 + 56 > loc or buf.bytes_at(eocd64, 4, "the ZIP64 record") != _EOCD64_SIG:
             raise fail(path, f"offset {loc}", f"bad ZIP64 end record offset {eocd64}")
-        (_sz, _vm, _vn, _d1, _d2, _nh, n_total, cd_size, cd_offset) = buf.unpack(
-            "<QHHIIQQQQ", eocd64 + 4, "the ZIP64 end record")
         cd_limit = eocd64
-    if cd_offset + cd_size > cd_limit:
+        if needs_zip64:
+            (_sz, _vm, _vn, disk, cd_disk, n_here, n_total, cd_size, cd_offset) = buf.unpack(
+                "<QHHIIQQQQ", eocd64 + 4, "the ZIP64 end record")
+            _check_end_record(path, eocd64, disk, cd_disk, n_here, n_total)
+    if cd_offset + cd_size != cd_limit:
+        what = "overlaps" if cd_offset + cd_size > cd_limit else "does not end at"
         raise fail(path, f"offset {eocd}",
-                   f"central directory [{cd_offset}, {cd_offset + cd_size}) overlaps the end "
+                   f"central directory [{cd_offset}, {cd_offset + cd_size}) {what} the end "
                    f"records at {cd_limit}")
     if n_total * 46 > cd_size:
         raise fail(path, f"offset {eocd}",

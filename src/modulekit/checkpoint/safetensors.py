@@ -184,6 +184,8 @@ def read_safetensors(buf):
         if not isinstance(aliases, dict):
             raise fail(buf.path, where, "must be a JSON object {alias: stored_key}")
         for alias, target in aliases.items():
+            if alias == "__metadata__":
+                raise fail(buf.path, where, "alias '__metadata__' is reserved by the format")
             if not isinstance(target, str) or target not in arrays:
                 raise fail(buf.path, where,
                            f"alias {alias!r} refers to {target!r}, which is not a stored tensor")

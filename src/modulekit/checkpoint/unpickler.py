@@ -458,8 +458,12 @@ class Unpickler:
                 proto = read(1)[0]
                 if proto > 5:
                     raise _Reject(f"unsupported pickle protocol {proto}")
-            elif op == 0x95:  # FRAME: a length prefix only; the data follows inline
-                read(8)
+            elif op == 0x95:  # FRAME: a length prefix; the frame's opcodes follow inline
+                (n,) = struct.unpack("<Q", read(8))
+                left = self.end - self.pos
+                if n > left:
+                    raise _Reject(f"FRAME of {n} bytes runs past the end of the pickle "
+                                  f"({left} bytes left)")
             elif op == 0x2E:  # STOP
                 if len(stack) != 1 or metastack:
                     raise _Reject("STOP with an unbalanced stack")

@@ -19,6 +19,7 @@ import numpy as np
 from modulekit._ext import _ops
 from modulekit.dtypes import float32
 from modulekit.module import Module
+from modulekit.nn._input import as_indices, as_input
 from modulekit.nn.modules._fused_linear import FusedLinears
 from modulekit.nn.modules.attention import attention
 from modulekit.nn.modules.container import ModuleList
@@ -478,12 +479,8 @@ class BertModel(Module):
             )
         mask = None
         if attention_mask is not None:
-            am = np.asarray(attention_mask)
+            am = as_input(attention_mask, "BertModel(attention_mask)")
             am = am.reshape(_same_shape(am, (B, L), "attention_mask"))
-            if am.dtype.kind not in "biuf":
-                raise TypeError(
-                    f"BertModel: attention_mask must hold 0/1 values, got dtype {am.dtype}"
-                )
             # transformers: (1 - mask) * finfo(float32).min, added to the scaled scores; a
             # mask of all ones adds nothing and is skipped
             if not (am == 1).all():
@@ -524,10 +521,7 @@ def _gelu_like(y: np.ndarray, act: str) -> np.ndarray:
 
 
 def _int_array(x, what: str) -> np.ndarray:
-    a = np.asarray(x)
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"BertModel: {what} must hold integers, got dtype {a.dtype}")
-    return a.astype(np.int64, copy=False)
+    return as_indices(x, f"BertModel({what})").astype(np.int64, copy=False)
 
 
 def _same_shape(x, shape: tuple[int, int], what: str) -> tuple[int, int]:
@@ -564,7 +558,7 @@ def mean_pool(last_hidden_state, attention_mask=None) -> np.ndarray:
 
     ``last_hidden_state`` (batch, seq, hidden); ``attention_mask`` (batch, seq) or None (all
     tokens). Returns (batch, hidden) float32 (float64 for float64 input)."""
-    h = np.asarray(last_hidden_state)
+    h = as_input(last_hidden_state, "mean_pool(last_hidden_state)")
     if h.ndim != 3:
         raise ValueError(
             f"mean_pool: last_hidden_state must be (batch, seq, hidden), got {h.shape}"
@@ -573,7 +567,7 @@ def mean_pool(last_hidden_state, attention_mask=None) -> np.ndarray:
         h = h.astype(np.float32, copy=False)
     if attention_mask is None:
         return h.mean(axis=1)
-    m = np.asarray(attention_mask)
+    m = as_input(attention_mask, "mean_pool(attention_mask)")
     if m.shape != h.shape[:2]:
         raise ValueError(f"mean_pool: attention_mask has shape {m.shape}, expected {h.shape[:2]}")
     m = m.astype(h.dtype)

@@ -8,6 +8,7 @@ from modulekit import module as _module
 from modulekit import nn
 from modulekit._ext import _conv
 from modulekit.module import Module
+from modulekit.nn._input import as_input
 from modulekit.nn.modules.batchnorm import BatchNorm2d
 from modulekit.nn.modules.conv import Conv2d, conv_bn_act, prefold
 
@@ -286,7 +287,8 @@ class MobileNetV2(Module):
         the order ``_conv.spatial_mean`` uses), so the result is the same bit for bit. Input
         that is not a 4-D ndarray runs the layers as modules.
         """
-        if type(x) is np.ndarray and x.ndim == 4:
+        x = as_input(x, type(self).__name__)
+        if x.ndim == 4:
             d = self.__dict__
             epoch = _module._epoch
             plan = d.get("_forward_plan")

@@ -7,6 +7,7 @@ import numpy as np
 from modulekit import module as _module
 from modulekit import nn
 from modulekit.module import Module
+from modulekit.nn._input import as_input
 from modulekit.nn.modules.batchnorm import BatchNorm2d
 from modulekit.nn.modules.conv import (
     Conv2d,
@@ -192,7 +193,8 @@ class ResNet(Module):
         blocks run themselves, so the result is the same bit for bit. A hook or the training
         flag anywhere inside, or input that is not a 4-D ndarray, runs the layers as modules.
         """
-        if type(x) is np.ndarray and x.ndim == 4:
+        x = as_input(x, type(self).__name__)
+        if x.ndim == 4:
             d = self.__dict__
             plan = d.get("_forward_plan")
             if plan is None or plan[0] != _module._epoch:

@@ -14,12 +14,8 @@ import warnings
 import numpy as np
 
 from modulekit._ext import _conv, _gemm
-from modulekit._ext._conv import adaptive_avg_pool2d as _adaptive_avg_pool2d
-from modulekit._ext._conv import avg_pool2d as _avg_pool2d
-from modulekit._ext._conv import max_pool2d as _max_pool2d
-from modulekit._ext._tensor import as_array
 from modulekit.compile.tracer import traceable
-from modulekit.dtypes import is_bfloat16
+from modulekit.nn._input import as_input
 from modulekit.nn._random import default_generator
 
 __all__ = [
@@ -40,30 +36,9 @@ __all__ = [
     "hardswish",
 ]
 
-max_pool2d = traceable(_max_pool2d, "modulekit.nn.functional.max_pool2d")
-avg_pool2d = traceable(_avg_pool2d, "modulekit.nn.functional.avg_pool2d")
-adaptive_avg_pool2d = traceable(_adaptive_avg_pool2d, "modulekit.nn.functional.adaptive_avg_pool2d")
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
-
-
-def as_real_array(x, op: str) -> np.ndarray:
-    """``x`` as an ndarray without copying when possible; ``TypeError`` naming ``op`` unless
-    it holds real numbers."""
-    if type(x) is np.ndarray:
-        arr = x
-    else:
-        try:
-            arr = as_array(x)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{op}: {exc}") from None
-    if arr.dtype.kind not in "biuf" and not is_bfloat16(arr.dtype):
-        raise TypeError(
-            f"{op}: expected an array of real numbers (float32, float64, float16, bfloat16, "
-            f"integer or bool), got dtype {arr.dtype}"
-        )
-    return arr
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -73,7 +48,7 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 
 def as_float_array(x, op: str) -> np.ndarray:
     """``x`` as an ndarray of its compute dtype (float32 or float64)."""
-    arr = as_real_array(x, op)
+    arr = as_input(x, op)
     return arr.astype(compute_dtype(arr.dtype), copy=False)
 
 
@@ -86,8 +61,8 @@ def linear(input, weight, bias=None) -> np.ndarray:
     """``input @ weight.T + bias`` for ``input`` of shape ``(*, in_features)`` and ``weight``
     of shape ``(out_features, in_features)``. Computes in float64 when ``weight`` is float64,
     else in float32."""
-    x = as_real_array(input, "linear")
-    w = as_real_array(weight, "linear")
+    x = as_input(input, "linear")
+    w = as_input(weight, "linear")
     if w.ndim != 2:
         raise ValueError(f"linear: weight must be 2-D (out_features, in_features), got {w.shape}")
     if x.ndim == 0 or x.shape[-1] != w.shape[1]:
@@ -98,7 +73,7 @@ def linear(input, weight, bias=None) -> np.ndarray:
     dt = compute_dtype(w.dtype)
     b = None
     if bias is not None:
-        b = as_real_array(bias, "linear")
+        b = as_input(bias, "linear")
         if b.shape != (w.shape[0],):
             raise ValueError(f"linear: bias must have shape ({w.shape[0]},), got {b.shape}")
         b = b.astype(dt, copy=False)
@@ -112,7 +87,7 @@ def linear(input, weight, bias=None) -> np.ndarray:
 def relu(input, inplace: bool = False) -> np.ndarray:
     """``max(x, 0)``. With ``inplace=True`` a writable float32/float64 ndarray input is
     overwritten and returned."""
-    arr = as_real_array(input, "relu")
+    arr = as_input(input, "relu")
     if inplace and _inplace_target(input, arr):
         return np.maximum(arr, 0, out=arr)
     arr = arr.astype(compute_dtype(arr.dtype), copy=False)
@@ -122,7 +97,7 @@ def relu(input, inplace: bool = False) -> np.ndarray:
 @traceable
 def relu6(input, inplace: bool = False) -> np.ndarray:
     """``min(max(x, 0), 6)``."""
-    arr = as_real_array(input, "relu6")
+    arr = as_input(input, "relu6")
     if inplace and _inplace_target(input, arr):
         return np.clip(arr, 0, 6, out=arr)
     arr = arr.astype(compute_dtype(arr.dtype), copy=False)
@@ -168,16 +143,17 @@ def gelu(input, approximate: str = "none") -> np.ndarray:
     """
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    arr = as_real_array(input, "gelu")
+    arr = as_input(input, "gelu")
     dt = compute_dtype(arr.dtype)
     x = arr.astype(_F64, copy=False)
-    if approximate == "tanh":
-        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
-        y = 0.5 * x * (1.0 + np.tanh(inner))
-    elif dt == _F64:
-        y = 0.5 * x * _erfc_exact(-x / math.sqrt(2.0)).astype(_F64)
-    else:
-        y = 0.5 * x * _erfc_f64(-x / math.sqrt(2.0))
+    with np.errstate(invalid="ignore", over="ignore"):  # -inf gives NaN, as in torch
+        if approximate == "tanh":
+            inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+            y = 0.5 * x * (1.0 + np.tanh(inner))
+        elif dt == _F64:
+            y = 0.5 * x * _erfc_exact(-x / math.sqrt(2.0)).astype(_F64)
+        else:
+            y = 0.5 * x * _erfc_f64(-x / math.sqrt(2.0))
     return y.astype(dt, copy=False)
 
 
@@ -193,7 +169,7 @@ def sigmoid(input) -> np.ndarray:
 def silu(input, inplace: bool = False) -> np.ndarray:
     """``x * sigmoid(x)``. With ``inplace=True`` a writable float32/float64 ndarray input is
     overwritten and returned."""
-    arr = as_real_array(input, "silu")
+    arr = as_input(input, "silu")
     y = sigmoid(arr)
     if inplace and _inplace_target(input, arr):
         return np.multiply(arr, y, out=arr)
@@ -229,6 +205,8 @@ def softmax(input, dim: int | None = None) -> np.ndarray:
         )
     if x.ndim == 0:
         return np.ones_like(x)
+    if x.size == 0:  # torch: an empty input gives an empty result, whichever dim
+        return np.empty_like(x)
     e = np.exp(x - np.max(x, axis=dim, keepdims=True))
     e /= np.sum(e, axis=dim, keepdims=True)
     return e
@@ -241,7 +219,7 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
     ``1 / (1 - p)``; identity (the input array itself) when not training."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    arr = as_real_array(input, "dropout")
+    arr = as_input(input, "dropout")
     if not training or p == 0.0:
         return arr
     x = arr.astype(compute_dtype(arr.dtype), copy=False)
@@ -256,7 +234,7 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
 @traceable
 def flatten(input, start_dim: int = 0, end_dim: int = -1) -> np.ndarray:
     """Merge dimensions ``start_dim..end_dim`` into one (a view when possible)."""
-    x = as_real_array(input, "flatten")
+    x = as_input(input, "flatten")
     ndim = max(x.ndim, 1)
     for name, d in (("start_dim", start_dim), ("end_dim", end_dim)):
         if not -ndim <= d < ndim:
@@ -278,9 +256,50 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) 
 
     float64 weights compute in float64, any other floating type in float32.
     """
-    storage = "float64" if np.asarray(weight).dtype == np.float64 else "float32"
-    packed = _conv.pack_conv2d(weight, bias, stride, padding, dilation, groups, storage)
-    return packed.forward(input)
+    x = as_input(input, "conv2d")
+    w = as_input(weight, "conv2d(weight)")
+    storage = "float64" if w.dtype == _F64 else "float32"
+    packed = _conv.pack_conv2d(w, bias, stride, padding, dilation, groups, storage)
+    return packed.forward(x)
+
+
+@traceable
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False) -> np.ndarray:
+    """2-D max pooling over an (N, C, H, W) or (C, H, W) input (NaN propagates), as
+    ``torch.nn.functional.max_pool2d``; ``return_indices=True`` is not supported."""
+    if return_indices:
+        raise NotImplementedError("max_pool2d: return_indices=True is not supported")
+    return _conv.max_pool2d(as_input(input, "max_pool2d"), kernel_size, stride, padding,
+                            dilation, ceil_mode)
+
+
+@traceable
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None) -> np.ndarray:
+    """2-D average pooling, as ``torch.nn.functional.avg_pool2d``."""
+    return _conv.avg_pool2d(as_input(input, "avg_pool2d"), kernel_size, stride, padding,
+                            ceil_mode, count_include_pad, divisor_override)
+
+
+@traceable
+def adaptive_avg_pool2d(input, output_size) -> np.ndarray:
+    """2-D adaptive average pooling to ``output_size`` (an int, or a pair with None = keep)."""
+    return _conv.adaptive_avg_pool2d(as_input(input, "adaptive_avg_pool2d"), output_size)
+
+
+def matmul(a, b) -> np.ndarray:
+    """``a @ b`` on the packed GEMM kernels: 2-D ``(M, K) @ (K, N)`` or batched 3-D (a 2-D
+    operand broadcast), any strides; float64 when either operand is float64, else float32
+    (float16/bfloat16/integer/bool operands are widened; byte-swapped ones are read in native
+    order). ``modulekit.matmul`` is this function (not in ``__all__``: torch.nn.functional has
+    no matmul)."""
+    x = as_input(a, "matmul(a)")
+    y = as_input(b, "matmul(b)")
+    if x.dtype.kind in "iub" or y.dtype.kind in "iub":
+        dt = _F64 if _F64 in (x.dtype, y.dtype) else _F32
+        x, y = x.astype(dt, copy=False), y.astype(dt, copy=False)
+    return _gemm.matmul(x, y)
 
 
 @traceable

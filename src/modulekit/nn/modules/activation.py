@@ -6,6 +6,7 @@ import numpy as np
 
 from modulekit.module import Module
 from modulekit.nn import functional as F
+from modulekit.nn._input import as_input
 
 __all__ = ["GELU", "Hardswish", "ReLU", "ReLU6", "SiLU", "Sigmoid", "Softmax", "Tanh"]
 
@@ -18,7 +19,7 @@ class _InplaceActivation(Module):
         self.inplace = inplace
 
     def forward(self, input):
-        return type(self)._fn(input, inplace=self.inplace)
+        return type(self)._fn(as_input(input, self._get_name()), inplace=self.inplace)
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
@@ -59,7 +60,7 @@ class GELU(Module):
         return ("gelu" if self.approximate == "none" else "gelu_tanh", 0.0, 0.0)
 
     def forward(self, input):
-        return F.gelu(input, approximate=self.approximate)
+        return F.gelu(as_input(input, "GELU"), approximate=self.approximate)
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
@@ -71,7 +72,7 @@ class Sigmoid(Module):
     _epilogue = ("sigmoid", 0.0, 0.0)
 
     def forward(self, input):
-        return F.sigmoid(input)
+        return F.sigmoid(as_input(input, "Sigmoid"))
 
 
 class Tanh(Module):
@@ -80,7 +81,7 @@ class Tanh(Module):
     _epilogue = ("tanh", 0.0, 0.0)
 
     def forward(self, input):
-        return F.tanh(input)
+        return F.tanh(as_input(input, "Tanh"))
 
 
 class Softmax(Module):
@@ -91,7 +92,7 @@ class Softmax(Module):
         self.dim = dim
 
     def forward(self, input):
-        return F.softmax(input, self.dim)
+        return F.softmax(as_input(input, "Softmax"), self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
@@ -110,4 +111,4 @@ class Hardswish(Module):
         return "inplace=True" if self.inplace else ""
 
     def forward(self, input) -> np.ndarray:
-        return F.hardswish(input)
+        return F.hardswish(as_input(input, "Hardswish"))

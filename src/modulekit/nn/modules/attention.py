@@ -19,8 +19,8 @@ from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
 from modulekit.dtypes import DataType, as_dtype, float32
 from modulekit.module import Module
+from modulekit.nn._input import as_input
 from modulekit.nn._random import default_generator
-from modulekit.nn.functional import as_real_array
 from modulekit.nn.modules._fused_linear import RowsOf
 from modulekit.nn.modules.linear import Linear
 
@@ -33,7 +33,7 @@ _F64 = np.dtype(np.float64)
 def additive_mask(mask, what: str, dtype) -> np.ndarray:
     """``mask`` as an additive float mask: bool ``True`` (masked out) becomes ``-inf``, float
     masks are used as they are."""
-    m = np.asarray(mask)
+    m = as_input(mask, what)
     if m.dtype == np.bool_:
         out = np.zeros(m.shape, dtype=dtype)
         out[m] = -np.inf
@@ -263,14 +263,14 @@ class MultiheadAttention(Module):
                 "MultiheadAttention: is_causal=True needs attn_mask (the causal mask); it is a "
                 "hint, as in torch"
             )
-        q_in = as_real_array(query, "MultiheadAttention(query)")
-        k_in = q_in if key is query else as_real_array(key, "MultiheadAttention(key)")
+        q_in = as_input(query, "MultiheadAttention(query)")
+        k_in = q_in if key is query else as_input(key, "MultiheadAttention(key)")
         v_in = (
             q_in
             if value is query
             else k_in
             if value is key
-            else as_real_array(value, "MultiheadAttention(value)")
+            else as_input(value, "MultiheadAttention(value)")
         )
         E = self.embed_dim
         batched = q_in.ndim == 3

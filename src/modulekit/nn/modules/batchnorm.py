@@ -9,6 +9,7 @@ from modulekit._ext._tensor import Parameter, Tensor
 from modulekit.device import as_device
 from modulekit.dtypes import as_dtype, float32, int64
 from modulekit.module import Module
+from modulekit.nn._input import as_input
 
 __all__ = ["BatchNorm1d", "BatchNorm2d"]
 
@@ -95,12 +96,8 @@ class _BatchNorm(Module):
 
     def forward(self, input) -> np.ndarray:
         dt = self._compute_dtype()
-        x = np.asarray(input)
+        x = as_input(input, type(self).__name__)
         if x.dtype != dt:
-            if x.dtype.kind not in "fiub" and x.dtype.name != "bfloat16":
-                raise TypeError(
-                    f"{type(self).__name__}: expected a real-valued input, got dtype {x.dtype}"
-                )
             x = x.astype(dt)
         self._check_input(x)
         use_batch = self.training or self.running_mean is None

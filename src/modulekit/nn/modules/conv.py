@@ -14,6 +14,7 @@ from modulekit.compile.tracer import traceable
 from modulekit.device import as_device
 from modulekit.dtypes import as_dtype, float32
 from modulekit.module import Module
+from modulekit.nn._input import as_input
 from modulekit.nn._random import default_generator
 from modulekit.nn.modules._packed import PackedWeightLayer
 from modulekit.nn.modules.batchnorm import BatchNorm2d
@@ -24,16 +25,9 @@ _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
 
 def _pair(value, name):
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return (int(value), int(value))
-    items = tuple(value)
-    if len(items) == 1:
-        items = items * 2
-    if len(items) != 2 or not all(
-        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items
-    ):
-        raise TypeError(f"Conv2d: {name} must be an int or a pair of ints, got {value!r}")
-    return (int(items[0]), int(items[1]))
+    """An int or pair of ints as a pair, each within the kernels' range (``ValueError`` naming
+    the parameter and the range past it: ``_conv.MAX_WINDOW``)."""
+    return _conv._pair(value, name, "Conv2d")
 
 
 class Conv2d(PackedWeightLayer):
@@ -122,6 +116,7 @@ class Conv2d(PackedWeightLayer):
                 f"Conv2d: kernel_size {self.kernel_size}, stride {self.stride} and dilation "
                 f"{self.dilation} must be positive"
             )
+        _conv._check_extent(self.kernel_size, self.dilation, "Conv2d")
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
                 raise ValueError(
@@ -195,8 +190,9 @@ class Conv2d(PackedWeightLayer):
         if packed is None:
             self._pack()
             packed = self._packed
+        x = as_input(input, "Conv2d")
         try:
-            return packed.forward(input)
+            return packed.forward(x)
         except ValueError as exc:
             raise self._error(exc) from None
 
@@ -220,6 +216,7 @@ class Conv2d(PackedWeightLayer):
         return n
 
     def _forward_fused(self, following, input) -> np.ndarray:
+        input = as_input(input, "Conv2d")
         pool = following[-1] if _plain_maxpool(following[-1]) else None
         if pool is not None:
             following = following[:-1]
@@ -310,6 +307,7 @@ def conv_bn_act_maxpool(conv: Conv2d, bn, activation, pool, input) -> np.ndarray
     :func:`conv_bn_act` would fold the norm (``PackedConv2d.forward_maxpool`` chooses the fused
     kernel or runs the two steps, with the same bits); otherwise the steps run as
     :func:`conv_bn_act` runs them and ``pool`` is called as a module (its hooks run)."""
+    input = as_input(input, "Conv2d")
     name = _folded_activation(conv, bn, activation)
     if name is False or pool._has_hooks or not _plain_maxpool(pool):
         return pool(conv_bn_act(conv, bn, activation, input))
@@ -367,6 +365,7 @@ def conv_bn_act(conv: Conv2d, bn, activation=None, input=None, residual=None) ->
     replaced module) the steps run one by one as module calls, as in torch, so every hook
     sees its call.
     """
+    input = as_input(input, "Conv2d")
     name = _folded_activation(conv, bn, activation)
     if name is False:
         y = bn(conv(input))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from modulekit.module import Module
 from modulekit.nn import functional as F
+from modulekit.nn._input import as_input
 
 __all__ = ["Dropout"]
 
@@ -21,7 +22,7 @@ class Dropout(Module):
         self.inplace = inplace
 
     def forward(self, input):
-        return F.dropout(input, self.p, self.training, self.inplace)
+        return F.dropout(as_input(input, "Dropout"), self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from modulekit.module import Module
 from modulekit.nn import functional as F
+from modulekit.nn._input import as_input
 
 __all__ = ["Flatten"]
 
@@ -17,7 +18,7 @@ class Flatten(Module):
         self.end_dim = end_dim
 
     def forward(self, input):
-        return F.flatten(input, self.start_dim, self.end_dim)
+        return F.flatten(as_input(input, "Flatten"), self.start_dim, self.end_dim)
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"

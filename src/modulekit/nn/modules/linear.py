@@ -11,8 +11,8 @@ from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
 from modulekit.dtypes import as_dtype, float32
 from modulekit.module import Module
+from modulekit.nn._input import as_input
 from modulekit.nn._random import default_generator
-from modulekit.nn.functional import as_real_array
 from modulekit.nn.modules._packed import PackedWeightLayer
 
 __all__ = ["Identity", "Linear"]
@@ -108,12 +108,12 @@ class Linear(PackedWeightLayer):
         if packed is None:
             self._pack()
             packed = self._packed
-        # fast path: a 2-D float ndarray of the right width goes straight to the kernel
-        if type(input) is np.ndarray and input.dtype.kind == "f":
-            shape = input.shape
+        x = as_input(input, "Linear")  # native byte order, real numbers
+        # fast path: a 2-D float array of the right width goes straight to the kernel
+        if x.dtype.kind == "f":
+            shape = x.shape
             if len(shape) == 2 and shape[1] == self.in_features:
-                return packed.forward(input, activation, alpha, beta)
-        x = as_real_array(input, "Linear")
+                return packed.forward(x, activation, alpha, beta)
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             got = x.shape[-1] if x.ndim else "a scalar"
             raise ValueError(

@@ -12,7 +12,7 @@ from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
 from modulekit.dtypes import as_dtype, float32
 from modulekit.module import Module
-from modulekit.nn.functional import as_real_array
+from modulekit.nn._input import as_input
 
 __all__ = ["LayerNorm"]
 
@@ -100,11 +100,12 @@ class LayerNorm(Module):
             and b.dtype is float32
             and (
                 residual is None
-                or (type(residual) is np.ndarray and residual.shape == input.shape)
+                or (type(residual) is np.ndarray and residual.dtype == _F32_DT
+                    and residual.shape == input.shape)
             )
         ):  # a transformer layer's call: float32 arrays all around, no conversions
             return _ops.layer_norm(input, self._n, w.numpy(), b.numpy(), self.eps, residual)
-        x = input if type(input) is np.ndarray else as_real_array(input, "LayerNorm")
+        x = as_input(input, "LayerNorm")
         k = len(self.normalized_shape)
         if x.ndim < k or x.shape[x.ndim - k :] != self.normalized_shape:
             raise ValueError(
@@ -117,7 +118,7 @@ class LayerNorm(Module):
         if x.dtype != dt:
             x = x.astype(dt)
         if residual is not None:
-            residual = np.asarray(residual)
+            residual = as_input(residual, "LayerNorm(residual)")
             if residual.shape != x.shape:
                 raise ValueError(
                     f"LayerNorm: residual shape {residual.shape} does not match input shape "

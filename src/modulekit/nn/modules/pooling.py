@@ -6,15 +6,23 @@ import numpy as np
 
 from modulekit._ext import _conv
 from modulekit.module import Module
+from modulekit.nn._input import as_input
 
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "MaxPool2d"]
 
 
-def _checked(layer: Module, fn, *args):
+def _checked(layer: Module, fn, input, *args):
+    x = as_input(input, layer._get_name())
     try:
-        return fn(*args)
+        return fn(x, *args)
     except ValueError as exc:
         raise ValueError(f"{layer._get_name()}({layer.extra_repr()}): {exc}") from None
+
+
+def _check_window(name: str, kernel_size, stride, padding, dilation) -> None:
+    """Validate a pooling window at construction (types, signs, ``_conv.MAX_WINDOW``, padding
+    at most half the kernel): a ``ValueError`` / ``TypeError`` naming the parameter."""
+    _conv._pool_args(name, kernel_size, stride, padding, dilation)
 
 
 class MaxPool2d(Module):
@@ -39,6 +47,7 @@ class MaxPool2d(Module):
         self.dilation = dilation
         self.return_indices = False
         self.ceil_mode = bool(ceil_mode)
+        _check_window("MaxPool2d", kernel_size, stride, padding, dilation)
 
     def extra_repr(self) -> str:
         return (
@@ -78,6 +87,12 @@ class AvgPool2d(Module):
         self.ceil_mode = bool(ceil_mode)
         self.count_include_pad = bool(count_include_pad)
         self.divisor_override = divisor_override
+        _check_window("AvgPool2d", kernel_size, stride, padding, 1)
+        if divisor_override is not None and not 0 < abs(int(divisor_override)) <= _conv.MAX_WINDOW:
+            raise ValueError(
+                f"AvgPool2d: divisor_override must be non-zero and at most {_conv.MAX_WINDOW} "
+                f"(2**20) in magnitude, got {divisor_override!r}"
+            )
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
@@ -101,6 +116,20 @@ class AdaptiveAvgPool2d(Module):
 
     def __init__(self, output_size) -> None:
         super().__init__()
+        sizes = (output_size,) * 2 if isinstance(output_size, (int, np.integer)) else output_size
+        try:
+            sizes = tuple(sizes)
+        except TypeError:
+            sizes = ()
+        if len(sizes) != 2 or not all(
+            s is None or (isinstance(s, (int, np.integer)) and not isinstance(s, bool)
+                          and 1 <= s <= _conv.MAX_WINDOW)
+            for s in sizes
+        ):
+            raise ValueError(
+                f"AdaptiveAvgPool2d: output_size must be an int or a pair of ints (or None) "
+                f"between 1 and {_conv.MAX_WINDOW} (2**20), got {output_size!r}"
+            )
         self.output_size = output_size
 
     def extra_repr(self) -> str:

@@ -9,6 +9,7 @@ from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
 from modulekit.dtypes import as_dtype, float32
 from modulekit.module import Module
+from modulekit.nn._input import as_indices
 from modulekit.nn._random import default_generator
 
 __all__ = ["Embedding"]
@@ -115,8 +116,9 @@ class Embedding(Module):
         return s
 
     def forward(self, input) -> np.ndarray:
+        ids = as_indices(input, f"Embedding({self.extra_repr()})")
         try:
-            return _ops.embedding(input, self.weight.numpy())
+            return _ops.embedding(ids, self.weight.numpy())
         except IndexError as exc:
             raise IndexError(f"Embedding({self.extra_repr()}): {exc}") from None
         except TypeError as exc:

@@ -7,7 +7,7 @@ import copy
 import numpy as np
 
 from modulekit.module import Module
-from modulekit.nn.functional import as_real_array
+from modulekit.nn._input import as_input
 from modulekit.nn.modules.activation import GELU, ReLU
 from modulekit.nn.modules.attention import MultiheadAttention
 from modulekit.nn.modules.container import ModuleList
@@ -101,7 +101,7 @@ class TransformerEncoderLayer(Module):
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal: bool = False):
         """``src``: ``(S, N, E)`` (``(N, S, E)`` with ``batch_first``) or unbatched ``(S, E)``;
         masks as for :class:`MultiheadAttention` (``src_mask`` is its ``attn_mask``)."""
-        x = as_real_array(src, "TransformerEncoderLayer")
+        x = as_input(src, "TransformerEncoderLayer")
         if x.ndim not in (2, 3):
             raise ValueError(f"TransformerEncoderLayer: src must be 2-D or 3-D, got {x.shape}")
         batched = x.ndim == 3

@@ -58,6 +58,10 @@ MK_T512 static void pool_rows(const mk_conv_geom *g, const float *xp, int ybase,
             const int h1 =
                 h0 + (g->KH - 1) * g->dy + 1 < g->H ? h0 + (g->KH - 1) * g->dy + 1 : g->H;
             while (h0 < 0) h0 += g->dy;
+            if (h0 >= h1) { /* every row of the window is padding (dilation): -inf, no read */
+                for (int w = 0; w < W; w++) row[w] = -INFINITY;
+                continue;
+            }
             const float *r0 = xp + (ptrdiff_t)(h0 - ybase) * g->sh;
             int w = 0;
             for (; w + 16 <= W; w += 16) {

@@ -59,6 +59,11 @@
                         continue;                                                             \
                     }                                                                         \
                     T *row = buf + g->pl;                                                     \
+                    if (h0 >= h1) { /* every row of the window is padding (dilation) */       \
+                        for (int ow = 0; ow < g->OW; ow++)                                    \
+                            o[(ptrdiff_t)oh * g->OW + ow] = -INFINITY;                        \
+                        continue;                                                             \
+                    }                                                                         \
                     const T *r0 = xp + h0 * g->sh;                                            \
                     for (int w = 0; w < g->W; w++) row[w] = r0[w * g->sw];                    \
                     for (int h = h0 + g->dy; h < h1; h += g->dy) {                            \

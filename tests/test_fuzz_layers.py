@@ -1,0 +1,459 @@
+"""The layer fuzzer: every layer of ``modulekit.nn`` against torch, on random inputs.
+
+For each layer class a hypothesis strategy draws constructor options, weights (torch's, copied
+in with ``load_state_dict``) and an input: shapes with 0 and primes, dtypes (float32/64/16,
+bfloat16, integers where the layer takes them), byte order, layout (contiguous, transposed,
+strided, read-only, 1-byte misaligned through ``np.frombuffer``) and NaN/Inf. The layer must
+give torch's answer (torch run in the output's dtype on the same values, within a tolerance per
+dtype), or, where torch raises, raise a clear error of its own.
+
+Bounded in CI: ``FUZZ_EXAMPLES`` examples per class (default 25), derandomized, so a run is
+reproducible. The long form (random seeds, as many examples as asked)::
+
+    MODULEKIT_FUZZ_EXAMPLES=5000 PYTHONPATH=src python -m pytest -q tests/test_fuzz_layers.py
+
+(``docs/design.md``, "Testing").
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import modulekit.nn as nn
+
+torch = pytest.importorskip("torch")
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_LONG = "MODULEKIT_FUZZ_EXAMPLES" in os.environ
+FUZZ_EXAMPLES = int(os.environ.get("MODULEKIT_FUZZ_EXAMPLES", "25"))  # CI: 25 per class
+_SETTINGS = settings(
+    max_examples=FUZZ_EXAMPLES,
+    derandomize=not _LONG,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FLOATS = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16]
+INTS = [np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.int16), np.dtype(np.uint8)]
+SIZES = [0, 1, 2, 3, 5, 7, 13]  # 0 and primes
+LAYOUTS = ["contiguous", "transposed", "strided", "readonly", "misaligned"]
+CLEAR_ERRORS = (ValueError, TypeError, IndexError, NotImplementedError)
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+
+def _layout(arr: np.ndarray, layout: str) -> np.ndarray:
+    """``arr``'s values in another memory layout (same shape, dtype and byte order)."""
+    if layout == "transposed" and arr.ndim >= 2:
+        return np.ascontiguousarray(arr.T).T
+    if layout == "strided" and arr.ndim >= 1:
+        big = np.zeros(arr.shape[:-1] + (2 * arr.shape[-1],), arr.dtype)
+        big[..., ::2] = arr
+        return big[..., ::2]
+    if layout == "readonly":
+        out = arr.copy()
+        out.flags.writeable = False
+        return out
+    if layout == "misaligned":
+        raw = b"\x00" + arr.tobytes()  # 1 byte in: every element is misaligned
+        return np.frombuffer(raw, dtype=arr.dtype, offset=1).reshape(arr.shape)
+    return arr
+
+
+@st.composite
+def inputs(draw, shape, dtypes=FLOATS, special=True, scale=1.0):
+    """``(x, values)``: an input array of ``shape`` and its values as float64 (after rounding
+    to the drawn dtype), in a drawn dtype, byte order and layout."""
+    dtype = draw(st.sampled_from(dtypes))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    if dtype.kind in "iu":
+        lo = 0 if dtype.kind == "u" else -4
+        base = rng.integers(lo, 5, size=shape).astype(dtype)
+    else:
+        base = (rng.standard_normal(shape) * scale).astype(np.float64)
+        if special and base.size and draw(st.booleans()):
+            flat = base.reshape(-1)
+            for _ in range(draw(st.integers(1, 3))):
+                flat[draw(st.integers(0, flat.size - 1))] = draw(
+                    st.sampled_from([np.nan, np.inf, -np.inf]))
+        base = base.astype(dtype)
+    values = base.astype(np.float64)
+    arr = base
+    if dtype != BF16 and dtype.itemsize > 1 and draw(st.booleans()):
+        arr = arr.astype(arr.dtype.newbyteorder("S"))  # same values, the other byte order
+    layout = draw(st.sampled_from(LAYOUTS))
+    x = _layout(arr, layout)
+    assert np.array_equal(x.astype(np.float64), values, equal_nan=True)
+    return x, values, layout
+
+
+# ---------------------------------------------------------------------------------------------
+# the comparison
+
+
+def _tolerance(dtype: np.dtype):
+    return (1e-9, 1e-9) if dtype == np.float64 else (3e-4, 3e-4)
+
+
+def _as_tuple(y):
+    return y if isinstance(y, tuple) else (y,)
+
+
+def _check(mk, tm, x, values, *, call=None, torch_call=None, index=False, ref64=False):
+    """Run ``mk`` on ``x`` and ``tm`` on the same values; compare, or compare the errors."""
+    call = call or (lambda m, a: m(a))
+    torch_call = torch_call or (lambda m, t: m(t))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _as_tuple(call(mk, x))
+        mk_error = None
+    except CLEAR_ERRORS as exc:
+        mk_error = exc
+    if index:
+        ref_in = torch.from_numpy(values.astype(np.int64))
+        dtype = None if mk_error is not None else got[0].dtype
+    else:
+        # torch runs in the output's precision (float64, else float32: a shape-only layer
+        # hands back a float16/bfloat16 or byte-swapped input as it is)
+        f64 = ref64 or (mk_error is None and got[0].dtype == np.float64)
+        dtype = np.dtype(np.float64 if f64 else np.float32)
+        ref_in = torch.from_numpy(np.ascontiguousarray(values.astype(dtype)))
+    tmd = copy.deepcopy(tm)
+    if dtype == np.float64:
+        tmd = tmd.double()
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = _as_tuple(torch_call(tmd, ref_in))
+        torch_error = None
+    except (RuntimeError, ValueError, IndexError, TypeError, AssertionError) as exc:
+        torch_error = exc
+    if torch_error is not None:
+        assert mk_error is not None, (
+            f"torch raised {type(torch_error).__name__}: {torch_error}; modulekit answered")
+        assert str(mk_error), "an error without a message"
+        return
+    if mk_error is not None:
+        raise AssertionError(f"torch answered, modulekit raised {mk_error!r}")
+    for g, w in zip(got, want):
+        if w is None:
+            assert g is None
+            continue
+        w = w.detach().numpy()
+        assert isinstance(g, np.ndarray)
+        assert g.shape == w.shape, (g.shape, w.shape)
+        rtol, atol = _tolerance(g.dtype)
+        scale = max(1.0, float(np.nanmax(np.abs(w[np.isfinite(w)]), initial=0.0)))
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
+                                   atol=atol * scale, equal_nan=True)
+
+
+def _copy_weights(mk, tm):
+    mk.load_state_dict({k: v.detach().numpy() for k, v in tm.state_dict().items()})
+
+
+def _seeded(draw):
+    torch.manual_seed(draw(st.integers(0, 2**31 - 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the layers: each case draws (modulekit layer, torch layer, x, values, how to call)
+
+CASES = {}
+
+
+def case(name):
+    def register(fn):
+        CASES[name] = st.composite(fn)
+        return fn
+    return register
+
+
+@case("Linear")
+def _linear(draw):
+    _seeded(draw)
+    fin, fout = draw(st.sampled_from(SIZES[1:])), draw(st.sampled_from(SIZES))
+    bias = draw(st.booleans())
+    tm = torch.nn.Linear(fin, fout, bias=bias)
+    mk = nn.Linear(fin, fout, bias=bias)
+    _copy_weights(mk, tm)
+    lead = tuple(draw(st.lists(st.sampled_from(SIZES), min_size=0, max_size=2)))
+    width = fin if draw(st.integers(0, 9)) else draw(st.sampled_from(SIZES))  # sometimes wrong
+    x, v, _ = draw(inputs(lead + (width,), FLOATS + INTS))
+    return mk, tm, x, v, {}
+
+
+@case("Sequential(Linear, ReLU, Linear)")
+def _mlp(draw):
+    _seeded(draw)
+    a, b, c = (draw(st.sampled_from(SIZES[1:])) for _ in range(3))
+    tm = torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.ReLU(), torch.nn.Linear(b, c))
+    mk = nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, c))
+    _copy_weights(mk, tm)
+    mk.initialize()  # packed: the chained kernel path
+    batch = draw(st.sampled_from(SIZES))
+    x, v, _ = draw(inputs((batch, a), FLOATS + INTS))
+    return mk, tm, x, v, {}
+
+
+def _spatial(draw, channels, min_size=1):
+    n = draw(st.sampled_from(SIZES))
+    h, w = (draw(st.sampled_from([s for s in SIZES if s >= min_size] + [16])) for _ in range(2))
+    shape = (n, channels, h, w) if draw(st.integers(0, 4)) else (channels, h, w)
+    return shape
+
+
+@case("Conv2d")
+def _conv(draw):
+    _seeded(draw)
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    cin = groups * draw(st.sampled_from([1, 2, 3]))
+    cout = groups * draw(st.sampled_from([1, 2, 5]))
+    if draw(st.integers(0, 3)) == 0:  # depthwise
+        groups, cin, cout = 3, 3, 3
+    k = (draw(st.sampled_from([1, 2, 3, 5])), draw(st.sampled_from([1, 3])))
+    stride = draw(st.sampled_from([1, 1, 2, 3]))
+    dilation = draw(st.sampled_from([1, 1, 2]))
+    padding = draw(st.sampled_from([0, 1, 2, "same", "valid"]))
+    if padding == "same":
+        stride = 1
+    bias = draw(st.booleans())
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, bias=bias)
+    tm = torch.nn.Conv2d(cin, cout, k, **kw)
+    mk = nn.Conv2d(cin, cout, k, **kw)
+    _copy_weights(mk, tm)
+    x, v, _ = draw(inputs(_spatial(draw, cin), FLOATS + INTS))
+    return mk, tm, x, v, {}
+
+
+@case("Sequential(Conv2d, BatchNorm2d, ReLU, MaxPool2d)")
+def _conv_bn(draw):
+    _seeded(draw)
+    cin, cout = draw(st.sampled_from([1, 3])), draw(st.sampled_from([2, 5]))
+    tm = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 3, padding=1), torch.nn.BatchNorm2d(cout),
+                             torch.nn.ReLU(), torch.nn.MaxPool2d(2))
+    with torch.no_grad():
+        tm[1].running_mean.normal_()
+        tm[1].running_var.uniform_(0.5, 2.0)
+        tm[1].weight.normal_()
+        tm[1].bias.normal_()
+    tm.eval()
+    mk = nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(),
+                       nn.MaxPool2d(2)).eval()
+    _copy_weights(mk, tm)
+    x, v, _ = draw(inputs(_spatial(draw, cin, 2), FLOATS))
+    return mk, tm, x, v, {}
+
+
+@case("MaxPool2d")
+def _maxpool(draw):
+    k = draw(st.sampled_from([1, 2, 3]))
+    kw = dict(stride=draw(st.sampled_from([None, 1, 2])), padding=draw(st.integers(0, k // 2)),
+              dilation=draw(st.sampled_from([1, 2])), ceil_mode=draw(st.booleans()))
+    tm, mk = torch.nn.MaxPool2d(k, **kw), nn.MaxPool2d(k, **kw)
+    x, v, _ = draw(inputs(_spatial(draw, draw(st.sampled_from([1, 3]))), FLOATS))
+    return mk, tm, x, v, {}
+
+
+@case("AvgPool2d")
+def _avgpool(draw):
+    k = draw(st.sampled_from([1, 2, 3]))
+    kw = dict(stride=draw(st.sampled_from([None, 1, 2])), padding=draw(st.integers(0, k // 2)),
+              ceil_mode=draw(st.booleans()), count_include_pad=draw(st.booleans()),
+              divisor_override=draw(st.sampled_from([None, 2])))
+    tm, mk = torch.nn.AvgPool2d(k, **kw), nn.AvgPool2d(k, **kw)
+    x, v, _ = draw(inputs(_spatial(draw, draw(st.sampled_from([1, 3]))), FLOATS))
+    return mk, tm, x, v, {}
+
+
+@case("AdaptiveAvgPool2d")
+def _adaptive(draw):
+    size = draw(st.sampled_from([1, 2, 3, (2, None), (None, 1), 5]))
+    tm, mk = torch.nn.AdaptiveAvgPool2d(size), nn.AdaptiveAvgPool2d(size)
+    x, v, _ = draw(inputs(_spatial(draw, 2), FLOATS))
+    return mk, tm, x, v, {}
+
+
+def _randomize_norm(tm):
+    with torch.no_grad():
+        for t in tm.parameters():
+            t.normal_()
+        for name, t in tm.named_buffers():
+            if name == "running_mean":
+                t.normal_()
+            elif name == "running_var":
+                t.uniform_(0.5, 2.0)
+
+
+@case("BatchNorm1d")
+def _bn1(draw):
+    c = draw(st.sampled_from([1, 2, 5]))
+    affine, track = draw(st.booleans()), draw(st.booleans())
+    tm = torch.nn.BatchNorm1d(c, affine=affine, track_running_stats=track)
+    _randomize_norm(tm)
+    tm.eval()
+    mk = nn.BatchNorm1d(c, affine=affine, track_running_stats=track).eval()
+    _copy_weights(mk, tm)
+    n = draw(st.sampled_from(SIZES[2:]))  # batch statistics need more than one value
+    shape = (n, c) if draw(st.booleans()) else (n, c, draw(st.sampled_from(SIZES[1:])))
+    x, v, _ = draw(inputs(shape, FLOATS + INTS, scale=3.0))
+    return mk, tm, x, v, {}
+
+
+@case("BatchNorm2d")
+def _bn2(draw):
+    c = draw(st.sampled_from([1, 3]))
+    tm = torch.nn.BatchNorm2d(c)
+    _randomize_norm(tm)
+    tm.eval()
+    mk = nn.BatchNorm2d(c).eval()
+    _copy_weights(mk, tm)
+    x, v, _ = draw(inputs((draw(st.sampled_from(SIZES[1:])), c, 3, 2), FLOATS + INTS))
+    return mk, tm, x, v, {}
+
+
+@case("LayerNorm")
+def _layernorm(draw):
+    shape = tuple(draw(st.lists(st.sampled_from(SIZES[1:]), min_size=1, max_size=2)))
+    affine, bias = draw(st.booleans()), draw(st.booleans())
+    tm = torch.nn.LayerNorm(shape, elementwise_affine=affine, bias=bias)
+    _randomize_norm(tm)
+    mk = nn.LayerNorm(shape, elementwise_affine=affine, bias=bias)
+    _copy_weights(mk, tm)
+    lead = tuple(draw(st.lists(st.sampled_from(SIZES), min_size=0, max_size=2)))
+    x, v, _ = draw(inputs(lead + shape, FLOATS + INTS, scale=5.0))
+    return mk, tm, x, v, {}
+
+
+_ACTIVATIONS = {
+    "ReLU": (torch.nn.ReLU, nn.ReLU, {}),
+    "ReLU6": (torch.nn.ReLU6, nn.ReLU6, {}),
+    "GELU": (torch.nn.GELU, nn.GELU, {"approximate": ["none", "tanh"]}),
+    "SiLU": (torch.nn.SiLU, nn.SiLU, {}),
+    "Sigmoid": (torch.nn.Sigmoid, nn.Sigmoid, {}),
+    "Tanh": (torch.nn.Tanh, nn.Tanh, {}),
+    "Hardswish": (torch.nn.Hardswish, nn.Hardswish, {}),
+    "Softmax": (torch.nn.Softmax, nn.Softmax, {"dim": [0, -1, 1]}),
+    "Dropout": (torch.nn.Dropout, nn.Dropout, {"p": [0.0, 0.5]}),
+    "Flatten": (torch.nn.Flatten, nn.Flatten, {"start_dim": [0, 1], "end_dim": [-1, 1]}),
+    "Identity": (torch.nn.Identity, nn.Identity, {}),
+}
+
+
+def _activation_case(name):
+    tcls, mcls, options = _ACTIVATIONS[name]
+
+    def draw_case(draw):
+        kw = {k: draw(st.sampled_from(v)) for k, v in options.items()}
+        tm, mk = tcls(**kw).eval(), mcls(**kw).eval()
+        shape = tuple(draw(st.lists(st.sampled_from(SIZES), min_size=1, max_size=3)))
+        x, v, _ = draw(inputs(shape, FLOATS, scale=4.0))
+        # torch's float32 GELU gives NaN at +inf (its vectorised erf); float64 gives inf, as
+        # modulekit does: GELU is compared with torch's float64 answer
+        return mk, tm, x, v, {"ref64": name == "GELU"}
+
+    draw_case.__name__ = f"_{name.lower()}"
+    case(name)(draw_case)
+
+
+for _name in _ACTIVATIONS:
+    _activation_case(_name)
+
+
+@case("Embedding")
+def _embedding(draw):
+    _seeded(draw)
+    rows, dim = draw(st.sampled_from(SIZES[1:])), draw(st.sampled_from(SIZES))
+    tm = torch.nn.Embedding(rows, dim)
+    mk = nn.Embedding(rows, dim)
+    _copy_weights(mk, tm)
+    shape = tuple(draw(st.lists(st.sampled_from(SIZES), min_size=0, max_size=2)))  # 0-d too
+    dtype = draw(st.sampled_from([np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.uint8),
+                                  np.dtype(np.int16)]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    lo = -2 if dtype.kind == "i" and draw(st.integers(0, 4)) == 0 else 0
+    hi = rows + (2 if draw(st.integers(0, 4)) == 0 else 0)
+    ids = rng.integers(lo, hi, size=shape).astype(dtype)
+    values = ids.astype(np.int64)
+    if dtype.itemsize > 1 and draw(st.booleans()):
+        ids = ids.astype(ids.dtype.newbyteorder("S"))
+    x = _layout(ids, draw(st.sampled_from(LAYOUTS)))
+    return mk, tm, x, values, {"index": True}
+
+
+@case("MultiheadAttention")
+def _mha(draw):
+    _seeded(draw)
+    heads = draw(st.sampled_from([1, 2, 3]))
+    e = heads * draw(st.sampled_from([1, 2, 5]))
+    batch_first, bias = draw(st.booleans()), draw(st.booleans())
+    tm = torch.nn.MultiheadAttention(e, heads, bias=bias, batch_first=batch_first).eval()
+    mk = nn.MultiheadAttention(e, heads, bias=bias, batch_first=batch_first)
+    _copy_weights(mk, tm)
+    n, seq = draw(st.sampled_from(SIZES[1:])), draw(st.sampled_from(SIZES[1:]))
+    shape = (n, seq, e) if batch_first else (seq, n, e)
+    x, v, _ = draw(inputs(shape, FLOATS[:3], special=False))
+    avg = draw(st.booleans())
+
+    def mk_call(m, a):
+        return m(a, a, a, average_attn_weights=avg)
+
+    def torch_call(m, t):
+        return m(t, t, t, average_attn_weights=avg)
+
+    return mk, tm, x, v, {"call": mk_call, "torch_call": torch_call}
+
+
+@case("TransformerEncoderLayer")
+def _tel(draw):
+    _seeded(draw)
+    heads = draw(st.sampled_from([1, 2]))
+    d = heads * draw(st.sampled_from([2, 3]))
+    kw = dict(dim_feedforward=draw(st.sampled_from([1, 7])), dropout=0.0,
+              activation=draw(st.sampled_from(["relu", "gelu"])),
+              batch_first=draw(st.booleans()), norm_first=draw(st.booleans()))
+    tm = torch.nn.TransformerEncoderLayer(d, heads, **kw).eval()
+    mk = nn.TransformerEncoderLayer(d, heads, **kw)
+    _copy_weights(mk, tm)
+    n, seq = draw(st.sampled_from(SIZES[1:])), draw(st.sampled_from(SIZES[1:]))
+    shape = (n, seq, d) if kw["batch_first"] else (seq, n, d)
+    x, v, _ = draw(inputs(shape, FLOATS[:3], special=False))
+    return mk, tm, x, v, {}
+
+
+# ---------------------------------------------------------------------------------------------
+# the test
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@_SETTINGS
+@given(data=st.data())
+def test_layer_matches_torch(name, data):
+    mk, tm, x, values, opts = data.draw(CASES[name](), label=name)
+    tm.eval()
+    _check(mk, tm, x, values, **opts)
+
+
+def test_every_layer_class_is_fuzzed():
+    """Every layer class of modulekit.nn that torch has (containers without a forward
+    aside) has a case here."""
+    covered = {n.split("(")[0] for n in CASES} | {
+        n for case_name in CASES for n in case_name.replace(")", "").split("(")[-1].split(", ")}
+    names = {n for n in nn.__all__ if isinstance(getattr(nn, n), type)
+             and issubclass(getattr(nn, n), nn.Module) and hasattr(torch.nn, n)}
+    names -= {"Module", "ModuleList", "ModuleDict", "TransformerEncoder"}
+    assert names <= covered, sorted(names - covered)
