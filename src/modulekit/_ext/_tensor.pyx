@@ -62,7 +62,9 @@ def as_array(obj):
         return _torch_to_numpy(obj)
     try:
         arr = np.asarray(obj)
-    except Exception as exc:
+    except (TypeError, ValueError, BufferError, OverflowError) as exc:
+        # (not Exception: an error raised on purpose by the object's __array__, such as a
+        # traced array's under compile(fullgraph=True), propagates as it is)
         raise TypeError(
             f"expected an array-like (ndarray, Tensor, buffer or __array__), got "
             f"{type(obj).__name__}: {exc}"

@@ -21,15 +21,14 @@ its dtype: no copy, no conversion.
 from __future__ import annotations
 
 import numpy as np
-from ml_dtypes import bfloat16 as _np_bfloat16
 
 from modulekit._ext._tensor import as_array
+from modulekit.dtypes import is_bfloat16
 
 __all__ = ["ACCEPTED", "as_indices", "as_input"]
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
-_BF16 = np.dtype(_np_bfloat16)
 
 ACCEPTED = "real numbers (float32, float64, float16, bfloat16, integer or bool)"
 
@@ -86,7 +85,7 @@ def as_input(x, what: str) -> np.ndarray:
     kind = dt.kind
     if kind in "fiub":
         return arr if dt.isnative else arr.astype(dt.newbyteorder("="))
-    if dt == _BF16:
+    if is_bfloat16(dt):
         return arr
     raise _refuse(dt, what, ACCEPTED)
 
@@ -102,9 +101,9 @@ def as_indices(x, what: str) -> np.ndarray:
     dt = arr.dtype
     if dt.kind in "iu":
         return arr if dt.isnative else arr.astype(dt.newbyteorder("="))
-    if (dt.kind in "fb" or dt == _BF16) and arr.size == 0:
+    if (dt.kind in "fb" or is_bfloat16(dt)) and arr.size == 0:
         return arr.astype(np.int64)  # an empty list (NumPy makes it float64): no index at all
-    if dt.kind == "f" or dt == _BF16:
+    if dt.kind == "f" or is_bfloat16(dt):
         raise TypeError(
             f"{what}: indices must be integers, got an array of floating numbers (dtype {dt})"
         )
