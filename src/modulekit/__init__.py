@@ -21,7 +21,7 @@ from modulekit.module import LoadResult, Module, StateDictError
 from modulekit.profiler import profile
 from modulekit.threads import get_num_threads, set_num_threads
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml reads it (setuptools dynamic version)
 
 __all__ = [
     "bfloat16",
