@@ -3,7 +3,17 @@
 OpenMP is detected with a compile-and-link probe: without it the extensions still build and
 run serially (``modulekit._ext._openmp_helpers.openmp_enabled()`` says which). The flags are
 portable (``-O3`` and no ``-march`` flag): instruction-set specific kernels carry
-``__attribute__((target(...)))`` and are chosen at run time from the CPU's flags.
+``__attribute__((target(...)))`` and are chosen at run time from the CPU's flags; on other
+architectures (aarch64) they compile to nothing and the generic kernels run.
+
+Release builds carry no debug information and are stripped at link time (``-g0``,
+``-Wl,-s``): the extensions total about 2 MB instead of 13 MB. ``MODULEKIT_DEBUG=1`` keeps
+``-g`` and the symbols (for gdb, perf or a sanitizer build). Every extension source is
+required: a missing ``.pyx`` or a kernel pattern that matches no file stops the build (an
+incomplete sdist must fail, not produce a wheel without its extensions).
+
+``build_ext`` compiles the extensions in parallel, one job per core, unless ``-j`` is given
+or ``MODULEKIT_BUILD_JOBS`` says otherwise.
 """
 
 import glob
@@ -17,6 +27,7 @@ import tempfile
 import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXT = os.path.join("src", "modulekit", "_ext")
@@ -63,6 +74,42 @@ def _probe_openmp():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _env_flag(name):
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _debug_flags():
+    """(compile, link) flags: debug information kept, or stripped (the default)."""
+    if _env_flag("MODULEKIT_DEBUG"):
+        return ["-g"], []
+    if sys.platform.startswith("linux"):
+        return ["-g0"], ["-Wl,-s"]  # -g0 last wins over Python's own -g; -s drops the symbols
+    return ["-g0"], []
+
+
+def _sources(name, patterns):
+    """The .pyx and the kernel sources of one extension, relative to the repository.
+
+    Raises
+    ------
+    SystemExit
+        If the .pyx is missing or a kernel pattern matches no file.
+    """
+    pyx = os.path.join(EXT, name + ".pyx")
+    if not os.path.isfile(os.path.join(HERE, pyx)):
+        sys.exit(
+            f"modulekit: extension source {pyx} is missing: the checkout or sdist is "
+            f"incomplete (an sdist must ship every .pyx, .pxd and kernel file; see MANIFEST.in)"
+        )
+    sources = [pyx]
+    for pat in patterns:
+        found = sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, pat)))
+        if not found:
+            sys.exit(f"modulekit: no kernel source matches {pat} (needed by modulekit._ext.{name})")
+        sources += found
+    return sources
+
+
 def _extensions():
     omp = _probe_openmp()
     if omp is None:
@@ -72,24 +119,18 @@ def _extensions():
     cflags = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
     if sys.platform != "win32":
         cflags += ["-fvisibility=hidden"]
+    dbg_compile, dbg_link = _debug_flags()
     exts = []
     for name, patterns in EXTENSIONS.items():
-        pyx = os.path.join(EXT, name + ".pyx")
-        if not os.path.exists(os.path.join(HERE, pyx)):
-            continue
-        sources = [pyx]
-        for pat in patterns:
-            sources += sorted(
-                os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, pat))
-            )
+        sources = _sources(name, patterns)
         exts.append(
             Extension(
                 "modulekit._ext." + name,
                 sources=sources,
                 include_dirs=[np.get_include(), KERNELS],
                 define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_25_API_VERSION")],
-                extra_compile_args=cflags + (omp or []),
-                extra_link_args=omp or [],
+                extra_compile_args=cflags + (omp or []) + dbg_compile,
+                extra_link_args=(omp or []) + dbg_link,
             )
         )
     return cythonize(
@@ -106,4 +147,15 @@ def _extensions():
     )
 
 
-setup(ext_modules=_extensions())
+class BuildExt(build_ext):
+    """``build_ext`` with one compile job per core by default (the extensions compile
+    independently; pip's ``pip install .`` otherwise builds them one after another)."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if self.parallel is None:
+            jobs = os.environ.get("MODULEKIT_BUILD_JOBS")
+            self.parallel = int(jobs) if jobs else (os.cpu_count() or 1)
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt})

@@ -19,7 +19,7 @@ from modulekit.module import LoadResult, Module, StateDictError
 from modulekit.nn.functional import matmul
 from modulekit.threads import get_num_threads, set_num_threads
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml reads it (setuptools dynamic version)
 
 # Imported on first use (PEP 562), not by ``import modulekit``: the checkpoint readers and
 # writers, the profiler and the compiled-module loader are ~25 ms of imports that a program

@@ -12,7 +12,9 @@ every task: right for the local schedulers, wasteful on a cluster, so ``predict`
 itself (as Dask data, which the graph keeps alive) when a ``distributed`` client is active.
 Workers honour their thread limits: Dask's nanny starts workers with ``OMP_NUM_THREADS=1`` and
 modulekit's kernels follow it; ``scatter(n_threads=...)`` sets modulekit's thread count on every
-worker instead. See docs/distributed.md.
+worker while the model is installed there, and ``release()`` puts back each worker's own count
+(a worker in the caller's process, ``LocalCluster(processes=False)``, shares the caller's
+count: the caller gets its own setting back exactly). See docs/distributed.md.
 
 The model is a fitted modulekit estimator (``modulekit.sklearn``), any fitted scikit-learn
 estimator or pipeline, or a :class:`~modulekit.Module` (``method=None`` calls it).
@@ -20,10 +22,19 @@ estimator or pipeline, or a :class:`~modulekit.Module` (``method=None`` calls it
 
 from __future__ import annotations
 
+import threading
 import uuid
 import weakref
 
 import numpy as np
+
+try:
+    import dask.array  # noqa: F401  (dask.dataframe is imported when a DataFrame is given)
+except ImportError as exc:
+    raise ImportError(
+        "modulekit.dask needs dask (with dask.array), which is not installed: install the "
+        "extra with pip install 'modulekit[dask]'"
+    ) from exc
 
 try:
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
@@ -33,14 +44,56 @@ except ImportError:  # dask without distributed: only the local schedulers
 __all__ = ["ScatteredModel", "predict", "scatter"]
 
 
-class _ModelPlugin(_WorkerPlugin):
-    """Worker side: holds one worker's copy of a scattered model (unpickled once, on install)."""
+# modulekit's thread count is process-wide; scatter(n_threads=...) sets it in each worker's
+# process while the model is installed there. Several workers can share a process (and share
+# it with the client: LocalCluster(processes=False)), so the overrides are kept per process:
+# the process's own setting is saved when the first one starts and put back, exactly (set or
+# unset), when the last one ends; meanwhile the most recent override applies.
+_threads_lock = threading.Lock()
+_threads_saved = 0  # modulekit.set_num_threads's count before the first override, 0: unset
+_threads_active: dict = {}  # (id(plugin), id(worker)) -> count, in installation order
 
-    def __init__(self, model):
+
+def _push_threads(key, n):
+    from modulekit._ext import _openmp_helpers
+
+    global _threads_saved
+    with _threads_lock:
+        if not _threads_active:
+            _threads_saved = _openmp_helpers.user_threads()
+        _threads_active[key] = n
+        _openmp_helpers.set_num_threads(n)
+
+
+def _pop_threads(key):
+    from modulekit._ext import _openmp_helpers
+
+    with _threads_lock:
+        if _threads_active.pop(key, None) is None:
+            return
+        if _threads_active:
+            _openmp_helpers.set_num_threads(next(reversed(_threads_active.values())))
+        elif _threads_saved > 0:
+            _openmp_helpers.set_num_threads(_threads_saved)
+        else:
+            _openmp_helpers.reset_num_threads()
+
+
+class _ModelPlugin(_WorkerPlugin):
+    """Worker side: holds one worker's copy of a scattered model (unpickled once, on install)
+    and, with ``n_threads``, modulekit's thread count in the worker's process while installed."""
+
+    def __init__(self, model, n_threads=None):
         self.model = model
+        self.n_threads = n_threads
+
+    def setup(self, worker):
+        if self.n_threads is not None:
+            _push_threads((id(self), id(worker)), self.n_threads)
 
     def teardown(self, worker):
         self.model = None
+        _pop_threads((id(self), id(worker)))
 
 
 class _ModelRef:
@@ -156,16 +209,6 @@ def _default_client():
         return None
 
 
-def _set_threads(n):
-    from modulekit._ext import _openmp_helpers
-
-    if n is None:
-        _openmp_helpers.reset_num_threads()
-    else:
-        _openmp_helpers.set_num_threads(n)
-    return _openmp_helpers.get_num_threads()
-
-
 def scatter(model, client=None, *, n_threads=None) -> ScatteredModel:
     """Install ``model`` on every worker once; return a handle for :func:`predict`.
 
@@ -177,8 +220,12 @@ def scatter(model, client=None, *, n_threads=None) -> ScatteredModel:
     client : distributed.Client, optional
         Default: the current client.
     n_threads : int, optional
-        modulekit's thread count on every worker (``modulekit.set_num_threads``). Default: leave
-        the workers' setting (one thread under Dask's nanny, which sets ``OMP_NUM_THREADS=1``).
+        modulekit's thread count on every worker (``modulekit.set_num_threads``) while the
+        model is installed there, workers that join later included; releasing the model puts
+        each worker's previous setting back. Workers in the caller's own process
+        (``LocalCluster(processes=False)``) share its count: the caller runs with ``n_threads``
+        too until the release, which restores the caller's setting exactly. Default: leave the
+        workers' setting (one thread under Dask's nanny, which sets ``OMP_NUM_THREADS=1``).
 
     Returns
     -------
@@ -194,11 +241,8 @@ def scatter(model, client=None, *, n_threads=None) -> ScatteredModel:
         if client is None:
             raise ValueError("scatter: no distributed client (pass client= or create a Client)")
     name = f"modulekit-model-{type(model).__name__}-{uuid.uuid4().hex}"
-    client.register_plugin(_ModelPlugin(model), name=name)
-    handle = ScatteredModel(name, model, client)
-    if n_threads is not None:
-        client.run(_set_threads, n_threads)
-    return handle
+    client.register_plugin(_ModelPlugin(model, n_threads), name=name)
+    return ScatteredModel(name, model, client)
 
 
 def _call(model, method, x):
@@ -224,6 +268,16 @@ def _apply_partition(part, model, method, columns, name):
     if out.ndim == 1:
         return pd.Series(out, index=part.index, name=name)
     return pd.DataFrame(out, index=part.index, columns=columns)
+
+
+def _dask_dataframe():
+    """``dask.dataframe``, or None where it cannot be imported (it needs pandas and pyarrow;
+    arrays do not)."""
+    try:
+        import dask.dataframe as dd
+    except ImportError:
+        return None
+    return dd
 
 
 def _output_columns(model, method, width):
@@ -267,9 +321,9 @@ def predict(model, data, *, method="predict", name=None):
         the model gives for those rows locally.
     """
     import dask.array as da
-    import dask.dataframe as dd
 
-    if not isinstance(data, (da.Array, dd.DataFrame)):
+    dd = _dask_dataframe()
+    if not isinstance(data, da.Array) and (dd is None or not isinstance(data, dd.DataFrame)):
         raise TypeError(
             f"predict: data must be a dask.array.Array or dask.dataframe.DataFrame, "
             f"got {type(data).__name__}"

@@ -30,15 +30,22 @@ import os
 from contextlib import contextmanager
 
 import numpy as np
-from sklearn.base import (
-    BaseEstimator,
-    ClassifierMixin,
-    ClassNamePrefixFeaturesOutMixin,
-    RegressorMixin,
-    TransformerMixin,
-)
-from sklearn.utils.multiclass import check_classification_targets, unique_labels
-from sklearn.utils.validation import check_is_fitted, validate_data
+
+try:
+    from sklearn.base import (
+        BaseEstimator,
+        ClassifierMixin,
+        ClassNamePrefixFeaturesOutMixin,
+        RegressorMixin,
+        TransformerMixin,
+    )
+    from sklearn.utils.multiclass import check_classification_targets, unique_labels
+    from sklearn.utils.validation import check_is_fitted, validate_data
+except ImportError as exc:
+    raise ImportError(
+        "modulekit.sklearn needs scikit-learn >= 1.6, which is not installed (or too old): "
+        "install the extra with pip install 'modulekit[sklearn]'"
+    ) from exc
 
 from modulekit._ext import _openmp_helpers
 from modulekit.module import Module

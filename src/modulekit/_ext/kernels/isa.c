@@ -2,7 +2,7 @@
  * support (XCR0), so a kernel is only chosen when both the CPU and the OS allow it. */
 #include "isa.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if MK_X86
 #include <cpuid.h>
 
 static unsigned long long mk_xgetbv0(void) {

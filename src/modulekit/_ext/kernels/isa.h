@@ -6,6 +6,22 @@
 extern "C" {
 #endif
 
+/* MK_X86: the x86 SIMD kernels (AVX2, AVX-512: __attribute__((target)) and <immintrin.h>)
+ * exist. Elsewhere (aarch64) their sources compile to nothing, the config tables hold the
+ * generic kernels and mk_isa_detect() reports MK_ISA_GENERIC. */
+#ifndef MK_X86
+#if defined(__x86_64__) || defined(__i386__)
+#define MK_X86 1
+#else
+#define MK_X86 0
+#endif
+#endif
+
+/* In the entry points of AVX-512-only algorithms, on other architectures: the extensions link
+ * them, but _conv.pyx calls them only at MK_ISA_AVX512, which mk_isa_detect() never reports
+ * there. Reaching one is a bug: stop at once rather than return an unwritten output. */
+#define MK_NOT_X86_UNREACHABLE() __builtin_trap()
+
 /* Ordered: a level implies every lower one. */
 typedef enum {
     MK_ISA_GENERIC = 0, /* portable C, compiled with the baseline flags */

@@ -23,11 +23,7 @@ extern "C" {
 /* The AVX2 and AVX-512 kernels exist on x86 only; elsewhere the config table holds the
  * generic kernels at every level (and mk_isa_detect never reports a SIMD level). */
 #ifndef MK_CAST_X86
-#if defined(__x86_64__) || defined(__i386__)
-#define MK_CAST_X86 1
-#else
-#define MK_CAST_X86 0
-#endif
+#define MK_CAST_X86 MK_X86
 #endif
 
 /* Function attributes of the two SIMD levels (see isa.h); whole loops live inside them. */

@@ -23,10 +23,15 @@ typedef struct {
 #define MK_IGEMM_ALTS 3
 static const mk_igemm_config IGEMM_CONFIG[MK_ISA_COUNT][MK_IGEMM_ALTS] = {
     [MK_ISA_GENERIC] = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
+#if MK_X86
     [MK_ISA_AVX2] = {{mk_f32_igemm_8x24_avx2, 24, 1.0f}},
     [MK_ISA_AVX512] = {{mk_f32_igemm_8x48_avx512, 48, 1.0f},
                        {mk_f32_igemm_8x32_avx512, 32, 1.11f},
                        {mk_f32_igemm_8x16_avx512, 16, 1.35f}},
+#else /* never selected: mk_isa_detect() reports MK_ISA_GENERIC (see isa.h) */
+    [MK_ISA_AVX2] = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
+    [MK_ISA_AVX512] = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
+#endif
 };
 
 double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr) {
@@ -80,10 +85,12 @@ static void split_rows_s2(const mk_conv_geom *g, const float *xc, float *sub0, i
             for (int j = 0; j < Wq; j++) r0[j] = r1[j] = padv;
             continue;
         }
+#if MK_X86
         if (isa >= MK_ISA_AVX512) {
             mk_f32_phase_row_s2_avx512(xc + y * g->sh, W, pl, r0, r1, Wq, padv);
             continue;
         }
+#endif
         /* padded column p = x + pl; r0[j] = padded 2j, r1[j] = padded 2j+1 */
         const float *xr = xc + y * g->sh - pl; /* xr[p] = input column p - pl */
         int j = 0;
@@ -431,8 +438,13 @@ static ptrdiff_t rows_thread_floats(const mk_conv_geom *gb, const mk_conv_geom *
                                     int R) {
     const ptrdiff_t phase = (mk_conv_phase_size(gb, gb->C) + 15) / 16 * 16;
     if (!pg) return phase;
+#if MK_X86
     const ptrdiff_t conv = (ptrdiff_t)Cout * R * gb->OW;
     return phase + (conv + mk_max_pool2d_rows_buf_f32_avx512(pg) + 15) / 16 * 16;
+#else /* the fused max pool (pg) is AVX-512 only: never reached */
+    (void)Cout, (void)R;
+    return phase;
+#endif
 }
 
 /* Prefetch input rows [y0, y1) (clipped to the input) of every channel, unit column stride. */
@@ -479,7 +491,11 @@ int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
     const ptrdiff_t crs = pg ? (ptrdiff_t)R * OW : ohw; /* conv channel stride */
     const ptrdiff_t psize = mk_conv_phase_size(&gb, g->C);
     const ptrdiff_t per = rows_thread_floats(&gb, pg, Cout, R);
+#if MK_X86
     const int nb = pg ? mk_max_pool2d_rows_buf_f32_avx512(pg) : 0;
+#else
+    const int nb = 0; /* the fused max pool (pg) is AVX-512 only */
+#endif
     const int ph_reach = (g->KH - 1) * g->dy / g->sy + 2;
     if (nthreads > nbands) nthreads = nbands;
 
@@ -557,10 +573,12 @@ int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
                     }
                     s1 = hi;
                 }
+#if MK_X86
                 if (pg)
                     for (int c = 0; c < Cout; c++)
                         mk_max_pool2d_rows_f32_avx512(pg, conv + c * crs, s0, oimg + c * pohw,
                                                       pbuf, i0, i1);
+#endif
             }
         }
     }

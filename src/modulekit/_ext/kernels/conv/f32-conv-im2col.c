@@ -14,12 +14,15 @@
 #include <string.h>
 
 #include "conv.h"
+#include "isa.h"
 #include "mk_omp.h"
 #include "simd-act.h"
 
 ptrdiff_t mk_conv_im2col_size(const mk_conv_geom *g) {
     return (ptrdiff_t)g->C * g->KH * g->KW * g->OH * g->OW;
 }
+
+#if MK_X86 /* AVX-512 only (see isa.h) */
 
 /* Row (ci, kh, kw) of the window matrix: dst[oh*OW + ow] = x[ci, oh*sy + kh*dy - pt,
  * ow*sx + kw*dx - pl], zero outside the input. xc: channel ci's plane. Unit column stride
@@ -89,3 +92,13 @@ int mk_conv2d_im2col_f32(const mk_conv_geom *g, const float *x, int Cout, const 
     }
     return 0;
 }
+
+#else /* not x86: never called (see MK_NOT_X86_UNREACHABLE) */
+
+int mk_conv2d_im2col_f32(const mk_conv_geom *g, const float *x, int Cout, const float *wp,
+                         float *col, ptrdiff_t *koff, float *out, const float *res, int act,
+                         int nthreads) {
+    MK_NOT_X86_UNREACHABLE();
+}
+
+#endif /* MK_X86 */

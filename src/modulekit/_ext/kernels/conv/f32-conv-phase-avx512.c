@@ -7,6 +7,9 @@
  * even and odd lanes: the scalar loop it replaces (ResNet's stem, pl = 3, went through a
  * per-phase strided gather) was 5% of the 7x7 stem's time on one thread and 12% of
  * MobileNetV2's first 3x3. A copy, so the phase image is the same bits either way. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include "conv.h"
 #include "simd-act.h"
 
@@ -45,3 +48,5 @@ MK_T512 void mk_f32_phase_row_s2_avx512(const float *x, int W, int pl, float *r0
     }
     for (; j < Wq; j += 16) split_step(x, W, pl, r0, r1, Wq, pv, even, odd, j);
 }
+
+#endif /* MK_X86 */

@@ -9,6 +9,9 @@
  * of pixel i at c + r*c_rs + i) with the residual gathered the same way. Each output is the
  * same sum in the same order (bias, then k = 0, 1, ...) as in the pixel-lane kernels, so a
  * pixel's value does not depend on which kernel computed it. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include "simd-act.h"
 
 /* NV vectors of 16 output channels (panels 2j, 2j+1 of the run starting at p0; panels at or
@@ -95,3 +98,5 @@ MK_T512 void mk_f32_conv1x1_64cx4_avx512(size_t K, const float *p0, int npan, si
                                          int act) {
     c1x1_tail(4, 4, K, p0, npan, panel, b, koff, npx, mrows, c, c_rs, res, act);
 }
+
+#endif /* MK_X86 */

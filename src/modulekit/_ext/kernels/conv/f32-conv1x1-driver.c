@@ -32,6 +32,9 @@ static inline void prefetch_panel(const float *a, size_t n) {
 void mk_conv1x1_band_f32(size_t K, const float *wp, int M, const float *b, const ptrdiff_t *koff,
                          ptrdiff_t L, float *c, ptrdiff_t c_rs, const float *res, int act,
                          int pp0, int pp1) {
+#if !MK_X86 /* AVX-512 only: never called elsewhere (see MK_NOT_X86_UNREACHABLE) */
+    MK_NOT_X86_UNREACHABLE();
+#else
     const int npanels = (M + MK_CONV_MR - 1) / MK_CONV_MR;
     const size_t panel = MK_CONV_MR + K * MK_CONV_MR;
     /* the remainder kernel's int32 scatter offsets need 16 * c_rs < 2^31 */
@@ -83,6 +86,7 @@ void mk_conv1x1_band_f32(size_t K, const float *wp, int M, const float *b, const
             q0 += npx;
         }
     }
+#endif
 }
 
 /* Row means: mean[r] = (sum of the L floats at x + r*L) / L, for r in [0, rows). The sum runs

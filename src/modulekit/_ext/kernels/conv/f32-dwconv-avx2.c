@@ -1,4 +1,7 @@
 /* Depthwise convolution kernels, AVX2+FMA (8 lanes): see f32-dwconv-avx512.c. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include "simd-act.h"
 
 MK_T256 static inline __m256i dw_mask256(int n) {
@@ -50,3 +53,5 @@ MK_T256 void mk_f32_grid_rows_avx2(const float *grid, int Wq, int OH, int OW, fl
         }
     }
 }
+
+#endif /* MK_X86 */

@@ -1,6 +1,9 @@
 /* Depthwise convolution kernels, AVX-512 (16 lanes): a run of output-grid lanes of one channel
  * from its phase image (any KH x KW, stride and dilation: the phase image turns stride into
  * unit-stride reads), and the grid-rows-to-output epilogue (+ residual, activation). */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include "simd-act.h"
 
 /* ph: channel phase image; toff[t]: offset of tap t; lanes [0, OW) of the run: out[i] =
@@ -50,3 +53,5 @@ MK_T512 void mk_f32_grid_rows_avx512(const float *grid, int Wq, int OH, int OW, 
         }
     }
 }
+
+#endif /* MK_X86 */

@@ -60,6 +60,7 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
     void (*row)(int, const float *, const ptrdiff_t *, const float *, float, int, float *,
                 const float *, int) = dwconv_row_scalar;
     void (*rows)(const float *, int, int, int, float *, const float *, int) = grid_rows_scalar;
+#if MK_X86
     if (isa >= MK_ISA_AVX512) {
         row = mk_f32_dwconv_row_avx512;
         rows = mk_f32_grid_rows_avx512;
@@ -81,6 +82,7 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
         }
         return;
     }
+#endif
     /* the output grid is contiguous in the phase image: one pass over all its lanes */
     const int lanes = (g->OH - 1) * g->Wq + g->OW;
     const int T = g->KH * g->KW;

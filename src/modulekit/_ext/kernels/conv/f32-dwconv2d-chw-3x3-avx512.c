@@ -16,6 +16,9 @@
  * lanes too (5-10%). The S argument selects the variant: 0 narrow, 3 wide, 1 generic stride 1,
  * 2 stride 2. Bias, the residual add and the activation are applied while the accumulators are
  * in registers. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include "simd-act.h"
 
 /* Load masks of the input columns an output-column step reads (lanes outside [0, W) off):
@@ -275,3 +278,5 @@ MK_T512 void mk_f32_dwconv2d_flat_3x3_avx512(const float *x, ptrdiff_t xs, int H
         }
     }
 }
+
+#endif /* MK_X86 */

@@ -1,5 +1,8 @@
 /* float32 indirect-GEMM microkernel, AVX2+FMA: an 8-channel panel as two halves of
  * 4 output channels x 24 output pixels (3 ymm per row, 12 accumulators). See conv.h. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include "simd-act.h"
 
 /* software prefetch distance of the packed panel (floats), as the AVX-512 kernels */
@@ -92,3 +95,5 @@ MK_T256 void mk_f32_igemm_8x24_avx2(size_t K, const float *a, const float *b,
                    res ? res + 4 * c_rs : NULL, segs, nseg, act);
     }
 }
+
+#endif /* MK_X86 */

@@ -3,6 +3,9 @@
  * 8 accumulators: just enough independent FMA chains) for the narrowest GEMMs (Winograd at
  * batch 1 on 14x14 and 7x7 maps: 16 and 4 tiles). One template, so the three stay one kernel.
  * See conv.h for the operands. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include "simd-act.h"
 
 /* software prefetch distance of the packed panel (floats: 8 KiB, 256 k-steps ahead), tuned
@@ -105,3 +108,5 @@ MK_T512 void mk_f32_igemm_8x16_avx512(size_t K, const float *a, const float *b,
                                       int nseg, int act) {
     igemm_8xNV(1, K, a, b, koff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
 }
+
+#endif /* MK_X86 */

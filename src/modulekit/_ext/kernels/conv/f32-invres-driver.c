@@ -59,6 +59,9 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
                    const float *wdw, const float *bdw, int cout, const float *wproj,
                    ptrdiff_t *koff, float *out, const float *res, float *scratch, int R,
                    int nthreads) {
+#if !MK_X86 /* AVX-512 only: never called elsewhere (see MK_NOT_X86_UNREACHABLE) */
+    MK_NOT_X86_UNREACHABLE();
+#else
     const int N = g->N, Cin = g->C, H = g->H, W = g->W, S = g->sy, OH = g->OH, OW = g->OW;
     const ptrdiff_t ohw = (ptrdiff_t)OH * OW;
     const int has_e = wexp != NULL;
@@ -175,4 +178,5 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
                                 MK_ACT_NONE, 0, (cout + 15) / 16);
         }
     }
+#endif
 }

@@ -1,5 +1,8 @@
 /* Winograd F(2x2, 3x3) input/output transforms, avx512: the template of
  * f32-winograd-transform.inc.h compiled for this instruction set. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include "simd-act.h"
 
 #define WINO_M 2
@@ -8,3 +11,5 @@
 #define WINO_IN mk_f32_wino_in_2x2_avx512
 #define WINO_OUT mk_f32_wino_out_2x2_avx512
 #include "f32-winograd-transform.inc.h"
+
+#endif /* MK_X86 */

@@ -27,10 +27,15 @@ typedef struct {
  * C path keeps the smaller tile, whose transforms are cheap without vectors) */
 static const mk_wino_config WINO_CONFIG[MK_ISA_COUNT][2] = {
     [MK_ISA_GENERIC] = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}, {NULL, NULL}},
+#if MK_X86
     [MK_ISA_AVX2] = {{mk_f32_wino_in_2x2_avx2, mk_f32_wino_out_2x2_avx2},
                      {mk_f32_wino_in_4x4_avx2, mk_f32_wino_out_4x4_avx2}},
     [MK_ISA_AVX512] = {{mk_f32_wino_in_2x2_avx512, mk_f32_wino_out_2x2_avx512},
                        {mk_f32_wino_in_4x4_avx512, mk_f32_wino_out_4x4_avx512}},
+#else /* never selected: mk_isa_detect() reports MK_ISA_GENERIC (see isa.h) */
+    [MK_ISA_AVX2] = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}, {NULL, NULL}},
+    [MK_ISA_AVX512] = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}, {NULL, NULL}},
+#endif
 };
 
 /* Bytes of one block's V and M kept in L2 (about half of a 1-2 MiB L2, the rest for the

@@ -4,8 +4,10 @@
 #ifndef MK_SIMD_ACT_H
 #define MK_SIMD_ACT_H
 
-#include <immintrin.h>
 #include "conv.h"
+#include "isa.h"
+#if MK_X86 /* x86 SIMD only: nothing elsewhere (see isa.h) */
+#include <immintrin.h>
 
 #define MK_T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define MK_T256 __attribute__((target("avx2,fma,f16c")))
@@ -105,4 +107,5 @@ static inline __mmask16 mk_lanes16(int lo, int hi) {
     return (__mmask16)((((uint32_t)1 << (hi - lo)) - 1) << lo);
 }
 
+#endif /* MK_X86 */
 #endif

@@ -26,6 +26,7 @@ static inline float f16_to_f32(uint16_t h) {
     return f;
 }
 
+#if MK_X86
 MK_T256 static void widen_f16_avx2(const uint16_t *src, float *dst, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -40,15 +41,21 @@ MK_T512 static void widen_f16_avx512(const uint16_t *src, float *dst, size_t n) 
                          _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
     for (; i < n; i++) dst[i] = f16_to_f32(src[i]);
 }
+#endif /* MK_X86 */
 
 void mk_widen_f16_f32(const uint16_t *src, float *dst, size_t n, int isa) {
+#if MK_X86
     if (isa >= MK_ISA_AVX512) {
         widen_f16_avx512(src, dst, n);
-    } else if (isa >= MK_ISA_AVX2) {
-        widen_f16_avx2(src, dst, n);
-    } else {
-        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(src[i]);
+        return;
     }
+    if (isa >= MK_ISA_AVX2) {
+        widen_f16_avx2(src, dst, n);
+        return;
+    }
+#endif
+    (void)isa;
+    for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(src[i]);
 }
 
 void mk_widen_bf16_f32(const uint16_t *src, float *dst, size_t n, int isa) {

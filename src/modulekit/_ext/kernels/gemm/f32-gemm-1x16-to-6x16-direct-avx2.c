@@ -5,6 +5,9 @@
  *   mk_f32_f16w_gemm_<m>x16d__avx2, m = 1..6
  *   mk_f32_bf16w_gemm_<m>x16d__avx2, m = 1..6
  * Chosen in gemm-config.c. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #define MK_OPS_AVX2_F32
 #include "gemm-ops.h"
 
@@ -151,3 +154,5 @@
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_BF16(p)
 #include "gemm-direct.inc.h"
+
+#endif /* MK_X86 */

@@ -4,6 +4,9 @@
  *   mk_f32_f16w_gemm_8x32__avx512: float16 weights (F16C widening)
  *   mk_f32_bf16w_gemm_8x32__avx512: bfloat16 weights (widened by a 16-bit shift)
  * Compute and output float32. Chosen in gemm-config.c. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #define MK_OPS_AVX512_F32
 #include "gemm-ops.h"
 
@@ -27,3 +30,5 @@
 #define MK_WT uint16_t
 #define MK_LOADW(p) MK_LOADW_BF16(p)
 #include "gemm-ukernel.inc.h"
+
+#endif /* MK_X86 */

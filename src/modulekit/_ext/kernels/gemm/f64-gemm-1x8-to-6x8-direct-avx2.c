@@ -3,6 +3,9 @@
  * gemm-direct.inc.h per row count and weight storage:
  *   mk_f64_gemm_<m>x8d__avx2, m = 1..6
  * Chosen in gemm-config.c. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #define MK_OPS_AVX2_F64
 #include "gemm-ops.h"
 
@@ -53,3 +56,5 @@
 #define MK_WT double
 #define MK_LOADW(p) MK_LOADW_F64(p)
 #include "gemm-direct.inc.h"
+
+#endif /* MK_X86 */

@@ -1,6 +1,9 @@
 /* Transcendental epilogue activations of a stored float32 tile, AVX2+FMA: 8 floats at a time,
  * widened to two vectors of 4 doubles, evaluated by gemm-act-vec.inc.h, rounded back once.
  * Called by the AVX2 float32 microkernels on the tile they just stored (hot in L1). */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include <immintrin.h>
 
 #include "gemm.h"
@@ -112,3 +115,5 @@ D_TARGET void mk_act_tile_f32_avx2(size_t rows, size_t nc, void *c_, size_t ldc,
             break;
     }
 }
+
+#endif /* MK_X86 */

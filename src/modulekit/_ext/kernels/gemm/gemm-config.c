@@ -120,6 +120,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .smallm = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
         .act_tile = mk_act_tile_f64_scalar,
     },
+#if MK_X86 /* elsewhere the SIMD levels hold nothing: mk_gemm_get_config returns NULL */
     [MK_ISA_AVX2][MK_STORAGE_F32] = {
         .name = "f32-gemm-6x16-avx2", .isa = MK_ISA_AVX2, .compute = MK_COMPUTE_F32, .storage = MK_STORAGE_F32,
         .mr = 6, .nr = 16, .kc = 384, .mc = 96, .nc = 4096, .esize = 4, .wsize = 4,
@@ -192,6 +193,7 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
         .smallm_np = {0, 2, 1, 1, 1, 1, 1, 1, 1},
         .act_tile = mk_act_tile_f64_scalar,
     },
+#endif
 };
 
 const mk_gemm_config *mk_gemm_get_config(int compute, int storage, int isa) {

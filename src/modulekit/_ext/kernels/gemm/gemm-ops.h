@@ -12,9 +12,10 @@
 #ifndef MK_GEMM_OPS_H
 #define MK_GEMM_OPS_H
 
-#include <immintrin.h>
-
 #include "gemm.h"
+#include "isa.h"
+#if MK_X86 /* x86 SIMD only: nothing elsewhere (see isa.h) */
+#include <immintrin.h>
 
 #define MK_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define MK_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
@@ -116,4 +117,5 @@
 #error "define one of MK_OPS_AVX512_F32, MK_OPS_AVX512_F64, MK_OPS_AVX2_F32, MK_OPS_AVX2_F64"
 #endif
 
+#endif /* MK_X86 */
 #endif /* MK_GEMM_OPS_H */

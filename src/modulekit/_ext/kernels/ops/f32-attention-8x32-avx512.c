@@ -2,6 +2,9 @@
  * masked column tails; the row block shrinks 8 -> 4 -> 1 at the end. Kt is the head's keys
  * transposed (d x ldk, ldk a multiple of 32, zero-padded), so S = Q Kt streams Kt rows;
  * O = P V streams V rows (the driver copies V_h contiguous first). */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include <immintrin.h>
 #include <limits.h>
 
@@ -159,3 +162,5 @@ MK_AVX512 void mk_attention_pack_kt_f32_avx512(size_t lk, size_t d, const float 
         }
     }
 }
+
+#endif /* MK_X86 */

@@ -1,4 +1,7 @@
 /* AVX2 + FMA + F16C row kernels, 8 lanes, masked tails (maskload/maskstore). */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include <immintrin.h>
 #include <math.h>
 
@@ -175,3 +178,5 @@ MK_AVX2 void mk_f16_widen_avx2(size_t n, const uint16_t *src, float *dst, int ac
     }
     if (i < n) mk_f16_widen_scalar(n - i, src + i, dst + i, accumulate);
 }
+
+#endif /* MK_X86 */

@@ -1,4 +1,7 @@
 /* AVX-512 (F/BW/VL/DQ + FMA) row kernels, 16 lanes, masked tails. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
 #include <immintrin.h>
 #include <math.h>
 
@@ -145,3 +148,5 @@ MK_AVX512 void mk_gelu_f32_avx512(size_t n, const float *x, float *y, int approx
         _mm512_mask_storeu_ps(y + i, m, gelu16(_mm512_maskz_loadu_ps(m, x + i), approx));
     }
 }
+
+#endif /* MK_X86 */

@@ -22,11 +22,13 @@
 #undef ATT_ATTR
 #undef ATT_NAME
 
+#if MK_X86
 #define ATT_ATTR __attribute__((target("avx2,fma")))
 #define ATT_NAME(op) att_##op##_avx2
 #include "attention-generic.inc.h"
 #undef ATT_ATTR
 #undef ATT_NAME
+#endif
 #undef ATT_T
 
 #define ATT_T double
@@ -60,9 +62,14 @@ static const struct {
     size_t kt_align; /* Kt row length is a multiple of this (the QK kernel's column block) */
 } att_configs[MK_ISA_COUNT] = {
     [MK_ISA_GENERIC] = {att_qk_generic, att_pv_generic, att_pack_kt_generic, 16},
+#if MK_X86
     [MK_ISA_AVX2] = {att_qk_avx2, att_pv_avx2, att_pack_kt_generic, 16},
     [MK_ISA_AVX512] = {mk_attention_qk_f32_avx512, mk_attention_pv_f32_avx512,
                         mk_attention_pack_kt_f32_avx512, 32}, /* 8x32 blocks, gathers */
+#else /* never selected: mk_isa_detect() reports MK_ISA_GENERIC */
+    [MK_ISA_AVX2] = {att_qk_generic, att_pv_generic, att_pack_kt_generic, 16},
+    [MK_ISA_AVX512] = {att_qk_generic, att_pv_generic, att_pack_kt_generic, 16},
+#endif
 };
 
 static void *alloc64(size_t bytes)

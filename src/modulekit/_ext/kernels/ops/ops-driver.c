@@ -16,10 +16,17 @@ typedef struct {
 static const mk_ops_config ops_configs[MK_ISA_COUNT] = {
     [MK_ISA_GENERIC] = {mk_layernorm_row_f32_scalar, mk_softmax_row_f32_scalar,
                         mk_gelu_f32_scalar, mk_f16_widen_scalar},
+#if MK_X86
     [MK_ISA_AVX2] = {mk_layernorm_row_f32_avx2, mk_softmax_row_f32_avx2, mk_gelu_f32_avx2,
                      mk_f16_widen_avx2},
     [MK_ISA_AVX512] = {mk_layernorm_row_f32_avx512, mk_softmax_row_f32_avx512,
                        mk_gelu_f32_avx512, mk_f16_widen_avx2},
+#else /* never selected: mk_isa_detect() reports MK_ISA_GENERIC (see isa.h) */
+    [MK_ISA_AVX2] = {mk_layernorm_row_f32_scalar, mk_softmax_row_f32_scalar,
+                     mk_gelu_f32_scalar, mk_f16_widen_scalar},
+    [MK_ISA_AVX512] = {mk_layernorm_row_f32_scalar, mk_softmax_row_f32_scalar,
+                       mk_gelu_f32_scalar, mk_f16_widen_scalar},
+#endif
 };
 
 static const mk_ops_config *ops_config(int isa)
