@@ -45,7 +45,7 @@ import numpy as np
 
 from modulekit import _shared
 from modulekit._ext._gemm import warm_threads as _warm_threads
-from modulekit._ext._guard import call as _guarded_call
+from modulekit._ext._guard import eager_call as _guard_eager_call
 from modulekit._ext._guard import exclusive as _exclusive
 from modulekit._ext._guard import module_call as _module_call
 from modulekit._ext._tensor import Parameter, Tensor
@@ -401,14 +401,8 @@ class Module(StateDictMixin):
     # initialize() never change the tree under it) and, for a module with children or hooks,
     # the activation cache. In C (modulekit/_ext/_guard.pyx): the per-call cost of every layer.
     __call__ = _module_call
-
-    def _eager_call(self, args: tuple, kwargs: dict) -> Any:
-        """``__call__`` without the capture and the compiled plan: hooks and ``forward``."""
-        if self._scoped_call:
-            if self._has_hooks:
-                return _guarded_call(self._call_with_hooks, (args, kwargs), None, True)
-            return _guarded_call(self.forward, args, kwargs, True)
-        return _guarded_call(self.forward, args, kwargs, False)
+    # ``__call__`` without the capture and the compiled plan: hooks and ``forward``
+    _eager_call = _guard_eager_call
 
     def _refresh_hooks_flag(self) -> None:
         _bump_epoch()  # a forward hook was added or removed

@@ -33,7 +33,9 @@ import time
 
 from modulekit._ext._arena import call as _arena_call
 
-__all__ = ["call", "capture", "exclusive", "in_call", "module_call", "set_capture", "state"]
+__all__ = [
+    "call", "capture", "eager_call", "exclusive", "in_call", "module_call", "set_capture", "state"
+]
 
 cdef extern from *:
     """
@@ -125,6 +127,18 @@ def module_call(self, *args, **kwargs):
         compiled = self._compiled
         if compiled is not None:
             return _call(compiled, (args, kwargs), None, False)
+    return _eager(self, args, kwargs)
+
+
+def eager_call(self, tuple args, dict kwargs):
+    """``Module.__call__`` without the capture and the compiled plan: ``forward`` with its
+    hooks, under the guard and the activation cache as :func:`module_call` (what a capture
+    and a compiled plan call to run a module as eager mode does)."""
+    return _eager(self, args, kwargs)
+
+
+cdef inline object _eager(self, tuple args, dict kwargs):
+    if self._scoped_call:
         if self._has_hooks:
             return _call(self._call_with_hooks, (args, kwargs), None, True)
         return _call(self.forward, args, kwargs, True)
