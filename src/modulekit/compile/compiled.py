@@ -34,6 +34,7 @@ import numpy as np
 from modulekit import module as _module
 from modulekit._ext._arena import call as _arena_call
 from modulekit.compile.graph import Graph
+from modulekit.compile.passes import planned
 from modulekit.compile.plan import Plan
 from modulekit.compile.tracer import (
     PURE_METHODS,
@@ -237,7 +238,7 @@ class CompiledCall:
         graph.meta = {"specialized": cap.specialized, "namedtuple": namedtuple,
                       "inputs": positions, "signature": loose}
         graph.meta["paths"] = cap.paths
-        plan = Plan(graph, names, namedtuple, cap.paths)
+        plan = Plan(planned(graph, module), names, namedtuple, cap.paths)
         entry = _Entry(plan, graph, None, shapes if exact else None, names)
         self._store((loose, entry.exact), entry)
         return result

@@ -168,6 +168,23 @@ class Graph:
                     changed = True
         return erased
 
+    def copy(self) -> Graph:
+        """A new graph of new nodes with the same ops, targets, callables and arguments (the
+        constants inside the arguments, and each ``meta``'s values, are shared)."""
+        new = Graph()
+        new.meta = dict(self.meta)
+        new._names = set(self._names)
+        twin: dict[int, Node] = {}
+        for node in self.nodes:
+            n = Node(node.name, node.op, node.target, node.fn,
+                     map_args(node.args, lambda a: twin[id(a)]),
+                     map_args(node.kwargs, lambda a: twin[id(a)]), dict(node.meta))
+            for i in n.inputs:
+                i.users.append(n)
+            twin[id(node)] = n
+            new.nodes.append(n)
+        return new
+
     @property
     def inputs(self) -> list[Node]:
         return [n for n in self.nodes if n.op == "input"]

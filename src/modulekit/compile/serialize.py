@@ -37,6 +37,7 @@ import numpy as np
 from modulekit.checkpoint._common import CheckpointError, FileBuffer
 from modulekit.checkpoint.safetensors import read_safetensors, write_safetensors
 from modulekit.compile.graph import OPS, Graph, Node
+from modulekit.compile.passes import planned
 from modulekit.compile.plan import Plan, fused_callable
 from modulekit.compile.tracer import _METHODS, CompileError
 from modulekit.module import Module
@@ -749,7 +750,7 @@ def _build(specs, graph, names, arrays, header):
         elif node.op == "call_fused":
             node.fn = fused_callable(node.target, [built[p] for p in node.meta["modules"]])
     graph.meta["paths"] = paths
-    plan = Plan(graph, names, None, paths)
+    plan = Plan(planned(graph, root), names, None, paths)
     root.__dict__["_plan"] = plan
     root.__dict__["_graph"] = graph
     root.__dict__["_inputs"] = [(np.dtype(_np_name(n.meta["dtype"])), n.meta["shape"])
