@@ -77,33 +77,42 @@ def _export_onnx(hf, torch, path):
         )
 
 
-def run(quick=False):
+def setup(tmp, seed=0):
+    """``(modulekit model, transformers model, onnxruntime session or None, why no session)``:
+    a random MiniLM-L6-sized BERT saved by transformers into the folder ``tmp`` and loaded
+    by modulekit, and its onnxruntime export."""
     import torch
     import transformers
 
     threads = mk.get_num_threads()
     torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
+    torch.manual_seed(seed)
+    hf = transformers.BertModel(transformers.BertConfig(**CONFIG)).eval()
+    hf.save_pretrained(tmp)
+    model = BertModel.from_pretrained(tmp).initialize()
+    sess, ort_error = None, None
+    try:
+        import onnxruntime as ort
+
+        path = os.path.join(tmp, "bert.onnx")
+        _export_onnx(hf, torch, path)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # optional peer: any failure means "skip it"
+        ort_error = f"onnxruntime peer skipped: {type(exc).__name__}: {exc}"[:200]
+        print(ort_error, file=sys.stderr)
+    return model, hf, sess, ort_error
+
+
+def run(quick=False):
+    import torch
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        torch.manual_seed(0)
-        hf = transformers.BertModel(transformers.BertConfig(**CONFIG)).eval()
-        hf.save_pretrained(tmp)
-        model = BertModel.from_pretrained(tmp).initialize()
-        sess, ort_error = None, None
-        try:
-            import onnxruntime as ort
-
-            path = os.path.join(tmp, "bert.onnx")
-            _export_onnx(hf, torch, path)
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = threads
-            opts.inter_op_num_threads = 1
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # optional peer: any failure means "skip it"
-            ort_error = f"onnxruntime peer skipped: {type(exc).__name__}: {exc}"[:200]
-            print(ort_error, file=sys.stderr)
+        model, hf, sess, ort_error = setup(tmp)
         rng = np.random.default_rng(0)
         cases = [(1, 32), (2, 64)] if quick else CASES
         for batch, seq in cases:

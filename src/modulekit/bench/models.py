@@ -54,40 +54,61 @@ def _onnx_session(tmodel, x):
     return ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
 
 
-def run(quick=False):
-    """Time both models at batch 1 and 32; returns the bench rows (images/s in ``rate``)."""
+def _reference_models():
+    """tests/test_models.py's torch models and helpers (a source checkout is needed)."""
+    if os.path.isdir(_TESTS) and _TESTS not in sys.path:
+        sys.path.insert(0, _TESTS)
+    try:
+        import test_models
+    except ImportError as exc:  # an installed package without the tests
+        raise ImportError(
+            f"the torch reference models live in tests/test_models.py: {exc}"
+        ) from exc
+    return test_models
+
+
+#: name -> (torch reference builder (given tests/test_models.py), modulekit builder name,
+#: FLOPs of one 224x224 image)
+MODELS = {
+    "ResNet-18": (lambda t: t.TResNet(t.TBasicBlock, [2, 2, 2, 2]), "resnet18", 3.64e9),
+    "MobileNetV2": (lambda t: t.TMobileNetV2(), "mobilenet_v2", 0.60e9),
+}
+
+
+def setup(name, seed=0):
+    """``(modulekit model, torch model, onnxruntime session or None)`` for one of
+    :data:`MODELS`: random torch weights with non-trivial norm statistics, loaded into the
+    modulekit model (``strict=True``, eval, initialised) and exported to onnxruntime."""
     import warnings
 
     import torch
 
     from modulekit import models
 
-    if os.path.isdir(_TESTS) and _TESTS not in sys.path:
-        sys.path.insert(0, _TESTS)
-    try:
-        from test_models import TBasicBlock, TMobileNetV2, TResNet, randomize, roundtrip
-    except ImportError as exc:  # an installed package without the tests
-        raise ImportError(
-            f"the torch reference models live in tests/test_models.py: {exc}"
-        ) from exc
-
+    t = _reference_models()
+    tbuild, mbuild, _ = MODELS[name]
     torch.set_grad_enabled(False)
     torch.set_num_threads(threads())
-    cases = [
-        ("ResNet-18", lambda: TResNet(TBasicBlock, [2, 2, 2, 2]), models.resnet18, 3.64e9),
-        ("MobileNetV2", TMobileNetV2, models.mobilenet_v2, 0.60e9),
-    ]
+    torch.manual_seed(seed)
+    tmodel = t.randomize(tbuild(t))
+    model = getattr(models, mbuild)()
+    model.load_state_dict(t.roundtrip(tmodel), strict=True)
+    model.eval().initialize()
+    x = np.random.default_rng(seed).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = _onnx_session(tmodel, x)
+    return model, tmodel, sess
+
+
+def run(quick=False):
+    """Time both models at batch 1 and 32; returns the bench rows (images/s in ``rate``)."""
+    import torch
+
     rows = []
     rng = np.random.default_rng(0)
-    for name, tbuild, mbuild, flops in cases:
-        torch.manual_seed(0)
-        tmodel = randomize(tbuild())
-        model = mbuild()
-        model.load_state_dict(roundtrip(tmodel), strict=True)
-        model.eval().initialize()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            sess = _onnx_session(tmodel, rng.standard_normal((1, 3, 224, 224), np.float32))
+    for name, (_, _, flops) in MODELS.items():
+        model, tmodel, sess = setup(name)
         for batch in (1,) if quick else (1, 32):
             x = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
             xt = torch.from_numpy(x)
