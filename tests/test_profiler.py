@@ -132,3 +132,102 @@ def test_warmup_runs_hooked_and_unrecorded():
     rows = {r["name"]: r for r in prof.key_averages()}
     assert rows["0"]["calls"] == 2 and rows["Sequential"]["calls"] == 2
     assert not m._forward_hooks and not m[0]._forward_hooks
+
+
+# ---- compiled modules: the profile runs the plan, step by step ----------------------------
+class Block(nn.Module):
+    """A residual block with glue in its own forward (the add) around a fusable pair."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc(x))) + x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
+def _compiled(x):
+    m = Net().eval()
+    m.compile()
+    return m, m(x)
+
+
+def test_compiled_module_is_profiled_as_its_plan(tmp_path):
+    x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
+    m, want = _compiled(x)
+    epoch = mk.module.structure_epoch()
+    prof = mk.profile(m, x, repeat=3)
+    # no hooks went in, so the plan was not captured again, and it ran as it runs unprofiled
+    assert mk.module.structure_epoch() == epoch and m._compiled.captures == 1
+    assert m._compiled.observer is None
+    np.testing.assert_array_equal(m(x), want)
+    rows = {r["name"]: r for r in prof.key_averages()}
+    # the planner fused fc+act: one row for the step, named by its first module
+    step = rows["block.fc"]
+    assert step["type"] == "Linear+ReLU" and step["fused"] == ["block.act"]
+    assert "block.act" not in rows
+    assert step["calls"] == 3 and step["input_shapes"] == [(2, 16)]
+    assert step["flops"] == 3 * 2 * 2 * 16 * 16 and rows["head"]["flops"] == 3 * 2 * 2 * 16 * 4
+    # glue (the residual add) is the block's self time; the block's total holds its steps
+    assert rows["block"]["self"] > 0
+    assert rows["block"]["total"] == pytest.approx(
+        rows["block"]["self"] + step["total"] + rows["block.fc2"]["total"])
+    assert rows["Net"]["total"] >= rows["block"]["total"] + rows["head"]["total"]
+    total_self = sum(r["self"] for r in rows.values())
+    assert total_self == pytest.approx(rows["Net"]["total"], rel=1e-9)
+    table = prof.table()
+    assert "Fused" in table and "Linear+ReLU" in table
+    line = next(ln for ln in table.splitlines() if ln.startswith("block.fc "))
+    assert " act " in f" {line} "
+    assert "yes" in prof.table(group_by="type")
+    with open(prof.export_chrome_trace(tmp_path / "t.json")) as f:
+        trace = json.load(f)["traceEvents"]
+    fused = [e for e in trace if e["name"] == "block.fc"]
+    assert fused and fused[0]["args"]["fused"] == ["block.act"]
+    assert fused[0]["args"]["rule"] == "linear_activation"
+
+
+def test_compiled_child_of_a_hooked_parent():
+    x = np.ones((1, 16), np.float32)
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = Net().eval()
+            self.after = Sleep(0.002)
+
+        def forward(self, x):
+            return self.after(self.net(x))
+
+    o = Outer().eval()
+    o.net.compile()
+    want = o(x)
+    # the hooks on Outer move the epoch: the warm-up call captures the child again
+    prof = mk.profile(o, x, repeat=2, warmup=1)
+    rows = {r["name"]: r for r in prof.key_averages()}
+    assert rows["net.block.fc"]["fused"] == ["net.block.act"]
+    assert rows["net"]["calls"] == 2 and rows["after"]["calls"] == 2
+    # the plan's time is the hooked parent's child time, not its self time
+    assert rows["Outer"]["self"] < rows["after"]["self"]
+    assert rows["Outer"]["total"] >= rows["net"]["total"] + rows["after"]["total"]
+    assert not o._forward_hooks and o.net._compiled.observer is None
+    np.testing.assert_array_equal(o(x), want)
+
+
+def test_profiling_a_plan_twice_at_once_is_refused():
+    m, _ = _compiled(np.ones((1, 16), np.float32))
+    with mk.profile(m) as prof:
+        with pytest.raises(RuntimeError, match="already recording"):
+            prof.__enter__()

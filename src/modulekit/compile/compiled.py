@@ -118,6 +118,9 @@ class CompiledCall:
         self.last: _Entry | None = None
         self.unstable = 0
         self.captures = 0
+        #: ``observer(call, plan, arrays) -> output`` runs the plans instead of ``plan.run``
+        #: while a :class:`modulekit.profile` records this module (None otherwise).
+        self.observer = None
         try:
             self.params = list(inspect.signature(module.forward).parameters.values())
         except (TypeError, ValueError):
@@ -178,6 +181,8 @@ class CompiledCall:
             plan = entry.plan
             if plan is None:
                 return self.module.forward(*args, **kwargs)
+            if self.observer is not None:
+                return self.observer(self, plan, arrays)
             return plan.run(*arrays)
         return self._capture(args, kwargs, loose, shapes)
 

@@ -31,6 +31,7 @@ _INFIX = {
 }
 _PREFIX = {"neg": "-", "pos": "+", "invert": "~"}
 _RESERVED = {"np", "F", "operator", "abs", "slice", "float"}
+_OBSERVE = "_observe"  # the observer argument of an observed plan (Plan.observed)
 
 
 def fused_callable(kind: str, modules) -> object:
@@ -130,11 +131,32 @@ class Plan:
         scope = dict(ns.globals)
         exec(compile(self.code, "<modulekit.compile plan>", "exec"), scope)  # noqa: S102
         self.run = scope["forward"]
+        self._args = (params, namedtuple, ns.paths)
+        self._observed = None
+
+    def observed(self):
+        """``(run, steps)``: the plan with an observer, for the profiler.
+
+        ``run(observe, *array_inputs)`` computes what :attr:`run` computes and calls
+        ``observe(None)`` once before the first step and ``observe(value)`` right after each
+        step (``value``: the step's result, None for a step whose result nobody reads);
+        ``steps`` are the graph's nodes in that order. Generated on first use, from the same
+        graph and with the same step callables as :attr:`run`."""
+        if self._observed is None:
+            params, namedtuple, paths = self._args
+            ns = _Namespace()
+            ns.paths = paths
+            code = _generate(self.graph, params, ns, namedtuple, observe=True)
+            scope = dict(ns.globals)
+            exec(compile(code, "<modulekit.compile observed plan>", "exec"), scope)  # noqa: S102
+            steps = [n for n in self.graph.nodes if n.op not in ("input", "output")]
+            self._observed = (scope["forward"], steps)
+        return self._observed
 
 
 def _var_names(graph: Graph, params: list[str]) -> dict[int, str]:
     names: dict[int, str] = {}
-    used = set(_RESERVED) | {"np", "operator"}
+    used = set(_RESERVED) | {"np", "operator", _OBSERVE}
     for node in graph.nodes:
         base = node.name
         if keyword.iskeyword(base) or base in used:
@@ -148,7 +170,8 @@ def _var_names(graph: Graph, params: list[str]) -> dict[int, str]:
     return names
 
 
-def _generate(graph: Graph, params: list[str], ns: _Namespace, namedtuple) -> str:
+def _generate(graph: Graph, params: list[str], ns: _Namespace, namedtuple,
+              observe: bool = False) -> str:
     var = _var_names(graph, params)
     ns.taken = set(var.values())
     inputs = graph.inputs
@@ -201,7 +224,11 @@ def _generate(graph: Graph, params: list[str], ns: _Namespace, namedtuple) -> st
         return ", ".join(parts)
 
     names = [var[id(n)] for n in inputs]
+    if observe:
+        names.insert(0, _OBSERVE)
     lines = [f"def forward({', '.join(names)}):"]
+    if observe:
+        lines.append(f"    {_OBSERVE}(None)")
     for i, node in enumerate(graph.nodes):
         op, target = node.op, node.target
         if op == "input":
@@ -256,6 +283,9 @@ def _generate(graph: Graph, params: list[str], ns: _Namespace, namedtuple) -> st
                 lines.append(f"    {var[id(node)]} = {rhs}{comment}")
             else:
                 lines.append(f"    {rhs}{comment}")
+        if observe:
+            seen = var[id(node)] if rhs is not None and node.users else None
+            lines.append(f"    {_OBSERVE}({seen})")
         dead = [var[id(n)] for n in node.inputs if last_use.get(id(n)) == i]
         if dead:
             lines.append(f"    del {', '.join(dead)}")
