@@ -42,6 +42,7 @@ EXTENSIONS = {
     "_gemm": [os.path.join(KERNELS, "gemm", "*.c")],
     "_conv": [os.path.join(KERNELS, "conv", "*.c")],
     "_ops": [os.path.join(KERNELS, "ops", "*.c")],
+    "_qgemm": [os.path.join(KERNELS, "qgemm", "*.c")],
     "_arena": [os.path.join(KERNELS, "arena", "*.c")],
     "_guard": [],
 }

@@ -30,6 +30,7 @@ _LAZY = {
     "save": "modulekit.checkpoint",
     "profile": "modulekit.profiler",
     "load_module": "modulekit.compile",
+    "quantization": "modulekit.quantization",  # a submodule: modulekit.quantization.*
 }
 
 
@@ -39,7 +40,8 @@ def __getattr__(name):
         raise AttributeError(f"module 'modulekit' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
+    imported = importlib.import_module(module)
+    value = imported if module == f"modulekit.{name}" else getattr(imported, name)
     globals()[name] = value  # later look-ups are plain module attributes
     return value
 
@@ -70,6 +72,7 @@ __all__ = [
     "nn",
     "Parameter",
     "profile",
+    "quantization",
     "save",
     "set_num_threads",
     "StateDictError",

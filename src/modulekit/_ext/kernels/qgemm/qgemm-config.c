@@ -1,0 +1,38 @@
+/* The qd8-f32-qc8w configuration table (see qgemm.h): for each ISA level the GEMM tile, its
+ * register block (which fixes the packed panel width) and the row quantizer. This is the
+ * only place they are chosen. AVX512-VNNI is a CPU flag beyond the AVX-512 level: without it
+ * (and on the AVX2 and generic levels) the portable kernels run. */
+#include "isa.h"
+#include "qgemm.h"
+
+float mk_qd8_quantize__scalar(size_t, size_t, const float *, uint8_t *);
+void mk_qd8_f32_qc8w_gemm_4x16__scalar(size_t, size_t, size_t, const uint8_t *, size_t,
+                                        const float *, const void *, float *, size_t, float,
+                                        float);
+#if MK_X86
+float mk_qd8_quantize__avx512vnni(size_t, size_t, const float *, uint8_t *);
+void mk_qd8_f32_qc8w_gemm_8x32__avx512vnni(size_t, size_t, size_t, const uint8_t *, size_t,
+                                            const float *, const void *, float *, size_t,
+                                            float, float);
+#endif
+
+static const mk_qd8_config mk_qd8_scalar = {
+    "qd8-f32-qc8w-gemm-4x16-scalar", 4, 16, mk_qd8_f32_qc8w_gemm_4x16__scalar,
+    mk_qd8_quantize__scalar,
+};
+
+#if MK_X86
+static const mk_qd8_config mk_qd8_avx512vnni = {
+    "qd8-f32-qc8w-gemm-8x32-avx512vnni", 8, 32, mk_qd8_f32_qc8w_gemm_8x32__avx512vnni,
+    mk_qd8_quantize__avx512vnni,
+};
+#endif
+
+const mk_qd8_config *mk_qd8_get_config(int isa) {
+#if MK_X86
+    if (isa >= MK_ISA_AVX512 && __builtin_cpu_supports("avx512vnni")) return &mk_qd8_avx512vnni;
+#else
+    (void)isa;
+#endif
+    return &mk_qd8_scalar;
+}
