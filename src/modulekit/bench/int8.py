@@ -1,0 +1,179 @@
+"""int8 dynamic quantization against torch's and onnxruntime's, in one run.
+
+``python -m modulekit.bench int8 [--quick]`` (or ``python bench/int8.py``). Cases:
+
+``Linear int8 <in>-><out> batch <b>``
+    the Linear shapes of the bfloat16/int8 issue (4096->4096 batch 64, 1024->1024 batch 1024,
+    384->1536 batch 256: MiniLM's feed-forward): modulekit's ``quantize_dynamic`` layer
+    against torch's ``torch.ao.quantization.quantize_dynamic`` (fbgemm) and onnxruntime's
+    ``onnxruntime.quantization.quantize_dynamic`` of a MatMul + Add graph; the row
+    ``modulekit float32`` is the unquantized layer (a reference, not a competitor).
+``MiniLM int8 batch <b> seq <s>``
+    the MiniLM-L6-sized BERT of the ``bert`` suite (random weights), quantized by each
+    library's ``quantize_dynamic``. Each row records ``cosine_vs_float32``: the smallest
+    cosine similarity between a token's float32 and int8 hidden states (no real weights can
+    be fetched here, so this measures the scheme on random weights, not on real sentences).
+
+Ratios are peer time / modulekit time, interleaved round by round (``_timing.interleaved``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+
+from modulekit.bench._timing import interleaved
+from modulekit.bench.conv import PAUSE
+
+SUITE = "int8"
+LINEARS = ((4096, 4096, 64), (1024, 1024, 1024), (384, 1536, 256))
+
+
+def _ort_quantized(path, threads):
+    """An onnxruntime session of ``path`` quantized by onnxruntime's quantize_dynamic."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    qpath = path.replace(".onnx", ".int8.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(path, qpath, weight_type=QuantType.QInt8)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(qpath, opts, providers=["CPUExecutionProvider"])
+
+
+def _linear_onnx(w, b, path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("MatMul", ["x", "wt"], ["xw"]),
+             helper.make_node("Add", ["xw", "b"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", w.shape[1]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", w.shape[0]])],
+        [numpy_helper.from_array(np.ascontiguousarray(w.T), "wt"),
+         numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def _torch_quantized(module):
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear},
+                                                      dtype=torch.qint8)
+
+
+def _linears(quick, tmp, threads):
+    import torch
+
+    import modulekit as mk
+    from modulekit.quantization import quantize_dynamic
+
+    rows = []
+    rng = np.random.default_rng(0)
+    for k, n, batch in LINEARS[2:] if quick else LINEARS:
+        case = f"Linear int8 {k}->{n} batch {batch}"
+        lin = mk.nn.Linear(k, n)
+        w = lin.weight.numpy().copy()
+        b = lin.bias.numpy().copy()
+        q = quantize_dynamic(mk.nn.Sequential(lin))
+        x = rng.standard_normal((batch, k)).astype(np.float32)
+        tl = torch.nn.Linear(k, n)
+        tl.weight.data, tl.bias.data = torch.from_numpy(w), torch.from_numpy(b)
+        tq = _torch_quantized(torch.nn.Sequential(tl).eval())
+        xt = torch.from_numpy(x)
+        funcs = {"modulekit": lambda q=q, x=x: q(x), "torch": lambda tq=tq, xt=xt: tq(xt),
+                 "modulekit float32": lambda lin=lin, x=x: lin(x)}
+        try:
+            path = os.path.join(tmp, f"linear{k}x{n}.onnx")
+            _linear_onnx(w, b, path)
+            sess = _ort_quantized(path, threads)
+            funcs["onnxruntime"] = lambda sess=sess, x=x: sess.run(None, {"x": x})
+        except Exception as exc:  # optional peer: any failure means "skip it"
+            print(f"onnxruntime peer skipped: {type(exc).__name__}: {exc}"[:200],
+                  file=sys.stderr)
+        res = interleaved(funcs, rounds=3 if quick else 9, min_time=0.02 if quick else 0.1,
+                          pause=PAUSE)
+        for impl, stats in res.items():
+            rows.append(dict(suite=SUITE, case=case, impl=impl,
+                             gops=2.0 * batch * k * n / stats["seconds"] / 1e9, **stats))
+    return rows
+
+
+def _minilm(quick, tmp, threads):
+    import torch
+
+    from modulekit.bench import bert
+    from modulekit.quantization import quantize_dynamic
+
+    model, hf, sess, ort_error = bert.setup(tmp)
+    q = quantize_dynamic(model)
+    tq = _torch_quantized(hf)
+    qsess = None
+    if sess is not None:
+        try:
+            qsess = _ort_quantized(os.path.join(tmp, "bert.onnx"), threads)
+        except Exception as exc:  # optional peer
+            ort_error = f"onnxruntime peer skipped: {type(exc).__name__}: {exc}"[:200]
+    rows = []
+    rng = np.random.default_rng(0)
+    for batch, seq in ((2, 32),) if quick else ((1, 128), (32, 128)):
+        case = f"MiniLM int8 batch {batch} seq {seq}"
+        ids = rng.integers(1000, bert.CONFIG["vocab_size"], (batch, seq))
+        mask = np.ones((batch, seq), np.int64)
+        tt = np.zeros((batch, seq), np.int64)
+        ref = model(ids, mask, tt).last_hidden_state.reshape(-1, bert.CONFIG["hidden_size"])
+        tkw = {k: torch.from_numpy(v) for k, v in
+               (("input_ids", ids), ("attention_mask", mask), ("token_type_ids", tt))}
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": tt}
+        outs = {"modulekit": q(ids, mask, tt).last_hidden_state,
+                "torch": tq(**tkw).last_hidden_state.numpy()}
+        funcs = {"modulekit": lambda a=(ids, mask, tt): q(*a),
+                 "torch": lambda kw=tkw: tq(**kw)}
+        if qsess is not None:
+            outs["onnxruntime"] = qsess.run(None, feed)[0]
+            funcs["onnxruntime"] = lambda f=feed: qsess.run(None, f)
+        res = interleaved(funcs, rounds=3 if quick else 9, min_time=0.02 if quick else 0.2,
+                          pause=PAUSE)
+        for impl, stats in res.items():
+            got = np.asarray(outs[impl]).reshape(ref.shape)
+            cos = (ref * got).sum(1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1))
+            rows.append(dict(suite=SUITE, case=case, impl=impl,
+                             cosine_vs_float32=float(cos.min()), **stats))
+        if qsess is None:
+            rows.append(dict(suite=SUITE, case=case, impl="onnxruntime", error=ort_error))
+    return rows
+
+
+def run(quick=False):
+    """The Linear and MiniLM cases; returns the bench rows."""
+    import torch  # the reference models (an ImportError marks the suite skipped)
+
+    import modulekit as mk
+
+    threads = mk.get_num_threads()
+    torch.set_num_threads(threads)
+    torch.set_grad_enabled(False)
+    with tempfile.TemporaryDirectory() as tmp:
+        return _linears(quick, tmp, threads) + _minilm(quick, tmp, threads)
+
+
+def main(argv=None):
+    from modulekit.bench.__main__ import main as bench_main
+
+    return bench_main([SUITE, *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    main()
