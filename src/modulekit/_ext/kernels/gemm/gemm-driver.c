@@ -17,6 +17,7 @@
 
 #include "gemm.h"
 #include "mk_omp.h"
+#include "pool/pool.h"
 
 /* Below this many multiply-adds a call stays on the calling thread (a libgomp region costs
  * 1-2 us while its team spins and much more after idling; OpenBLAS uses 2^18). */
@@ -294,37 +295,82 @@ static int mk_gemm_row_tiles(const mk_gemm_problem *pr, int team) {
            (2 * pr->m >= pr->n || panels < 2 * (size_t)team);
 }
 
-static int mk_gemm_tiles(const mk_gemm_problem *pr, int team) {
+/* The tiling mk_gemm_tiles hands out: units, and each unit's rows (rows_per, 0: all) or
+ * panels (panels_per). */
+static size_t mk_gemm_tiling(const mk_gemm_problem *pr, int team, size_t *rows_per,
+                             size_t *panels_per) {
     const size_t mr = pr->cfg->mr, nr = pr->cfg->nr;
     const size_t panels = (pr->n + nr - 1) / nr, mtiles = (pr->m + mr - 1) / mr;
     const size_t want = (size_t)(4 * team);
-    size_t units, rows_per = 0, panels_per = panels;
+    *rows_per = 0;
+    *panels_per = panels;
     if (mk_gemm_row_tiles(pr, team)) {
         size_t u = (pr->m + pr->cfg->mc - 1) / pr->cfg->mc;
         if (u < want) u = want;
         u = (u + (size_t)team - 1) / (size_t)team * (size_t)team;
         if (u > mtiles) u = mtiles;
-        rows_per = (mtiles + u - 1) / u * mr;
-        units = (pr->m + rows_per - 1) / rows_per;
-    } else {
-        size_t u = want < panels ? want : panels;
-        panels_per = (panels + u - 1) / u;
-        units = (panels + panels_per - 1) / panels_per;
+        *rows_per = (mtiles + u - 1) / u * mr;
+        return (pr->m + *rows_per - 1) / *rows_per;
     }
+    size_t u = want < panels ? want : panels;
+    *panels_per = (panels + u - 1) / u;
+    return (panels + *panels_per - 1) / *panels_per;
+}
+
+static int mk_gemm_tile(const mk_gemm_problem *pr, size_t u, size_t rows_per,
+                        size_t panels_per) {
+    const size_t panels = (pr->n + pr->cfg->nr - 1) / pr->cfg->nr;
+    size_t m0 = 0, m1 = pr->m, p0 = 0, p1 = panels;
+    if (rows_per) {
+        m0 = u * rows_per;
+        m1 = mk_min(pr->m, m0 + rows_per);
+    } else {
+        p0 = u * panels_per;
+        p1 = mk_min(panels, p0 + panels_per);
+    }
+    return mk_gemm_range(pr, m0, m1, p0, p1);
+}
+
+static int mk_gemm_tiles(const mk_gemm_problem *pr, int team) {
+    size_t rows_per, panels_per;
+    const size_t units = mk_gemm_tiling(pr, team, &rows_per, &panels_per);
     int status = 0;
 #pragma omp for schedule(dynamic, 1) nowait
-    for (size_t u = 0; u < units; u++) {
-        size_t m0 = 0, m1 = pr->m, p0 = 0, p1 = panels;
-        if (rows_per) {
-            m0 = u * rows_per;
-            m1 = mk_min(pr->m, m0 + rows_per);
-        } else {
-            p0 = u * panels_per;
-            p1 = mk_min(panels, p0 + panels_per);
-        }
-        if (mk_gemm_range(pr, m0, m1, p0, p1) != 0) status = -1;
-    }
+    for (size_t u = 0; u < units; u++)
+        if (mk_gemm_tile(pr, u, rows_per, panels_per) != 0) status = -1;
     return status;
+}
+
+/* ---------------------------------------------------------------- the thread pool
+ * mk_gemm_run's threads come from modulekit's pool (kernels/pool/pool.h), installed by
+ * _gemm at import: the caller never waits for a worker that has not started (a worker still
+ * waking up after idle, or descheduled), only for items already running, and that wait
+ * feeds the contention back-off as the OpenMP regions' waits do. The layer chain and matmul
+ * still open OpenMP regions. */
+static const mk_pool_api *mk_gemm_pool = NULL;
+
+void mk_gemm_pool_install(const mk_pool_api *api) { mk_gemm_pool = api; }
+
+/* One loop of mk_gemm_run: unit u is tile u (rows_per/panels_per, as mk_gemm_tiling) or,
+ * for small M, thread share u of `shares` (mk_gemm_part). */
+typedef struct {
+    const mk_gemm_problem *pr;
+    size_t rows_per, panels_per;
+    int shares;
+    int status; /* atomic */
+} mk_gemm_loop;
+
+static void mk_gemm_loop_item(void *ctx, size_t u) {
+    mk_gemm_loop *job = (mk_gemm_loop *)ctx;
+    int rc;
+    if (job->shares) {
+        size_t m0, m1, p0, p1;
+        mk_gemm_part(job->pr, (int)u, job->shares, &m0, &m1, &p0, &p1);
+        rc = mk_gemm_range(job->pr, m0, m1, p0, p1);
+    } else {
+        rc = mk_gemm_tile(job->pr, u, job->rows_per, job->panels_per);
+    }
+    if (rc != 0) __atomic_store_n(&job->status, -1, __ATOMIC_RELAXED);
 }
 
 int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
@@ -347,38 +393,31 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
         pr.csa = 1;
     }
     int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
-    long long start = 0, master_done = 0;
+    long long start = 0;
     if (nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
     if (nt <= 1) {
         size_t m0, m1, p0, p1;
         mk_gemm_part(&pr, 0, 1, &m0, &m1, &p0, &p1);
         return mk_gemm_range(&pr, m0, m1, p0, p1);
     }
-    int status = 0;
-#pragma omp parallel num_threads(nt)
-    {
-        const int team = omp_get_num_threads();
-        int rc;
-        if (mk_gemm_row_tiles(&pr, team)) {
-            /* many rows: row tiles from a shared counter (every thread reads all the weights
-             * anyway; a thread slowed by another process hands its tiles over) */
-            rc = mk_gemm_tiles(&pr, team);
-        } else {
-            /* a fixed share of the weights per thread, the same from call to call, so each
-             * core keeps streaming its share from its own cache */
-            size_t m0, m1, p0, p1;
-            mk_gemm_part(&pr, omp_get_thread_num(), team, &m0, &m1, &p0, &p1);
-            rc = mk_gemm_range(&pr, m0, m1, p0, p1);
-        }
-        if (rc != 0) {
-#pragma omp atomic write
-            status = -1;
-        }
-        if (omp_get_thread_num() == 0) master_done = mk_gemm_now_ns();
+    /* many rows: row tiles (every thread reads all the weights anyway); few rows: one
+     * share of the weight panels per thread (mk_gemm_part), so the work still splits evenly
+     * when a thread claims no share, the caller doing it */
+    mk_gemm_loop job = {&pr, 0, 0, 0, 0};
+    size_t units;
+    if (mk_gemm_row_tiles(&pr, nt)) {
+        units = mk_gemm_tiling(&pr, nt, &job.rows_per, &job.panels_per);
+    } else {
+        job.shares = nt;
+        units = (size_t)nt;
     }
-    const long long end = mk_gemm_now_ns();
-    mk_gemm_contention_account(start, end, end - master_done);
-    return status;
+    if (mk_gemm_pool == NULL) {
+        for (size_t u = 0; u < units; u++) mk_gemm_loop_item(&job, u);
+        return job.status;
+    }
+    const long long waited = mk_gemm_pool->parallel_for(mk_gemm_loop_item, &job, units, nt);
+    mk_gemm_contention_account(start, mk_gemm_now_ns(), waited);
+    return job.status;
 }
 
 /* ---------------------------------------------------------------- matmul (B not packed) */

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "isa.h"
+#include "pool/pool.h"
 #include "wino-eng-api.h"
 
 #ifdef __cplusplus
@@ -213,6 +214,11 @@ long long mk_gemm_now_ns(void);
 int mk_gemm_backing_off(long long *now);
 void mk_gemm_contention_account(long long start, long long end, long long waited);
 void mk_gemm_backoff_reset(void);
+
+/* The thread pool mk_gemm_run splits its work on (pool/pool.h), installed by _gemm at import
+ * from _pool's capsule; until then it runs on the calling thread. */
+void mk_gemm_pool_install(const mk_pool_api *api);
+
 
 /* Whether problems with more than MK_SMALLM_MAX rows and a unit-stride A run the MR-row
  * direct kernels on A in place (1, the default) or pack A (0); returns the previous setting.
