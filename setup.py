@@ -43,7 +43,7 @@ EXTENSIONS = {
     "_conv": [os.path.join(KERNELS, "conv", "*.c")],
     "_ops": [os.path.join(KERNELS, "ops", "*.c")],
     "_qgemm": [os.path.join(KERNELS, "qgemm", "*.c")],
-    "_pool": [os.path.join(KERNELS, "pool", "*.c")],
+    "_threadpool": [os.path.join(KERNELS, "threadpool", "*.c")],
     "_arena": [os.path.join(KERNELS, "arena", "*.c")],
     "_guard": [],
 }

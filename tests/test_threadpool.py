@@ -1,5 +1,5 @@
-"""modulekit's thread pool (kernels/pool/pool.h): every item runs exactly once, whatever the
-thread count, item count, concurrent callers or a fork in between."""
+"""modulekit's thread pool (kernels/threadpool/threadpool.h): every item runs exactly once,
+whatever the thread count, item count, concurrent callers or a fork in between."""
 
 import multiprocessing
 import threading
@@ -7,20 +7,20 @@ import threading
 import numpy as np
 import pytest
 
-from modulekit._ext import _gemm, _pool
+from modulekit._ext import _gemm, _threadpool
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 1000, 100_000])
 def test_every_item_runs_once(threads, n):
-    counts = _pool._selftest(n, threads)
+    counts = _threadpool._selftest(n, threads)
     assert counts.shape == (n,) and (counts == 1).all()
 
 
 def test_slow_items_and_more_threads_than_cores():
-    counts = _pool._selftest(64, 16, item_seconds=20e-6)
+    counts = _threadpool._selftest(64, 16, item_seconds=20e-6)
     assert (counts == 1).all()
-    assert _pool.workers() >= 1
+    assert _threadpool.workers() >= 1
 
 
 def test_concurrent_callers_each_get_all_their_items():
@@ -29,7 +29,7 @@ def test_concurrent_callers_each_get_all_their_items():
 
     def caller():
         for n in (1, 5, 333, 4096) * 30:
-            counts = _pool._selftest(n, 2)
+            counts = _threadpool._selftest(n, 2)
             if not (counts == 1).all():
                 bad.append(n)
 
@@ -42,11 +42,11 @@ def test_concurrent_callers_each_get_all_their_items():
 
 
 def _child(queue):
-    queue.put(bool((_pool._selftest(2000, 2) == 1).all()))
+    queue.put(bool((_threadpool._selftest(2000, 2) == 1).all()))
 
 
 def test_fork_child_starts_its_own_workers():
-    _pool._selftest(1000, 2)  # the parent's workers exist
+    _threadpool._selftest(1000, 2)  # the parent's workers exist
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     proc = ctx.Process(target=_child, args=(queue,))
@@ -57,11 +57,11 @@ def test_fork_child_starts_its_own_workers():
 
 def test_bad_arguments():
     with pytest.raises(ValueError):
-        _pool._selftest(-1, 2)
+        _threadpool._selftest(-1, 2)
     with pytest.raises(ValueError):
-        _pool._selftest(10, 0)
+        _threadpool._selftest(10, 0)
     with pytest.raises(ValueError):
-        _pool._selftest(_pool.MAX_ITEMS + 1, 2)
+        _threadpool._selftest(_threadpool.MAX_ITEMS + 1, 2)
 
 
 def test_gemm_on_the_pool_is_bit_identical_to_one_thread(rng):

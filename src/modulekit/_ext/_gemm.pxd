@@ -15,7 +15,7 @@ cdef extern from "wino-eng-api.h" nogil:
     ctypedef struct mk_wino_eng_api:
         pass
 
-cdef extern from "pool/pool.h" nogil:
+cdef extern from "threadpool/threadpool.h" nogil:
     ctypedef struct mk_pool_api:
         pass
 

@@ -27,11 +27,12 @@ from modulekit._ext._openmp_helpers cimport effective_threads, omp_get_thread_nu
 
 cnp.import_array()
 
-from modulekit._ext._pool import _api_capsule
+from modulekit._ext._threadpool import _api_capsule
 
-# mk_gemm_run's threads: modulekit's pool (kernels/pool/pool.h), from _pool's capsule
+# mk_gemm_run's threads: modulekit's pool (kernels/threadpool/threadpool.h), from the
+# capsule _threadpool hands out
 mk_gemm_pool_install(<const mk_pool_api *>PyCapsule_GetPointer(
-    _api_capsule(), b"modulekit._ext._pool.api"))
+    _api_capsule(), b"modulekit._ext._threadpool.api"))
 
 cdef extern from "Python.h":
     object PyObject_GenericGetDict(object obj, void *context)

@@ -17,7 +17,7 @@
 
 #include "gemm.h"
 #include "mk_omp.h"
-#include "pool/pool.h"
+#include "threadpool/threadpool.h"
 
 /* Below this many multiply-adds a call stays on the calling thread (a libgomp region costs
  * 1-2 us while its team spins and much more after idling; OpenBLAS uses 2^18). */
@@ -342,8 +342,8 @@ static int mk_gemm_tiles(const mk_gemm_problem *pr, int team) {
 }
 
 /* ---------------------------------------------------------------- the thread pool
- * mk_gemm_run's threads come from modulekit's pool (kernels/pool/pool.h), installed by
- * _gemm at import: the caller never waits for a worker that has not started (a worker still
+ * mk_gemm_run's threads come from modulekit's pool (kernels/threadpool/threadpool.h),
+ * installed by _gemm at import: the caller never waits for a worker that has not started (a worker still
  * waking up after idle, or descheduled), only for items already running, and that wait
  * feeds the contention back-off as the OpenMP regions' waits do. The layer chain and matmul
  * still open OpenMP regions. */

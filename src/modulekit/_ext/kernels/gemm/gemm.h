@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "isa.h"
-#include "pool/pool.h"
+#include "threadpool/threadpool.h"
 #include "wino-eng-api.h"
 
 #ifdef __cplusplus
@@ -215,8 +215,8 @@ int mk_gemm_backing_off(long long *now);
 void mk_gemm_contention_account(long long start, long long end, long long waited);
 void mk_gemm_backoff_reset(void);
 
-/* The thread pool mk_gemm_run splits its work on (pool/pool.h), installed by _gemm at import
- * from _pool's capsule; until then it runs on the calling thread. */
+/* The thread pool mk_gemm_run splits its work on (threadpool/threadpool.h), installed by _gemm
+ * at import from _threadpool's capsule; until then it runs on the calling thread. */
 void mk_gemm_pool_install(const mk_pool_api *api);
 
 

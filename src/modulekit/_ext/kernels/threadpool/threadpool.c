@@ -1,4 +1,4 @@
-/* The thread pool (see pool.h).
+/* The thread pool (see threadpool.h).
  *
  * One 64-bit word describes the running loop: generation (24 bits) | n (20) | next item (20).
  * A thread claims an item with a compare-and-swap that succeeds only while the word's
@@ -8,7 +8,7 @@
  * and then waits until `done` reaches n: only items already started are waited for. The loop
  * that follows reuses the state only after that, so no item of an older generation is in
  * flight when it is reset. */
-#include "pool.h"
+#include "threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>

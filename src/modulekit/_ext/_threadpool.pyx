@@ -1,6 +1,6 @@
 # cython: language_level=3
-"""modulekit's thread pool (``kernels/pool/pool.h``): parallel loops whose caller never waits
-for a worker that has not started. The kernels reach it through the table
+"""modulekit's thread pool (``kernels/threadpool/threadpool.h``): parallel loops whose
+caller never waits for a worker that has not started. The kernels reach it through the table
 :func:`_api_capsule` hands them at import; this module also exposes a self-test loop for the
 test suite."""
 import numpy as np
@@ -11,7 +11,7 @@ from libc.stdint cimport int64_t
 
 cnp.import_array()
 
-cdef extern from "pool/pool.h" nogil:
+cdef extern from "threadpool/threadpool.h" nogil:
     ctypedef void (*mk_pool_task)(void *ctx, size_t item) noexcept nogil
     ctypedef struct mk_pool_api:
         long long (*parallel_for)(mk_pool_task fn, void *ctx, size_t n,
@@ -33,8 +33,8 @@ MAX_ITEMS = MK_POOL_MAX_ITEMS
 
 def _api_capsule():
     """The pool's entry points (``mk_pool_api``, pool.h) in a PyCapsule named
-    ``modulekit._ext._pool.api``: the kernel extensions install them at import."""
-    return PyCapsule_New(<void *>mk_pool_get_api(), b"modulekit._ext._pool.api", NULL)
+    ``modulekit._ext._threadpool.api``: the kernel extensions install them at import."""
+    return PyCapsule_New(<void *>mk_pool_get_api(), b"modulekit._ext._threadpool.api", NULL)
 
 
 def workers():

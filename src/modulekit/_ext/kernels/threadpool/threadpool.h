@@ -18,10 +18,10 @@
  * loop runs, or from inside a loop item, runs serially on its caller. After fork() the child
  * starts with no workers (they are started again there on first use).
  *
- * The extensions export no C symbols to each other: the pool lives in _pool, which hands
- * this table to the others at import in a PyCapsule (_pool._api_capsule). */
-#ifndef MK_POOL_H
-#define MK_POOL_H
+ * The extensions export no C symbols to each other: the pool lives in _threadpool, which hands
+ * this table to the others at import in a PyCapsule (_threadpool._api_capsule). */
+#ifndef MK_THREADPOOL_H
+#define MK_THREADPOOL_H
 
 #include <stddef.h>
 
@@ -40,4 +40,4 @@ typedef struct {
 
 const mk_pool_api *mk_pool_get_api(void);
 
-#endif /* MK_POOL_H */
+#endif /* MK_THREADPOOL_H */
