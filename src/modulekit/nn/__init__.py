@@ -72,3 +72,9 @@ __all__ = [
     "TransformerEncoder",
     "TransformerEncoderLayer",
 ]
+
+# ---- layers (issue 17): activations, norms, embeddings, distances, losses
+from modulekit.nn.modules import _activation_ext  # noqa: E402
+from modulekit.nn.modules.activation_ext import *  # noqa: E402, F403
+
+__all__ += _activation_ext.__all__

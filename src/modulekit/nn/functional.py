@@ -307,3 +307,35 @@ def hardswish(input) -> np.ndarray:
     """``x * relu6(x + 3) / 6`` element-wise."""
     x = as_float_array(input, "hardswish")
     return x * np.clip(x + 3, 0, 6) / 6
+
+
+# ---- layers: activations, norms, embeddings, distances, losses (issue 17) ----------------
+# Implemented in modulekit/nn/_functional_act.py, _functional_norm.py, _functional_misc.py
+# and _functional_loss.py (each @traceable), re-exported here under torch's names.
+from modulekit.nn._functional_act import (  # noqa: E402
+    celu,
+    elu,
+    glu,
+    hardshrink,
+    hardsigmoid,
+    hardtanh,
+    leaky_relu,
+    log_softmax,
+    logsigmoid,
+    mish,
+    prelu,
+    rrelu,
+    selu,
+    softmin,
+    softplus,
+    softshrink,
+    softsign,
+    tanhshrink,
+    threshold,
+)
+
+__all__ += [
+    "celu", "elu", "glu", "hardshrink", "hardsigmoid", "hardtanh", "leaky_relu", "log_softmax",
+    "logsigmoid", "mish", "prelu", "rrelu", "selu", "softmin", "softplus", "softshrink",
+    "softsign", "tanhshrink", "threshold",
+]
