@@ -74,7 +74,11 @@ __all__ = [
 ]
 
 # ---- layers (issue 17): activations, norms, embeddings, distances, losses
-from modulekit.nn.modules import _activation_ext  # noqa: E402
+from modulekit.nn.modules import (
+    _activation_ext,  # noqa: E402
+    _loss,  # noqa: E402
+)
 from modulekit.nn.modules.activation_ext import *  # noqa: E402, F403
+from modulekit.nn.modules.loss import *  # noqa: E402, F403
 
-__all__ += _activation_ext.__all__
+__all__ += _activation_ext.__all__ + _loss.__all__
