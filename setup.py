@@ -42,6 +42,7 @@ EXTENSIONS = {
     "_gemm": [os.path.join(KERNELS, "gemm", "*.c")],
     "_conv": [os.path.join(KERNELS, "conv", "*.c")],
     "_ops": [os.path.join(KERNELS, "ops", "*.c")],
+    "_norm": [os.path.join(KERNELS, "norm", "*.c")],
     "_arena": [os.path.join(KERNELS, "arena", "*.c")],
     "_guard": [],
 }
