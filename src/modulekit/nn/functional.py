@@ -369,3 +369,17 @@ __all__ += [
     "multilabel_margin_loss", "multilabel_soft_margin_loss", "nll_loss", "poisson_nll_loss",
     "smooth_l1_loss", "soft_margin_loss", "triplet_margin_loss",
 ]
+from modulekit.nn._functional_norm import (  # noqa: E402
+    batch_norm,
+    group_norm,
+    instance_norm,
+    layer_norm,
+    local_response_norm,
+    normalize,
+    rms_norm,
+)
+
+__all__ += [
+    "batch_norm", "group_norm", "instance_norm", "layer_norm", "local_response_norm",
+    "normalize", "rms_norm",
+]
