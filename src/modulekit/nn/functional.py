@@ -383,3 +383,21 @@ __all__ += [
     "batch_norm", "group_norm", "instance_norm", "layer_norm", "local_response_norm",
     "normalize", "rms_norm",
 ]
+from modulekit.nn._functional_misc import (  # noqa: E402
+    alpha_dropout,
+    bilinear,
+    cosine_similarity,
+    dropout1d,
+    dropout2d,
+    dropout3d,
+    embedding,
+    embedding_bag,
+    feature_alpha_dropout,
+    one_hot,
+    pairwise_distance,
+)
+
+__all__ += [
+    "alpha_dropout", "bilinear", "cosine_similarity", "dropout1d", "dropout2d", "dropout3d",
+    "embedding", "embedding_bag", "feature_alpha_dropout", "one_hot", "pairwise_distance",
+]
