@@ -118,8 +118,6 @@ class EmbeddingBag(Module):
         if self.norm_type != 2:
             s += f", norm_type={self.norm_type}"
         s += f", mode={self.mode!r}"
-        if self.include_last_offset:
-            s += ", include_last_offset=True"
         if self.padding_idx is not None:
             s += f", padding_idx={self.padding_idx}"
         return s
@@ -347,7 +345,7 @@ class ParameterList(Module):
         return self
 
     def extra_repr(self) -> str:
-        return "\n".join(f"({i}): Parameter containing: [{p.dtype.name} of size "
+        return "\n".join(f"  ({i}): Parameter containing: [{p.dtype.name} of size "
                          f"{'x'.join(map(str, p.shape))}]" for i, p in enumerate(self))
 
     def forward(self, *args, **kwargs):
@@ -425,7 +423,7 @@ class ParameterDict(Module):
             self[entry[0]] = entry[1]
 
     def extra_repr(self) -> str:
-        return "\n".join(f"({k}): Parameter containing: [{p.dtype.name} of size "
+        return "\n".join(f"  ({k}): Parameter containing: [{p.dtype.name} of size "
                          f"{'x'.join(map(str, p.shape))}]" for k, p in self.items())
 
     def forward(self, *args, **kwargs):

@@ -88,8 +88,8 @@ class GroupNorm(Module):
             self.register_parameter("bias", None)
 
     def extra_repr(self) -> str:
-        s = f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
-        return s if not self.affine or self.bias is not None else s + ", bias=False"
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, "
+                f"affine={self.affine}, bias={self.bias is not None}")
 
     def forward(self, input) -> np.ndarray:
         x = _compute_input(input, "GroupNorm", self.weight)
@@ -135,7 +135,8 @@ class _InstanceNorm(Module):
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+                f"affine={self.affine}, bias={self.bias is not None}, "
+                f"track_running_stats={self.track_running_stats}")
 
     def forward(self, input) -> np.ndarray:
         name = type(self).__name__
@@ -156,17 +157,10 @@ class _InstanceNorm(Module):
                           stacklevel=2)
         use_input_stats = self.training or not self.track_running_stats
         rm, rv = self.running_mean, self.running_var
-        if self.training and self.track_running_stats:
-            if self.num_batches_tracked is not None:
-                self.num_batches_tracked.copy_(
-                    np.asarray(int(self.num_batches_tracked.numpy()) + 1, np.int64))
-            momentum = self.momentum
-            if momentum is None:  # a cumulative average, as torch's _BatchNorm
-                momentum = 1.0 / int(self.num_batches_tracked.numpy())
-        else:
-            momentum = self.momentum
-            if use_input_stats:
-                rm = rv = None  # nothing to update
+        if not self.training and use_input_stats:
+            rm = rv = None  # evaluation without running statistics: nothing to update
+        # as torch's _InstanceNorm: momentum None means 0 and num_batches_tracked stays
+        momentum = 0.0 if self.momentum is None else self.momentum
         y = FN.instance_norm(x, rm, rv, _np(self.weight), _np(self.bias), use_input_stats,
                              momentum, self.eps)
         return y if batched else y[0]

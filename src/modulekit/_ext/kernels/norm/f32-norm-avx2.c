@@ -63,23 +63,26 @@ MK_AVX2 void mk_moments_f32_avx2(size_t n, const float *x, float shift, double *
     *sumsq += q;
 }
 
-MK_AVX2 void mk_affine_f32_avx2(size_t n, const float *x, float scale, float bias, float *y)
+MK_AVX2 void mk_affine_f32_avx2(size_t n, const float *x, float mean, float scale,
+                                float bias, float *y)
 {
-    const __m256 a = _mm256_set1_ps(scale), b = _mm256_set1_ps(bias);
+    const __m256 m = _mm256_set1_ps(mean), a = _mm256_set1_ps(scale);
+    const __m256 b = _mm256_set1_ps(bias);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        __m256 v0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), a, b);
-        __m256 v1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), a, b);
-        __m256 v2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), a, b);
-        __m256 v3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), a, b);
+        __m256 v0 = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m), a, b);
+        __m256 v1 = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m), a, b);
+        __m256 v2 = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 16), m), a, b);
+        __m256 v3 = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 24), m), a, b);
         _mm256_storeu_ps(y + i, v0);
         _mm256_storeu_ps(y + i + 8, v1);
         _mm256_storeu_ps(y + i + 16, v2);
         _mm256_storeu_ps(y + i + 24, v3);
     }
     for (; i < n; i += 8) {
-        __m256i m = tail_mask8(n - i);
-        _mm256_maskstore_ps(y + i, m, _mm256_fmadd_ps(_mm256_maskload_ps(x + i, m), a, b));
+        __m256i k = tail_mask8(n - i);
+        __m256 v = _mm256_sub_ps(_mm256_maskload_ps(x + i, k), m);
+        _mm256_maskstore_ps(y + i, k, _mm256_fmadd_ps(v, a, b));
     }
 }
 

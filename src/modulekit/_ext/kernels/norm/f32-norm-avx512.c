@@ -57,24 +57,26 @@ MK_AVX512 void mk_moments_f32_avx512(size_t n, const float *x, float shift, doub
     *sumsq += q;
 }
 
-MK_AVX512 void mk_affine_f32_avx512(size_t n, const float *x, float scale, float bias,
-                                    float *y)
+MK_AVX512 void mk_affine_f32_avx512(size_t n, const float *x, float mean, float scale,
+                                    float bias, float *y)
 {
-    const __m512 a = _mm512_set1_ps(scale), b = _mm512_set1_ps(bias);
+    const __m512 m = _mm512_set1_ps(mean), a = _mm512_set1_ps(scale);
+    const __m512 b = _mm512_set1_ps(bias);
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
-        __m512 v0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), a, b);
-        __m512 v1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), a, b);
-        __m512 v2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), a, b);
-        __m512 v3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), a, b);
+        __m512 v0 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), m), a, b);
+        __m512 v1 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), m), a, b);
+        __m512 v2 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + 32), m), a, b);
+        __m512 v3 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + 48), m), a, b);
         _mm512_storeu_ps(y + i, v0);
         _mm512_storeu_ps(y + i + 16, v1);
         _mm512_storeu_ps(y + i + 32, v2);
         _mm512_storeu_ps(y + i + 48, v3);
     }
     for (; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : tail16(n - i);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), a, b));
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : tail16(n - i);
+        __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), m);
+        _mm512_mask_storeu_ps(y + i, k, _mm512_fmadd_ps(v, a, b));
     }
 }
 

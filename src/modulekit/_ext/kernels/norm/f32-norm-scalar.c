@@ -26,7 +26,8 @@ void mk_moments_f32_scalar(size_t n, const float *x, float shift, double *sum, d
     *sumsq += q;
 }
 
-void mk_affine_f32_scalar(size_t n, const float *x, float scale, float bias, float *y)
+void mk_affine_f32_scalar(size_t n, const float *x, float mean, float scale, float bias,
+                          float *y)
 {
-    for (size_t i = 0; i < n; i++) y[i] = x[i] * scale + bias;
+    for (size_t i = 0; i < n; i++) y[i] = (x[i] - mean) * scale + bias;
 }

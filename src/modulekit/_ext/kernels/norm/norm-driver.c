@@ -31,8 +31,8 @@ void mk_groupnorm_f32(int isa, size_t n, size_t c, size_t s, size_t groups, cons
         for (size_t k = 0; k < cpg; k++) {
             const size_t ch = g * cpg + k;
             const double sc = r * (gamma ? (double)gamma[ch] : 1.0);
-            const double b = (beta ? (double)beta[ch] : 0.0) - mu * sc;
-            cfg->affine(s, xg + k * s, (float)sc, (float)b, yg + k * s);
+            const double b = beta ? (double)beta[ch] : 0.0;
+            cfg->affine(s, xg + k * s, (float)mu, (float)sc, (float)b, yg + k * s);
         }
     }
 }
@@ -64,10 +64,10 @@ void mk_groupnorm_f64(size_t n, size_t c, size_t s, size_t groups, const double 
         for (size_t k = 0; k < cpg; k++) {
             const size_t ch = g * cpg + k;
             const double sc = r * (gamma ? gamma[ch] : 1.0);
-            const double b = (beta ? beta[ch] : 0.0) - mu * sc;
+            const double b = beta ? beta[ch] : 0.0;
             const double *xc = xg + k * s;
             double *yc = yg + k * s;
-            for (size_t j = 0; j < s; j++) yc[j] = xc[j] * sc + b;
+            for (size_t j = 0; j < s; j++) yc[j] = (xc[j] - mu) * sc + b;
         }
     }
 }

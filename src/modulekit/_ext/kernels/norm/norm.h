@@ -18,18 +18,23 @@ extern "C" {
 /* moments: *sum += sum(x[i] - shift), *sumsq += sum((x[i] - shift)^2) over n values; float32
  *   lanes over blocks of at most MK_NORM_BLOCK values, each block's totals added in double (so
  *   the error does not grow with the group's size).
- * affine: y[i] = x[i] * scale + bias over n values; y may alias x. */
+ * affine: y[i] = (x[i] - mean) * scale + bias over n values; y may alias x (subtracting first
+ *   keeps a constant group exactly at bias, where x * scale + (bias - mean * scale) would not). */
 #define MK_NORM_BLOCK 1024
 typedef void (*mk_moments_f32)(size_t n, const float *x, float shift, double *sum,
                                double *sumsq);
-typedef void (*mk_affine_f32)(size_t n, const float *x, float scale, float bias, float *y);
+typedef void (*mk_affine_f32)(size_t n, const float *x, float mean, float scale, float bias,
+                              float *y);
 
 void mk_moments_f32_scalar(size_t n, const float *x, float shift, double *sum, double *sumsq);
 void mk_moments_f32_avx2(size_t n, const float *x, float shift, double *sum, double *sumsq);
 void mk_moments_f32_avx512(size_t n, const float *x, float shift, double *sum, double *sumsq);
-void mk_affine_f32_scalar(size_t n, const float *x, float scale, float bias, float *y);
-void mk_affine_f32_avx2(size_t n, const float *x, float scale, float bias, float *y);
-void mk_affine_f32_avx512(size_t n, const float *x, float scale, float bias, float *y);
+void mk_affine_f32_scalar(size_t n, const float *x, float mean, float scale, float bias,
+                                  float *y);
+void mk_affine_f32_avx2(size_t n, const float *x, float mean, float scale, float bias,
+                                  float *y);
+void mk_affine_f32_avx512(size_t n, const float *x, float mean, float scale, float bias,
+                                  float *y);
 
 typedef struct {
     const char *name; /* the variant names, as XNNPACK's: "f32-moments-32-avx512" */
