@@ -10,3 +10,4 @@ runs the same thing as a plain script.
 
 SUITES = ("overhead", "casts", "gemm", "conv", "models", "bert", "checkpoint_io", "pipeline",
           "application")
+SUITES += ("norm",)  # issue 17: GroupNorm / InstanceNorm against torch
