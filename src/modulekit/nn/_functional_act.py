@@ -249,7 +249,7 @@ def softshrink(input, lambd: float = 0.5) -> np.ndarray:
 
 def _log_softmax(x: np.ndarray, dim: int) -> np.ndarray:
     m = np.max(x, axis=dim, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)
+    m = np.where(np.isneginf(m), 0, m)  # a row of -inf: NaN, as torch; +inf: NaN too
     shifted = x - m
     with np.errstate(divide="ignore"):
         return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))

@@ -226,7 +226,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
 
 def _log_softmax64(x: np.ndarray, dim: int) -> np.ndarray:
     m = np.max(x, axis=dim, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)
+    m = np.where(np.isneginf(m), 0, m)  # a row of -inf: NaN, as torch; +inf: NaN too
     s = x - m
     with np.errstate(divide="ignore"):
         return s - np.log(np.sum(np.exp(s), axis=dim, keepdims=True))

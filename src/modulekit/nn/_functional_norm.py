@@ -243,10 +243,11 @@ def local_response_norm(input, size: int, alpha: float = 1e-4, beta: float = 0.7
     sq = np.square(x, dtype=np.float64)
     pad = [(0, 0)] * x.ndim
     pad[1] = (size // 2, (size - 1) // 2)
-    csum = np.cumsum(np.pad(sq, pad), axis=1)
-    csum = np.concatenate([np.zeros_like(csum[:, :1]), csum], axis=1)
+    padded = np.pad(sq, pad)
     c = x.shape[1]
-    window = csum[:, size:size + c] - csum[:, :c]
+    window = padded[:, 0:c].copy()
+    for j in range(1, size):  # a sliding sum (a NaN stays in the windows that hold it)
+        window += padded[:, j:j + c]
     div = (window / size * alpha + k) ** beta
     return (x / div).astype(dt, copy=False)
 
