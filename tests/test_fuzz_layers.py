@@ -652,6 +652,12 @@ for _name in ("CrossEntropyLoss", "NLLLoss", "MultiMarginLoss"):
                _rows_shape, _class_targets)
 
 
+_pair_case("LinearCrossEntropyLoss",
+           lambda draw: (nn.LinearCrossEntropyLoss(3, 4, bias=True),
+                         torch.nn.LinearCrossEntropyLoss(3, 4, bias=True)),
+           lambda draw: (draw(st.sampled_from(SIZES[1:])), 3), _class_targets)
+
+
 def _multilabel_targets(draw, shape):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     return (np.where(rng.random(shape) < 0.3, -1, rng.integers(0, shape[1], shape)),)

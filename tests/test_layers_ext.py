@@ -617,3 +617,16 @@ def test_loss_state_dict_keys():
         list(torch.nn.BCEWithLogitsLoss(pos_weight=torch.ones(4)).state_dict())
     assert nn.MSELoss(size_average=False).reduction == "sum"
     assert nn.MSELoss(reduce=False).reduction == "none"
+
+
+@pytest.mark.parametrize("out_features,bias,smoothing", [((), False, 0.0), ((2,), True, 0.1)])
+def test_linear_cross_entropy_loss(out_features, bias, smoothing, rng):
+    kw = dict(out_features=out_features, bias=bias, label_smoothing=smoothing,
+              reduction="none")
+    tm = torch.nn.LinearCrossEntropyLoss(5, 3, **kw)
+    m = load_from_torch(nn.LinearCrossEntropyLoss(5, 3, **kw), tm)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    y = rng.integers(0, 3, (4,) + out_features)
+    with torch.no_grad():
+        close(m(x, y), tm(t(x), t(y)))
+    assert repr(m) == repr(tm)  # after the first forward packed the projection too

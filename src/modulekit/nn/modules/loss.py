@@ -10,6 +10,7 @@ import numpy as np
 from modulekit._ext._tensor import Tensor
 from modulekit.module import Module
 from modulekit.nn import _functional_loss as FL
+from modulekit.nn.modules.linear import Linear
 
 __all__ = [
     "BCELoss",
@@ -22,6 +23,7 @@ __all__ = [
     "HuberLoss",
     "KLDivLoss",
     "L1Loss",
+    "LinearCrossEntropyLoss",
     "MSELoss",
     "MarginRankingLoss",
     "MultiLabelMarginLoss",
@@ -318,3 +320,52 @@ class CTCLoss(_Loss):
         return self._call(FL.ctc_loss, log_probs, targets, input_lengths, target_lengths,
                           blank=self.blank, reduction=self.reduction,
                           zero_infinity=self.zero_infinity)
+
+
+class LinearCrossEntropyLoss(_WeightedLoss):
+    """Cross entropy of ``linear(input)`` against ``target``, as
+    ``torch.nn.LinearCrossEntropyLoss``: the child ``linear`` (``in_features`` to
+    ``num_classes * prod(out_features)``, keys ``linear.weight`` / ``linear.bias``) gives logits
+    of shape (N, C, *out_features), then :func:`~modulekit.nn.functional.cross_entropy` with
+    ``weight``, ``ignore_index`` (None: -100) and ``label_smoothing``. ``options`` (torch's
+    chunking strategy, which bounds training memory) does not change the values and is kept
+    only for the signature: the projection runs on the packed GEMM in one piece."""
+
+    def __init__(self, in_features: int, num_classes: int, *, out_features=(),
+                 bias: bool = False, device=None, dtype=None, reduction: str = "mean",
+                 weight=None, ignore_index: int | None = None, label_smoothing: float = 0.0,
+                 options=None) -> None:
+        if weight is not None and np.shape(weight) != (num_classes,):
+            raise ValueError(f"LinearCrossEntropyLoss: expected weight shape {(num_classes,)}, "
+                             f"got {tuple(np.shape(weight))}")
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"LinearCrossEntropyLoss: label_smoothing must be in [0, 1], got "
+                             f"{label_smoothing}")
+        super().__init__(weight, reduction=reduction)
+        self.num_classes = int(num_classes)
+        self.out_features = tuple(int(d) for d in out_features)
+        self.ignore_index, self.label_smoothing, self.options = (ignore_index, label_smoothing,
+                                                                 options)
+        width = self.num_classes
+        for d in self.out_features:
+            width *= d
+        self.linear = Linear(in_features, width, bias=bias, device=device, dtype=dtype)
+
+    def forward(self, input, target):
+        name = "LinearCrossEntropyLoss"
+        x = FL.as_input(input, name)
+        if x.ndim not in (1, 2) or (self.out_features and x.ndim != 2):
+            raise ValueError(f"{name}: expected an input of shape (in_features,) or (N, "
+                             f"in_features) (batched when out_features is set), got {x.shape}")
+        logits = self.linear(x)
+        logits = logits.reshape(logits.shape[:-1] + (self.num_classes,) + self.out_features)
+        ignore = -100 if self.ignore_index is None else self.ignore_index
+        return self._call(FL.cross_entropy, logits, target, weight=self._weight(),
+                          ignore_index=ignore, reduction=self.reduction,
+                          label_smoothing=self.label_smoothing)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.linear.in_features}, num_classes={self.num_classes}, "
+                f"out_features={self.out_features}, bias={self.linear._has_bias()}, "
+                f"reduction={self.reduction}, ignore_index={self.ignore_index}, "
+                f"label_smoothing={self.label_smoothing}, options={self.options}")
