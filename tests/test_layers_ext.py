@@ -630,3 +630,32 @@ def test_linear_cross_entropy_loss(out_features, bias, smoothing, rng):
     with torch.no_grad():
         close(m(x, y), tm(t(x), t(y)))
     assert repr(m) == repr(tm)  # after the first forward packed the projection too
+
+
+def test_compiled_save_and_load(tmp_path, rng):
+    """A compiled module of these layers and functions saves and loads (the closed tables of
+    modulekit.compile.serialize know them), and gives the same answer."""
+    import modulekit
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.gn = nn.GroupNorm(2, 8)
+            self.inorm = nn.InstanceNorm2d(8, affine=True, track_running_stats=True)
+            self.prelu = nn.PReLU(8)
+            self.rms = nn.RMSNorm(5)
+            self.lrn = nn.LocalResponseNorm(3)
+            self.drop = nn.Dropout2d()
+
+        def forward(self, x):
+            y = self.drop(self.prelu(self.inorm(F.mish(self.gn(self.conv(x))))))
+            return self.rms(F.log_softmax(self.lrn(F.group_norm(y, 4)), 1))
+
+    m = Net().eval()
+    x = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    want = m(x)
+    m.compile()
+    np.testing.assert_array_equal(m(x), want)
+    m.save(tmp_path / "net.mk")
+    np.testing.assert_array_equal(modulekit.load_module(tmp_path / "net.mk")(x), want)

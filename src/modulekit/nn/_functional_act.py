@@ -44,6 +44,13 @@ __all__ = [
     "threshold",
 ]
 
+
+def _public(fn):
+    """``@traceable`` under the public name ``modulekit.nn.functional.<name>`` (what a
+    captured graph records, and what a saved module's closed function table knows)."""
+    return traceable(fn, f"modulekit.nn.functional.{fn.__name__}")
+
+
 # torch's SELU constants (torch/csrc/api/include/torch/nn/functional/activation.h)
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -69,7 +76,7 @@ def _check_dim(dim: int, ndim: int, op: str) -> int:
     return dim % n
 
 
-@traceable
+@_public
 def threshold(input, threshold: float, value: float, inplace: bool = False) -> np.ndarray:
     """``x if x > threshold else value`` element-wise (NaN stays NaN)."""
     arr, x = _float(input, "threshold")
@@ -78,7 +85,7 @@ def threshold(input, threshold: float, value: float, inplace: bool = False) -> n
     return _finish(input, arr, y, inplace)
 
 
-@traceable
+@_public
 def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False) -> np.ndarray:
     """``x if x >= 0 else negative_slope * x``."""
     arr, x = _float(input, "leaky_relu")
@@ -86,7 +93,7 @@ def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False) -> np
     return _finish(input, arr, y, inplace)
 
 
-@traceable
+@_public
 def prelu(input, weight) -> np.ndarray:
     """``x if x >= 0 else weight * x`` with one slope, or one per channel (dimension 1 of an
     input of 2 or more dimensions), as ``torch.nn.functional.prelu``."""
@@ -111,7 +118,7 @@ def prelu(input, weight) -> np.ndarray:
     return np.where(x > 0, x, w * x)
 
 
-@traceable
+@_public
 def rrelu(
     input,
     lower: float = 1.0 / 8,
@@ -133,7 +140,7 @@ def rrelu(
     return _finish(input, arr, y, inplace)
 
 
-@traceable
+@_public
 def elu(input, alpha: float = 1.0, inplace: bool = False) -> np.ndarray:
     """``x if x > 0 else alpha * (exp(x) - 1)``."""
     arr, x = _float(input, "elu")
@@ -142,7 +149,7 @@ def elu(input, alpha: float = 1.0, inplace: bool = False) -> np.ndarray:
     return _finish(input, arr, y, inplace)
 
 
-@traceable
+@_public
 def selu(input, inplace: bool = False) -> np.ndarray:
     """``scale * (x if x > 0 else alpha * (exp(x) - 1))`` with torch's constants."""
     arr, x = _float(input, "selu")
@@ -151,7 +158,7 @@ def selu(input, inplace: bool = False) -> np.ndarray:
     return _finish(input, arr, y, inplace)
 
 
-@traceable
+@_public
 def celu(input, alpha: float = 1.0, inplace: bool = False) -> np.ndarray:
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
     if alpha == 0:
@@ -162,7 +169,7 @@ def celu(input, alpha: float = 1.0, inplace: bool = False) -> np.ndarray:
     return _finish(input, arr, y, inplace)
 
 
-@traceable
+@_public
 def hardtanh(
     input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False
 ) -> np.ndarray:
@@ -174,7 +181,7 @@ def hardtanh(
     return _finish(input, arr, y, inplace)
 
 
-@traceable
+@_public
 def hardsigmoid(input, inplace: bool = False) -> np.ndarray:
     """``relu6(x + 3) / 6``."""
     arr, x = _float(input, "hardsigmoid")
@@ -188,7 +195,7 @@ def _softplus(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
 
 
-@traceable
+@_public
 def softplus(input, beta: float = 1.0, threshold: float = 20.0) -> np.ndarray:
     """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold``."""
     x = as_float_array(input, "softplus")
@@ -199,7 +206,7 @@ def softplus(input, beta: float = 1.0, threshold: float = 20.0) -> np.ndarray:
     return np.where(bx > threshold, x, y)
 
 
-@traceable
+@_public
 def mish(input, inplace: bool = False) -> np.ndarray:
     """``x * tanh(softplus(x))``."""
     arr, x = _float(input, "mish")
@@ -208,35 +215,35 @@ def mish(input, inplace: bool = False) -> np.ndarray:
     return _finish(input, arr, y, inplace)
 
 
-@traceable
+@_public
 def softsign(input) -> np.ndarray:
     """``x / (1 + |x|)``."""
     x = as_float_array(input, "softsign")
     return x / (x.dtype.type(1) + np.abs(x))
 
 
-@traceable
+@_public
 def logsigmoid(input) -> np.ndarray:
     """``log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))`` (no overflow either side)."""
     x = as_float_array(input, "logsigmoid")
     return np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
 
 
-@traceable
+@_public
 def tanhshrink(input) -> np.ndarray:
     """``x - tanh(x)``."""
     x = as_float_array(input, "tanhshrink")
     return x - np.tanh(x)
 
 
-@traceable
+@_public
 def hardshrink(input, lambd: float = 0.5) -> np.ndarray:
     """``x if |x| > lambd else 0``."""
     x = as_float_array(input, "hardshrink")
     return np.where((x >= -lambd) & (x <= lambd), x.dtype.type(0), x)  # NaN stays NaN
 
 
-@traceable
+@_public
 def softshrink(input, lambd: float = 0.5) -> np.ndarray:
     """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, else 0."""
     if lambd < 0:
@@ -267,7 +274,7 @@ def _softmax_args(input, dim, dtype, op: str):
     return x, _check_dim(dim, x.ndim, op)
 
 
-@traceable
+@_public
 def log_softmax(input, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> np.ndarray:
     """``x - log(sum(exp(x)))`` along ``dim``, computed stably (torch's legacy implicit
     ``dim`` with a warning when None); ``dtype`` casts the input first."""
@@ -279,14 +286,14 @@ def log_softmax(input, dim: int | None = None, _stacklevel: int = 3, dtype=None)
     return _log_softmax(x, dim)
 
 
-@traceable
+@_public
 def softmin(input, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> np.ndarray:
     """``softmax(-x)`` along ``dim``."""
     x, dim = _softmax_args(input, dim, dtype, "softmin")
     return softmax(-x, dim)
 
 
-@traceable
+@_public
 def glu(input, dim: int = -1) -> np.ndarray:
     """Gated linear unit: ``a * sigmoid(b)`` for the two halves ``a``, ``b`` of ``dim``."""
     x = as_float_array(input, "glu")

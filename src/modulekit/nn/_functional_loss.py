@@ -42,6 +42,13 @@ __all__ = [
     "triplet_margin_loss",
 ]
 
+
+def _public(fn):
+    """``@traceable`` under the public name ``modulekit.nn.functional.<name>`` (what a
+    captured graph records, and what a saved module's closed function table knows)."""
+    return traceable(fn, f"modulekit.nn.functional.{fn.__name__}")
+
+
 _REDUCTIONS = ("none", "mean", "sum")
 
 
@@ -108,7 +115,7 @@ def _weighted(loss: np.ndarray, weight, op: str) -> np.ndarray:
                          f"shape {loss.shape}") from None
 
 
-@traceable
+@_public
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
             weight=None) -> np.ndarray:
     """Mean (or sum, or each) absolute error ``|input - target|`` (broadcast), optionally
@@ -118,7 +125,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mea
     return _reduce(_weighted(np.abs(x - t), weight, "l1_loss"), reduction, dt)
 
 
-@traceable
+@_public
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
              weight=None) -> np.ndarray:
     """Mean (or sum, or each) squared error ``(input - target)**2`` (broadcast)."""
@@ -128,7 +135,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     return _reduce(_weighted(d * d, weight, "mse_loss"), reduction, dt)
 
 
-@traceable
+@_public
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0,
                weight=None) -> np.ndarray:
     """``0.5 d**2`` where ``|d| < delta``, else ``delta * (|d| - 0.5 delta)``, ``d = input -
@@ -142,7 +149,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0,
     return _reduce(_weighted(loss, weight, "huber_loss"), reduction, dt)
 
 
-@traceable
+@_public
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
                    beta: float = 1.0) -> np.ndarray:
     """``0.5 d**2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 beta`` (L1 when beta = 0)."""
@@ -211,7 +218,7 @@ def _nll(logp: np.ndarray, y: np.ndarray, weight, ignore_index: int, reduction: 
         return np.asarray(loss.sum() / wy.sum(), dtype=dt)  # all ignored: NaN, as torch
 
 
-@traceable
+@_public
 def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100,
              reduce=None, reduction: str = "mean") -> np.ndarray:
     """Negative log-likelihood ``-weight[y] * input[n, y]`` of log-probabilities ``input``
@@ -232,7 +239,7 @@ def _log_softmax64(x: np.ndarray, dim: int) -> np.ndarray:
         return s - np.log(np.sum(np.exp(s), axis=dim, keepdims=True))
 
 
-@traceable
+@_public
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100,
                   reduce=None, reduction: str = "mean",
                   label_smoothing: float = 0.0) -> np.ndarray:
@@ -301,7 +308,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
 _LOG_CLAMP = -100.0  # torch clamps BCE's logarithms at -100
 
 
-@traceable
+@_public
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction: str = "mean") -> np.ndarray:
     """``-weight * (t log(x) + (1 - t) log(1 - x))`` for probabilities ``x`` in [0, 1] (the
@@ -323,7 +330,7 @@ def _log_sigmoid64(x: np.ndarray) -> np.ndarray:
     return np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
 
 
-@traceable
+@_public
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
                                      reduce=None, reduction: str = "mean",
                                      pos_weight=None) -> np.ndarray:
@@ -347,7 +354,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     return _reduce(_weighted(loss, weight, op), reduction, dt)
 
 
-@traceable
+@_public
 def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean",
            log_target: bool = False) -> np.ndarray:
     """Kullback-Leibler divergence of log-probabilities ``input`` from ``target``
@@ -371,7 +378,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
     return _reduce(loss, reduction, dt)
 
 
-@traceable
+@_public
 def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False,
                      size_average=None, eps: float = 1e-8, reduce=None,
                      reduction: str = "mean") -> np.ndarray:
@@ -393,7 +400,7 @@ def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False,
     return _reduce(loss, reduction, dt)
 
 
-@traceable
+@_public
 def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
                       reduction: str = "mean") -> np.ndarray:
     """Gaussian negative log-likelihood ``0.5 (log(var) + (x - t)**2 / var)`` (+ ``0.5
@@ -433,7 +440,7 @@ def _three(input1, input2, target, op: str):
     return a.astype(np.float64), b.astype(np.float64), y.astype(np.float64), dt
 
 
-@traceable
+@_public
 def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_average=None,
                           reduce=None, reduction: str = "mean") -> np.ndarray:
     """``1 - cos(x1, x2)`` where ``target == 1``, ``max(0, cos(x1, x2) - margin)`` where
@@ -455,7 +462,7 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_aver
     return _reduce(loss, reduction, dt)
 
 
-@traceable
+@_public
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None,
                         reduce=None, reduction: str = "mean") -> np.ndarray:
     """``max(0, -target * (input1 - input2) + margin)``."""
@@ -468,7 +475,7 @@ def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_averag
     return _reduce(np.maximum(-y * (a - b) + margin, 0), reduction, dt)
 
 
-@traceable
+@_public
 def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None,
                          reduction: str = "mean") -> np.ndarray:
     """``x`` where ``target == 1``, ``max(0, margin - x)`` where ``target == -1``."""
@@ -480,7 +487,7 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
     return _reduce(loss, reduction, dt)
 
 
-@traceable
+@_public
 def soft_margin_loss(input, target, size_average=None, reduce=None,
                      reduction: str = "mean") -> np.ndarray:
     """``log(1 + exp(-target * input))`` (computed without overflow)."""
@@ -490,7 +497,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None,
     return _reduce(-_log_sigmoid64(t.astype(np.float64) * x), reduction, dt)
 
 
-@traceable
+@_public
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
                                 reduction: str = "mean") -> np.ndarray:
     """Per sample, the mean over classes of ``-(t log sigmoid(x) + (1 - t) log sigmoid(-x))``
@@ -516,7 +523,7 @@ def _margin_inputs(input, target, op: str):
     return x.astype(np.float64), y, dt
 
 
-@traceable
+@_public
 def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=None,
                       size_average=None, reduce=None, reduction: str = "mean") -> np.ndarray:
     """Multi-class hinge loss: per sample, ``sum_{i != y} max(0, margin - x[y] + x[i])**p / C``
@@ -549,7 +556,7 @@ def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=Non
     return _reduce(loss, reduction, dt)
 
 
-@traceable
+@_public
 def multilabel_margin_loss(input, target, size_average=None, reduce=None,
                            reduction: str = "mean") -> np.ndarray:
     """Multi-label hinge loss: ``target`` holds each sample's class indices, ended by the first
@@ -595,7 +602,7 @@ def _pdist(a: np.ndarray, b: np.ndarray, p: float, eps: float, keepdim: bool) ->
     return (d ** p).sum(axis=axis, keepdims=keepdim) ** (1.0 / p)
 
 
-@traceable
+@_public
 def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2,
                         eps: float = 1e-6, swap: bool = False, size_average=None,
                         reduce=None, reduction: str = "mean") -> np.ndarray:
@@ -618,7 +625,7 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     return _reduce(np.maximum(margin + d_ap - d_an, 0), reduction, dt)
 
 
-@traceable
+@_public
 def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0,
              reduction: str = "mean", zero_infinity: bool = False) -> np.ndarray:
     """Connectionist temporal classification loss, the forward (alpha) recursion in log space.

@@ -34,6 +34,13 @@ __all__ = [
     "pairwise_distance",
 ]
 
+
+def _public(fn):
+    """``@traceable`` under the public name ``modulekit.nn.functional.<name>`` (what a
+    captured graph records, and what a saved module's closed function table knows)."""
+    return traceable(fn, f"modulekit.nn.functional.{fn.__name__}")
+
+
 # -SELU's alpha * scale: the value alpha dropout gives dropped units
 _ALPHA_DROP = 1.7580993408473766
 
@@ -97,7 +104,7 @@ def _max_norm_target(weight, w: np.ndarray, op: str) -> np.ndarray:
     return target
 
 
-@traceable
+@_public
 def embedding(input, weight, padding_idx: int | None = None, max_norm: float | None = None,
               norm_type: float = 2.0, scale_grad_by_freq: bool = False,
               sparse: bool = False) -> np.ndarray:
@@ -114,7 +121,7 @@ def embedding(input, weight, padding_idx: int | None = None, max_norm: float | N
     return _ops.embedding(ids, w)
 
 
-@traceable
+@_public
 def embedding_bag(input, weight, offsets=None, max_norm: float | None = None,
                   norm_type: float = 2, scale_grad_by_freq: bool = False, mode: str = "mean",
                   sparse: bool = False, per_sample_weights=None,
@@ -205,7 +212,7 @@ def embedding_bag(input, weight, offsets=None, max_norm: float | None = None,
     return out
 
 
-@traceable
+@_public
 def one_hot(tensor, num_classes: int = -1) -> np.ndarray:
     """int64 array of shape ``tensor.shape + (num_classes,)``, 1 at each index; with
     ``num_classes=-1`` the number of classes is the largest index + 1."""
@@ -240,7 +247,7 @@ def _broadcast_pair(x1, x2, op: str):
     return a.astype(dt, copy=False), b.astype(dt, copy=False), dt, shape
 
 
-@traceable
+@_public
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8) -> np.ndarray:
     """``sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps))`` along ``dim`` (inputs
     broadcast), as ``torch.nn.functional.cosine_similarity``."""
@@ -258,7 +265,7 @@ def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8) -> np.ndarray:
     return np.sum((a64 / n1) * (b64 / n2), axis=dim).astype(dt)
 
 
-@traceable
+@_public
 def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6,
                       keepdim: bool = False) -> np.ndarray:
     """``||x1 - x2 + eps||_p`` along the last dimension (inputs broadcast), as
@@ -271,7 +278,7 @@ def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6,
     return _vector_norm(d, p, d.ndim - 1, keepdim).astype(dt)
 
 
-@traceable
+@_public
 def bilinear(input1, input2, weight, bias=None) -> np.ndarray:
     """``y[..., o] = sum_ij x1[..., i] weight[o, i, j] x2[..., j] + bias[o]``, as
     ``torch.nn.functional.bilinear``: one GEMM of ``x1`` with the weight, then a row-wise
@@ -344,7 +351,7 @@ def _deprecated_rank(op: str, ndim: int, want: str) -> None:
                   stacklevel=3)
 
 
-@traceable
+@_public
 def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = False) -> np.ndarray:
     """Zero whole channels of an (N, C, L) or (C, L) input with probability ``p`` in training
     (the rest scaled by ``1 / (1 - p)``); identity otherwise."""
@@ -355,7 +362,7 @@ def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
     return _dropout_impl(arr, input, p, training, inplace, arr.ndim - 1, False)
 
 
-@traceable
+@_public
 def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False) -> np.ndarray:
     """Zero whole channels of an (N, C, H, W) input with probability ``p`` in training;
     identity otherwise. As torch, a 3-D input is read as (N, C, L) (with a warning) and other
@@ -366,7 +373,7 @@ def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
     return _dropout_impl(arr, input, p, training, inplace, min(2, arr.ndim), False)
 
 
-@traceable
+@_public
 def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = False) -> np.ndarray:
     """Zero whole channels of an (N, C, D, H, W) or (C, D, H, W) input with probability ``p``
     in training; identity otherwise (other ranks, with a warning, are read as unbatched)."""
@@ -376,7 +383,7 @@ def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
     return _dropout_impl(arr, input, p, training, inplace, 2 if arr.ndim == 5 else 1, False)
 
 
-@traceable
+@_public
 def alpha_dropout(input, p: float = 0.5, training: bool = False,
                   inplace: bool = False) -> np.ndarray:
     """Alpha dropout (for SELU networks): dropped elements take SELU's negative saturation
@@ -386,7 +393,7 @@ def alpha_dropout(input, p: float = 0.5, training: bool = False,
     return _dropout_impl(arr, input, p, training, inplace, None, True)
 
 
-@traceable
+@_public
 def feature_alpha_dropout(input, p: float = 0.5, training: bool = False,
                           inplace: bool = False) -> np.ndarray:
     """Alpha dropout of whole channels of an (N, C, *) input; identity when not training."""

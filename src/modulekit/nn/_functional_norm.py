@@ -30,6 +30,13 @@ __all__ = [
     "rms_norm",
 ]
 
+
+def _public(fn):
+    """``@traceable`` under the public name ``modulekit.nn.functional.<name>`` (what a
+    captured graph records, and what a saved module's closed function table knows)."""
+    return traceable(fn, f"modulekit.nn.functional.{fn.__name__}")
+
+
 _F64 = np.dtype(np.float64)
 
 
@@ -50,7 +57,7 @@ def _vec(v, c: int, dt, what: str, op: str):
     return a
 
 
-@traceable
+@_public
 def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5) -> np.ndarray:
     """Group normalisation of an (N, C, *) input: the C channels split into ``num_groups``
     groups, each normalised by its own mean and biased variance, then ``* weight[c] +
@@ -91,7 +98,7 @@ def _update_running(buf, value: np.ndarray, momentum, what: str, op: str) -> Non
         buf[...] = new
 
 
-@traceable
+@_public
 def batch_norm(input, running_mean, running_var, weight=None, bias=None,
                training: bool = False, momentum: float = 0.1, eps: float = 1e-5) -> np.ndarray:
     """Batch normalisation of an (N, C, *) input, as ``torch.nn.functional.batch_norm``: with
@@ -127,7 +134,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
     return _batch_norm_apply(x, mean, var, w, b, eps)
 
 
-@traceable
+@_public
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
                   use_input_stats: bool = True, momentum: float = 0.1,
                   eps: float = 1e-5) -> np.ndarray:
@@ -182,7 +189,7 @@ def _check_trailing(x: np.ndarray, shape: tuple[int, ...], op: str) -> None:
                          f"{shape}")
 
 
-@traceable
+@_public
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> np.ndarray:
     """Layer normalisation over the trailing ``normalized_shape`` dimensions (biased
     variance), then ``* weight + bias``, as ``torch.nn.functional.layer_norm``."""
@@ -201,7 +208,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
     return _ops.layer_norm(x, n, weight, bias, float(eps))
 
 
-@traceable
+@_public
 def rms_norm(input, normalized_shape, weight=None, eps: float | None = None) -> np.ndarray:
     """``x / sqrt(mean(x**2) + eps) * weight`` over the trailing ``normalized_shape``
     dimensions; ``eps`` None means the compute dtype's machine epsilon (as torch)."""
@@ -223,7 +230,7 @@ def rms_norm(input, normalized_shape, weight=None, eps: float | None = None) -> 
     return y
 
 
-@traceable
+@_public
 def local_response_norm(input, size: int, alpha: float = 1e-4, beta: float = 0.75,
                         k: float = 1.0) -> np.ndarray:
     """``x / (k + alpha * mean(x**2 over `size` neighbouring channels))**beta`` for an
@@ -252,7 +259,7 @@ def local_response_norm(input, size: int, alpha: float = 1e-4, beta: float = 0.7
     return (x / div).astype(dt, copy=False)
 
 
-@traceable
+@_public
 def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None) -> np.ndarray:
     """``x / max(||x||_p, eps)`` along ``dim``, as ``torch.nn.functional.normalize``; ``out``
     (a float ndarray of the input's shape) receives the result when given."""
