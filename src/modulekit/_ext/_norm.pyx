@@ -103,18 +103,20 @@ def group_norm(x, Py_ssize_t num_groups, weight=None, bias=None, double eps=1e-5
     X = aligned(np.ascontiguousarray(x))
     cdef Py_ssize_t s = X.size // (n * c) if n * c else 0
     cdef cnp.ndarray out = np.empty(x.shape, dtype=dt)
-    cdef cnp.ndarray mean = np.empty((n, num_groups), dtype=_F64)
-    cdef cnp.ndarray rstd = np.empty((n, num_groups), dtype=_F64)
+    cdef cnp.ndarray mean = None, rstd = None
+    cdef double *pm = NULL
+    cdef double *pr = NULL
+    if return_stats:  # else the kernel writes none
+        mean = np.full((n, num_groups), np.nan, dtype=_F64)
+        rstd = np.full((n, num_groups), np.nan, dtype=_F64)
+        pm = <double *>cnp.PyArray_DATA(mean)
+        pr = <double *>cnp.PyArray_DATA(rstd)
     if X.size == 0:
-        mean.fill(np.nan)
-        rstd.fill(np.nan)
         return (out, mean, rstd) if return_stats else out
     cdef void *px = cnp.PyArray_DATA(<cnp.ndarray>X)
     cdef void *pg = NULL if G is None else cnp.PyArray_DATA(<cnp.ndarray>G)
     cdef void *pb = NULL if B is None else cnp.PyArray_DATA(<cnp.ndarray>B)
     cdef void *po = cnp.PyArray_DATA(out)
-    cdef double *pm = <double *>cnp.PyArray_DATA(mean)
-    cdef double *pr = <double *>cnp.PyArray_DATA(rstd)
     cdef int nt = _threads(X.size, n * num_groups)
     cdef int isa = <int>active_isa()
     cdef size_t un = n, uc = c, us = s, ug = num_groups
