@@ -165,6 +165,24 @@ def test_group_norm_kernel_every_isa(isa, shape, groups, rng):
     assert _norm.kernel_name().endswith(isa if isa != "generic" else "scalar")
 
 
+@pytest.mark.parametrize("shape", [(2, 8, 55, 53), (1, 4, 7, 3), (3, 32, 64)])
+def test_group_norm_streaming_stores_give_the_same_bits(isa, shape, rng):
+    """Outputs above streaming_min_bytes use the non-temporal-store variant (AVX-512): the
+    same values, whatever the output's alignment and the spans' tails."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    w, b = rng.standard_normal(shape[1]), rng.standard_normal(shape[1])
+    previous = _norm.set_streaming_min_bytes(0)
+    try:
+        plain = _norm.group_norm(x, 4, w, b)
+        _norm.set_streaming_min_bytes(1)
+        assert _norm.streaming_min_bytes() == 1
+        streamed = _norm.group_norm(x, 4, w, b)
+    finally:
+        _norm.set_streaming_min_bytes(previous)
+    np.testing.assert_array_equal(streamed, plain)
+    close(streamed, TF.group_norm(t(x), 4, t(w.astype(np.float32)), t(b.astype(np.float32))))
+
+
 def test_group_norm_constant_group_and_empty():
     x = np.full((2, 4, 3), 7.0, np.float32)
     close(F.group_norm(x, 2), TF.group_norm(t(x), 2))

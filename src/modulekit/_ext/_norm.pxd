@@ -5,6 +5,8 @@ cdef extern from "norm/norm.h" nogil:
     ctypedef struct mk_norm_config:
         const char *name
     const mk_norm_config *mk_norm_config_for(int isa)
+    size_t mk_norm_streaming_min_bytes()
+    size_t mk_norm_set_streaming_min_bytes(size_t bytes)
     void mk_groupnorm_f32(int isa, size_t n, size_t c, size_t s, size_t groups, const float *x,
                           const float *gamma, const float *beta, double eps, float *y,
                           double *mean, double *rstd, int nthreads)

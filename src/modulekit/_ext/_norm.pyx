@@ -15,13 +15,20 @@ import numpy as np
 from modulekit._ext._gemm import _backing_off as _gemm_backing_off
 from modulekit._ext._align cimport aligned
 from modulekit._ext._isa cimport active_isa
-from modulekit._ext._norm cimport mk_groupnorm_f32, mk_groupnorm_f64, mk_norm_config_for
+from modulekit._ext._norm cimport (
+    mk_groupnorm_f32,
+    mk_groupnorm_f64,
+    mk_norm_config_for,
+    mk_norm_set_streaming_min_bytes,
+    mk_norm_streaming_min_bytes,
+)
 from modulekit._ext._openmp_helpers cimport effective_threads
 from modulekit.dtypes import is_bfloat16
 
 cnp.import_array()
 
-__all__ = ["PARALLEL_THRESHOLD", "group_norm", "kernel_name"]
+__all__ = ["PARALLEL_THRESHOLD", "group_norm", "kernel_name", "set_streaming_min_bytes",
+           "streaming_min_bytes"]
 
 # Below this many elements the groups run on the calling thread (a parallel region costs
 # 1-15 us).
@@ -44,6 +51,20 @@ def kernel_name():
     """The float32 kernel variant the active instruction-set level runs
     (``"f32-moments-64-avx512"``, ...)."""
     return mk_norm_config_for(<int>active_isa()).name.decode()
+
+
+
+def streaming_min_bytes():
+    """Outputs of at least this many bytes are written with non-temporal stores where the
+    active level has them (AVX-512): they bypass the caches instead of reading each output
+    line first. 0 means never."""
+    return mk_norm_streaming_min_bytes()
+
+
+def set_streaming_min_bytes(size_t nbytes):
+    """Set :func:`streaming_min_bytes` (0: never stream); returns the previous value. For
+    measurements (``bench/performance_notes.md``) and tests of both paths."""
+    return mk_norm_set_streaming_min_bytes(nbytes)
 
 
 def _affine(v, Py_ssize_t c, dt, str what, str op):

@@ -3,6 +3,7 @@
 #if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
 
 #include <immintrin.h>
+#include <stdint.h>
 
 #include "norm.h"
 
@@ -79,5 +80,43 @@ MK_AVX512 void mk_affine_f32_avx512(size_t n, const float *x, float mean, float 
         _mm512_mask_storeu_ps(y + i, k, _mm512_fmadd_ps(v, a, b));
     }
 }
+
+/* The affine pass with non-temporal stores: the output goes to memory without first being read
+ * into the cache (a normal store reads each line it writes), for outputs far larger than the
+ * caches. Masked stores up to a 64-byte boundary, streaming stores, a masked tail; the caller
+ * fences (mk_norm_sfence) before the output is read. */
+MK_AVX512 void mk_affine_f32_avx512_nt(size_t n, const float *x, float mean, float scale,
+                                       float bias, float *y)
+{
+    const __m512 m = _mm512_set1_ps(mean), a = _mm512_set1_ps(scale);
+    const __m512 b = _mm512_set1_ps(bias);
+    size_t i = 0;
+    size_t head = ((64 - ((uintptr_t)y & 63)) & 63) / sizeof(float);
+    if ((uintptr_t)y & 3) head = n; /* not float-aligned: never happens for ndarrays */
+    if (head > n) head = n;
+    if (head) {
+        __mmask16 k = tail16(head);
+        __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, x), m);
+        _mm512_mask_storeu_ps(y, k, _mm512_fmadd_ps(v, a, b));
+        i = head;
+    }
+    for (; i + 64 <= n; i += 64) {
+        __m512 v0 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), m), a, b);
+        __m512 v1 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), m), a, b);
+        __m512 v2 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + 32), m), a, b);
+        __m512 v3 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + 48), m), a, b);
+        _mm512_stream_ps(y + i, v0);
+        _mm512_stream_ps(y + i + 16, v1);
+        _mm512_stream_ps(y + i + 32, v2);
+        _mm512_stream_ps(y + i + 48, v3);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : tail16(n - i);
+        __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), m);
+        _mm512_mask_storeu_ps(y + i, k, _mm512_fmadd_ps(v, a, b));
+    }
+}
+
+MK_AVX512 void mk_norm_sfence_avx512(void) { _mm_sfence(); }
 
 #endif /* MK_X86 */

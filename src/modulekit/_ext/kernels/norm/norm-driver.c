@@ -1,6 +1,7 @@
-/* Group normalisation drivers: the (n, g) groups on up to nthreads OpenMP threads, static
- * schedule; each group's moments in one read, then its channels normalised while the group is
- * still in cache. */
+/* Group normalisation drivers: the (n, g) groups on up to nthreads OpenMP threads, handed out
+ * one at a time (a dynamic schedule: a thread the OS deschedules holds back one group, not a
+ * fixed share); each group's moments in one read, then its channels normalised while the
+ * group is still in cache. */
 #include <math.h>
 
 #include "mk_omp.h"
@@ -12,8 +13,11 @@ void mk_groupnorm_f32(int isa, size_t n, size_t c, size_t s, size_t groups, cons
 {
     const mk_norm_config *cfg = mk_norm_config_for(isa);
     const size_t cpg = c / groups, span = cpg * s;
+    const size_t min_nt = mk_norm_streaming_min_bytes();
+    const int stream = cfg->affine_nt && min_nt && n * c * s * sizeof(float) >= min_nt;
+    const mk_affine_f32 affine = stream ? cfg->affine_nt : cfg->affine;
     ptrdiff_t i, total = (ptrdiff_t)(n * groups);
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (nthreads > 1)
     for (i = 0; i < total; i++) {
         const float *xg = x + (size_t)i * span;
         float *yg = y + (size_t)i * span;
@@ -32,8 +36,9 @@ void mk_groupnorm_f32(int isa, size_t n, size_t c, size_t s, size_t groups, cons
             const size_t ch = g * cpg + k;
             const double sc = r * (gamma ? (double)gamma[ch] : 1.0);
             const double b = beta ? (double)beta[ch] : 0.0;
-            cfg->affine(s, xg + k * s, (float)mu, (float)sc, (float)b, yg + k * s);
+            affine(s, xg + k * s, (float)mu, (float)sc, (float)b, yg + k * s);
         }
+        if (stream) cfg->sfence(); /* each thread orders its own streaming stores */
     }
 }
 
@@ -43,7 +48,7 @@ void mk_groupnorm_f64(size_t n, size_t c, size_t s, size_t groups, const double 
 {
     const size_t cpg = c / groups, span = cpg * s;
     ptrdiff_t i, total = (ptrdiff_t)(n * groups);
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (nthreads > 1)
     for (i = 0; i < total; i++) {
         const double *xg = x + (size_t)i * span;
         double *yg = y + (size_t)i * span;

@@ -30,17 +30,29 @@ void mk_moments_f32_scalar(size_t n, const float *x, float shift, double *sum, d
 void mk_moments_f32_avx2(size_t n, const float *x, float shift, double *sum, double *sumsq);
 void mk_moments_f32_avx512(size_t n, const float *x, float shift, double *sum, double *sumsq);
 void mk_affine_f32_scalar(size_t n, const float *x, float mean, float scale, float bias,
-                                  float *y);
+                          float *y);
 void mk_affine_f32_avx2(size_t n, const float *x, float mean, float scale, float bias,
-                                  float *y);
+                        float *y);
 void mk_affine_f32_avx512(size_t n, const float *x, float mean, float scale, float bias,
-                                  float *y);
+                          float *y);
+/* The affine pass with non-temporal (streaming) stores, for outputs much larger than the
+ * caches; NULL where the level has none. mk_norm_sfence_avx512 orders them. */
+void mk_affine_f32_avx512_nt(size_t n, const float *x, float mean, float scale, float bias,
+                             float *y);
+void mk_norm_sfence_avx512(void);
 
 typedef struct {
     const char *name; /* the variant names, as XNNPACK's: "f32-moments-32-avx512" */
     mk_moments_f32 moments;
     mk_affine_f32 affine;
+    mk_affine_f32 affine_nt; /* streaming-store variant, or NULL */
+    void (*sfence)(void);    /* orders affine_nt's stores (with affine_nt) */
 } mk_norm_config;
+
+/* Outputs of at least this many bytes use affine_nt where the level has one (0: never);
+ * mk_norm_set_streaming_min_bytes returns the previous value. */
+size_t mk_norm_streaming_min_bytes(void);
+size_t mk_norm_set_streaming_min_bytes(size_t bytes);
 
 /* The kernels for an mk_isa level (norm-config.c). */
 const mk_norm_config *mk_norm_config_for(int isa);
