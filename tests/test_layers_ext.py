@@ -118,6 +118,8 @@ def test_activation_extremes():
 def test_activation_bad_input():
     with pytest.raises(ValueError, match=r"PReLU\(3\).*3 channels.*got.*4|PReLU\(3\)"):
         nn.PReLU(3)(np.zeros((2, 4)))
+    with pytest.raises(ValueError, match=r"PReLU\(4\): prelu: weight has 4 elements"):
+        nn.PReLU(4)(np.zeros(4))  # a 1-D input has one channel, as in torch
     with pytest.raises(ValueError, match="glu: halving dimension"):
         nn.GLU()(np.zeros((2, 5)))
     with pytest.raises(TypeError, match="LeakyReLU.*complex"):

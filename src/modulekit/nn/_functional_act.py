@@ -95,24 +95,18 @@ def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False) -> np
 
 @_public
 def prelu(input, weight) -> np.ndarray:
-    """``x if x >= 0 else weight * x`` with one slope, or one per channel (dimension 1 of an
-    input of 2 or more dimensions), as ``torch.nn.functional.prelu``."""
+    """``x if x >= 0 else weight * x`` with one slope, or one per channel (dimension 1; an
+    input of fewer than 2 dimensions has one channel), as ``torch.nn.functional.prelu``."""
     x = as_float_array(input, "prelu")
     w = as_input(weight, "prelu(weight)").astype(x.dtype, copy=False).reshape(-1)
     if w.size != 1:
-        if x.ndim == 0:
-            raise ValueError(
-                f"prelu: a 0-d input takes a single slope, got a weight of {w.size} elements"
-            )
-        channels = x.shape[1] if x.ndim >= 2 else x.shape[0]
+        # as torch: the channels are dimension 1; an input of fewer dimensions has one
+        channels = x.shape[1] if x.ndim >= 2 else 1
         if w.size != channels:
             raise ValueError(
                 f"prelu: weight has {w.size} elements but the input of shape {x.shape} has "
-                f"{channels} channels (dimension {1 if x.ndim >= 2 else 0}); expected 1 or "
-                f"{channels}"
-            )
-        if x.ndim >= 2:
-            w = w.reshape((1, channels) + (1,) * (x.ndim - 2))
+                f"{channels} channel(s) (dimension 1); expected 1 or {channels}")
+        w = w.reshape((1, channels) + (1,) * (x.ndim - 2))
     else:
         w = w.reshape(())
     return np.where(x > 0, x, w * x)
