@@ -213,6 +213,8 @@ def test_group_norm_bad_input():
         m(np.zeros((2, 8, 3), np.float32))
     with pytest.raises(ValueError, match="divisible"):
         nn.GroupNorm(5, 12)
+    with pytest.raises(ValueError, match=r"GroupNorm\(1, 1\): expected more than 1 value"):
+        nn.GroupNorm(1, 1)(np.ones((1, 1), np.float32))  # torch refuses it too
     with pytest.raises(ValueError, match="group_norm: num_groups=5"):
         F.group_norm(np.zeros((2, 12)), 5)
     with pytest.raises(TypeError, match="GroupNorm.*complex"):

@@ -57,6 +57,16 @@ def _vec(v, c: int, dt, what: str, op: str):
     return a
 
 
+def check_group_values(x: np.ndarray, num_groups: int, op: str) -> None:
+    """torch's ``_verify_batch_size`` for group norm: refuse an input whose
+    ``(N * C / num_groups) * prod(spatial)`` is 1 (torch raises there, as batch norm does for
+    a single value per channel)."""
+    if x.ndim >= 2 and num_groups > 0 and x.shape[1] % num_groups == 0:
+        if x.shape[0] * x.shape[1] // num_groups * math.prod(x.shape[2:]) == 1:
+            raise ValueError(f"{op}: expected more than 1 value per channel when training, got "
+                             f"input size {x.shape} (torch refuses it too)")
+
+
 @_public
 def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5) -> np.ndarray:
     """Group normalisation of an (N, C, *) input: the C channels split into ``num_groups``
@@ -64,6 +74,7 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
     bias[c]`` (as ``torch.nn.functional.group_norm``)."""
     x = as_input(input, "group_norm")
     x = x.astype(_dtype_of(x), copy=False)
+    check_group_values(x, int(num_groups), "group_norm")
     return _norm.group_norm(x, int(num_groups), weight, bias, float(eps), op="group_norm")
 
 

@@ -96,6 +96,8 @@ class GroupNorm(Module):
         if x.ndim < 2 or x.shape[1] != self.num_channels:
             raise ValueError(f"GroupNorm({self.num_groups}, {self.num_channels}): expected an "
                              f"(N, {self.num_channels}, *) input, got shape {x.shape}")
+        FN.check_group_values(x, self.num_groups, f"GroupNorm({self.num_groups}, "
+                                                  f"{self.num_channels})")
         return FN._norm.group_norm(x, self.num_groups, _np(self.weight), _np(self.bias),
                                    self.eps, op="GroupNorm")
 
