@@ -44,6 +44,7 @@ EXTENSIONS = {
     "_ops": [os.path.join(KERNELS, "ops", "*.c")],
     "_qgemm": [os.path.join(KERNELS, "qgemm", "*.c")],
     "_threadpool": [os.path.join(KERNELS, "threadpool", "*.c")],
+    "_norm": [os.path.join(KERNELS, "norm", "*.c")],
     "_arena": [os.path.join(KERNELS, "arena", "*.c")],
     "_guard": [],
 }

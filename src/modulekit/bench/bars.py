@@ -44,6 +44,8 @@ BARS = [
     ("safetensors load to first use >= 5x safetensors.numpy.load_file",
      "checkpoint_io", "load safetensors 200 MB, to first use", "safetensors.numpy.load_file",
      5.0),
+    ("GroupNorm 32 groups 256ch 56x56 batch 8 >= 1.0x torch", "norm",
+     "GroupNorm 32 groups 256ch 56x56 batch 8", "torch", 1.0),
     (".pt load no slower than torch.load(weights_only=True)",
      "checkpoint_io", "load pt-zip 200 MB, to first use", "torch.load(weights_only=True)", 1.0),
 ]

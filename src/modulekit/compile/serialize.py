@@ -142,6 +142,12 @@ def _layers() -> dict:
     }
 
 
+def _layers_with_ext() -> dict:
+    from modulekit.nn.modules._saveable_ext import layers_ext
+
+    return {**_layers(), **layers_ext()}  # issue 17's layers: nn/modules/_saveable_ext.py
+
+
 def _bn_args(m):
     return dict(num_features=m.num_features, eps=m.eps, momentum=m.momentum,
                 affine=bool(m.affine), track_running_stats=bool(m.track_running_stats),
@@ -192,7 +198,7 @@ _FUNCTIONS: dict = {}
 
 def _tables():
     if not LAYERS:
-        LAYERS.update(_layers())
+        LAYERS.update(_layers_with_ext())
     if not _FUNCTIONS:
         _FUNCTIONS.update(_functions())
     return LAYERS, _FUNCTIONS
@@ -507,6 +513,15 @@ _SIGNATURES = {
                                                 for e in v))},
 }
 _SIGNATURES["BatchNorm2d"] = _SIGNATURES["BatchNorm1d"]
+
+
+def _signatures_ext():
+    from modulekit.nn.modules._saveable_ext import SIGNATURES_EXT
+
+    return SIGNATURES_EXT
+
+
+_SIGNATURES.update(_signatures_ext())  # issue 17's layers
 
 
 def _check_modules(path, modules, arrays, layers):

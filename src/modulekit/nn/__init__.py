@@ -72,3 +72,17 @@ __all__ = [
     "TransformerEncoder",
     "TransformerEncoderLayer",
 ]
+
+# ---- layers (issue 17): activations, norms, embeddings, distances, losses
+from modulekit.nn.modules import (
+    _activation_ext,  # noqa: E402
+    _loss,  # noqa: E402
+    _misc,  # noqa: E402
+    _norm_ext,  # noqa: E402
+)
+from modulekit.nn.modules.activation_ext import *  # noqa: E402, F403
+from modulekit.nn.modules.loss import *  # noqa: E402, F403
+from modulekit.nn.modules.misc import *  # noqa: E402, F403
+from modulekit.nn.modules.norm_ext import *  # noqa: E402, F403
+
+__all__ += _activation_ext.__all__ + _loss.__all__ + _misc.__all__ + _norm_ext.__all__

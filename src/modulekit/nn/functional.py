@@ -307,3 +307,97 @@ def hardswish(input) -> np.ndarray:
     """``x * relu6(x + 3) / 6`` element-wise."""
     x = as_float_array(input, "hardswish")
     return x * np.clip(x + 3, 0, 6) / 6
+
+
+# ---- layers: activations, norms, embeddings, distances, losses (issue 17) ----------------
+# Implemented in modulekit/nn/_functional_act.py, _functional_norm.py, _functional_misc.py
+# and _functional_loss.py (each @traceable), re-exported here under torch's names.
+from modulekit.nn._functional_act import (  # noqa: E402
+    celu,
+    elu,
+    glu,
+    hardshrink,
+    hardsigmoid,
+    hardtanh,
+    leaky_relu,
+    log_softmax,
+    logsigmoid,
+    mish,
+    prelu,
+    rrelu,
+    selu,
+    softmin,
+    softplus,
+    softshrink,
+    softsign,
+    tanhshrink,
+    threshold,
+)
+
+__all__ += [
+    "celu", "elu", "glu", "hardshrink", "hardsigmoid", "hardtanh", "leaky_relu", "log_softmax",
+    "logsigmoid", "mish", "prelu", "rrelu", "selu", "softmin", "softplus", "softshrink",
+    "softsign", "tanhshrink", "threshold",
+]
+from modulekit.nn._functional_loss import (  # noqa: E402
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cosine_embedding_loss,
+    cross_entropy,
+    ctc_loss,
+    gaussian_nll_loss,
+    hinge_embedding_loss,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    margin_ranking_loss,
+    mse_loss,
+    multi_margin_loss,
+    multilabel_margin_loss,
+    multilabel_soft_margin_loss,
+    nll_loss,
+    poisson_nll_loss,
+    smooth_l1_loss,
+    soft_margin_loss,
+    triplet_margin_loss,
+)
+
+__all__ += [
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "cosine_embedding_loss",
+    "cross_entropy", "ctc_loss", "gaussian_nll_loss", "hinge_embedding_loss", "huber_loss",
+    "kl_div", "l1_loss", "margin_ranking_loss", "mse_loss", "multi_margin_loss",
+    "multilabel_margin_loss", "multilabel_soft_margin_loss", "nll_loss", "poisson_nll_loss",
+    "smooth_l1_loss", "soft_margin_loss", "triplet_margin_loss",
+]
+from modulekit.nn._functional_norm import (  # noqa: E402
+    batch_norm,
+    group_norm,
+    instance_norm,
+    layer_norm,
+    local_response_norm,
+    normalize,
+    rms_norm,
+)
+
+__all__ += [
+    "batch_norm", "group_norm", "instance_norm", "layer_norm", "local_response_norm",
+    "normalize", "rms_norm",
+]
+from modulekit.nn._functional_misc import (  # noqa: E402
+    alpha_dropout,
+    bilinear,
+    cosine_similarity,
+    dropout1d,
+    dropout2d,
+    dropout3d,
+    embedding,
+    embedding_bag,
+    feature_alpha_dropout,
+    one_hot,
+    pairwise_distance,
+)
+
+__all__ += [
+    "alpha_dropout", "bilinear", "cosine_similarity", "dropout1d", "dropout2d", "dropout3d",
+    "embedding", "embedding_bag", "feature_alpha_dropout", "one_hot", "pairwise_distance",
+]

@@ -25,10 +25,11 @@ class Embedding(Module):
         Table size.
     padding_idx : int, optional
         Row initialised to zeros (negative values count from the end, as in torch).
-    max_norm, norm_type, scale_grad_by_freq, sparse :
-        Training-time options: ``max_norm`` (which rewrites the weight during forward) is
-        refused; the others have no effect without autograd and are kept for signature
-        compatibility.
+    max_norm, norm_type : float, optional
+        As torch: each forward first rescales, in place, every looked-up row of ``weight``
+        whose ``norm_type``-norm exceeds ``max_norm`` to norm ``max_norm``.
+    scale_grad_by_freq, sparse :
+        No effect without autograd; kept for signature compatibility.
     _weight : array_like, optional
         Initial weight of shape ``(num_embeddings, embedding_dim)``.
     _freeze : bool
@@ -63,11 +64,6 @@ class Embedding(Module):
         for name, value in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise ValueError(f"Embedding: {name} must be a non-negative int, got {value!r}")
-        if max_norm is not None:
-            raise NotImplementedError(
-                "Embedding: max_norm renormalises the weight during forward (a training-time "
-                "feature); renormalise the table once before loading it instead"
-            )
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
                 raise ValueError(
@@ -113,10 +109,21 @@ class Embedding(Module):
         s = f"{self.num_embeddings}, {self.embedding_dim}"
         if self.padding_idx is not None:
             s += f", padding_idx={self.padding_idx}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type}"
         return s
 
     def forward(self, input) -> np.ndarray:
         ids = as_indices(input, f"Embedding({self.extra_repr()})")
+        if self.max_norm is not None:
+            from modulekit.nn._functional_misc import embedding_renorm_
+
+            w = self.weight.numpy()
+            ok = ids.astype(np.int64, copy=False)
+            ok = ok[(ok >= 0) & (ok < self.num_embeddings)]  # bad ones raise below
+            embedding_renorm_(w, ok, self.max_norm, self.norm_type)
         try:
             return _ops.embedding(ids, self.weight.numpy())
         except IndexError as exc:
