@@ -10,3 +10,4 @@ runs the same thing as a plain script.
 
 SUITES = ("overhead", "casts", "gemm", "conv", "models", "bert", "checkpoint_io", "pipeline",
           "application")
+SUITES += ("resample",)  # pooling / resampling layers (issue #17)

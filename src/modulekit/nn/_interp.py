@@ -8,6 +8,10 @@ kernels do (``aten/src/ATen/native/UpSample.h`` and ``cpu/UpSampleKernel.cpp``: 
 source coordinate in the compute dtype, nearest indices in float32), and :func:`_apply_taps`
 applies them axis after axis, innermost first. ``area`` is adaptive average pooling.
 
+float32 4-D nearest and bilinear (without antialiasing) run the vectorised C kernels of
+:mod:`modulekit._ext._resample` on the same taps: one pass over the output, each input row
+interpolated horizontally once per thread.
+
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import math
 
 import numpy as np
 
+from modulekit._ext import _resample
 from modulekit.nn import _pool
 from modulekit.nn._input import as_input
 
@@ -144,6 +149,18 @@ def _apply_taps(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None)
     return out
 
 
+def _kernel2d(x: np.ndarray, outs, scales, mode: str, align: bool) -> np.ndarray:
+    """float32 (N, C, H, W) nearest / bilinear through the C kernels."""
+    ih, iw = x.shape[2:]
+    ty, wy = axis_taps(mode, ih, outs[0], scales[0], align, False, x.dtype)
+    tx, wx = axis_taps(mode, iw, outs[1], scales[1], align, False, x.dtype)
+    x = np.ascontiguousarray(x)
+    if mode == "nearest":
+        return _resample.nearest2d(x, ty[:, 0], tx[:, 0])
+    return _resample.bilinear2d(x, ty[:, 0], ty[:, 1], wy[:, 0], wy[:, 1],
+                                tx[:, 0], tx[:, 1], wx[:, 0], wx[:, 1])
+
+
 def output_size(x_shape, dim: int, size, scale_factor, recompute_scale_factor, what):
     """``(output sizes, scales passed to the kernels)`` as ``F.interpolate`` computes them."""
     if size is not None and scale_factor is not None:
@@ -218,6 +235,8 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             f"be positive")
     if mode == "area":
         return _pool.adaptive_avg_pool(x, dim, outs, what=what)
+    if dim == 2 and x.dtype == _F32 and not antialias and mode in ("nearest", "bilinear"):
+        return _kernel2d(x, outs, scales, mode, align)
     y = x
     for a in reversed(range(dim)):
         idx, w = axis_taps(mode, x.shape[2 + a], outs[a], scales[a], align, bool(antialias),

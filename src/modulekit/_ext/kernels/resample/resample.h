@@ -1,0 +1,72 @@
+/* 2-D resampling of float32 NCHW planes: bilinear (separable, two taps per axis) and nearest.
+ *
+ * The tap tables (source indices and weights of every output column and row) are computed
+ * by the caller (modulekit/nn/_interp.py computes them exactly as torch does); the kernels only
+ * gather and blend. Bilinear: each thread interpolates an input row horizontally once into a
+ * row cache (two slots) and blends the two cached rows of each output row vertically, so a
+ * row shared by consecutive output rows (upsampling) is resampled once.
+ *
+ * Per-ISA row kernels (f32-resample-{scalar,avx2,avx512}.c), one config table
+ * (resample-config.c) and the drivers (resample-driver.c). Every index is checked in
+ * modulekit/_ext/_resample.pyx before any of this runs. */
+#ifndef MK_RESAMPLE_H
+#define MK_RESAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out[i] = row[x0[i]] * w0[i] + row[x1[i]] * w1[i], i < n */
+typedef void (*mk_f32_lerp_row)(size_t n, const float *row, const int32_t *x0,
+                                const int32_t *x1, const float *w0, const float *w1,
+                                float *out);
+/* out[i] = p[i] * a + q[i] * b, i < n */
+typedef void (*mk_f32_blend_row)(size_t n, const float *p, const float *q, float a, float b,
+                                 float *out);
+/* out[i] = row[x[i]], i < n */
+typedef void (*mk_f32_gather_row)(size_t n, const float *row, const int32_t *x, float *out);
+
+typedef struct {
+    mk_f32_lerp_row lerp;
+    mk_f32_blend_row blend;
+    mk_f32_gather_row gather;
+} mk_resample_config;
+
+/* The row kernels of an ISA level (an mk_isa value; out of range: generic). */
+const mk_resample_config *mk_resample_config_for(int isa);
+
+void mk_f32_lerp_row__scalar(size_t, const float *, const int32_t *, const int32_t *,
+                             const float *, const float *, float *);
+void mk_f32_blend_row__scalar(size_t, const float *, const float *, float, float, float *);
+void mk_f32_gather_row__scalar(size_t, const float *, const int32_t *, float *);
+void mk_f32_lerp_row__avx2(size_t, const float *, const int32_t *, const int32_t *,
+                           const float *, const float *, float *);
+void mk_f32_blend_row__avx2(size_t, const float *, const float *, float, float, float *);
+void mk_f32_gather_row__avx2(size_t, const float *, const int32_t *, float *);
+void mk_f32_lerp_row__avx512(size_t, const float *, const int32_t *, const int32_t *,
+                             const float *, const float *, float *);
+void mk_f32_blend_row__avx512(size_t, const float *, const float *, float, float, float *);
+void mk_f32_gather_row__avx512(size_t, const float *, const int32_t *, float *);
+
+/* Bilinear: planes planes of ih x iw (C-contiguous, x) to oh x ow (y). Output row oy blends
+ * input rows ys0[oy], ys1[oy] with weights wy0[oy], wy1[oy]; output column ox blends columns
+ * xs0[ox], xs1[ox] with wx0[ox], wx1[ox]. Rows (plane, oy) run on up to nthreads threads.
+ * Returns 0, or -1 when a thread's row cache could not be allocated. */
+int mk_f32_bilinear2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
+                      const float *x, float *y, const int32_t *ys0, const int32_t *ys1,
+                      const float *wy0, const float *wy1, const int32_t *xs0,
+                      const int32_t *xs1, const float *wx0, const float *wx1, int nthreads);
+
+/* Nearest: y[p, oy, ox] = x[p, ys[oy], xs[ox]]; an output row equal to the previous one is
+ * copied. */
+void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
+                      const float *x, float *y, const int32_t *ys, const int32_t *xs,
+                      int nthreads);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MK_RESAMPLE_H */
