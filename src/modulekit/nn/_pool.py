@@ -117,7 +117,7 @@ def pool_output_size(size: int, k: int, s: int, p: int, dil: int, ceil_mode: boo
 
 def _window_args(d, kernel_size, stride, padding, dilation, what, *, check_pad=True):
     k = ntuple(kernel_size, d, "kernel_size", what, minimum=1)
-    if stride is None or (not isinstance(stride, (int, np.integer)) and len(stride) == 0):
+    if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0):
         s = k
     else:
         s = ntuple(stride, d, "stride", what, minimum=1)
@@ -179,9 +179,9 @@ def _max_axis(val, idx, axis, starts, step, count, lengths, plane_stride):
     return cur, cidx
 
 
-def _sum_axis(val, axis, starts, count):
-    """Sum along ``axis`` over windows ``starts[o] .. starts[o] + count`` (out-of-range
-    positions skipped: zero padding)."""
+def _sum_axis(val, axis, starts, count, lengths=None):
+    """Sum along ``axis`` over windows ``starts[o] .. starts[o] + count`` (``+ lengths[o]``
+    when given); out-of-range positions are skipped (zero padding)."""
     size = val.shape[axis]
     out_shape = list(val.shape)
     out_shape[axis] = starts.shape[0]
@@ -189,10 +189,15 @@ def _sum_axis(val, axis, starts, count):
     for j in range(count):
         pos = starts + j
         valid = (pos >= 0) & (pos < size)
+        if lengths is not None:
+            valid &= j < lengths
         if not valid.any():
             continue
         v = np.take(val, np.clip(pos, 0, size - 1), axis=axis)
-        acc += v * _bcast(valid.astype(val.dtype), axis, val.ndim)
+        if valid.all():
+            acc += v
+        else:  # where, not a 0/1 product: a NaN outside the window must not leak in
+            acc += np.where(_bcast(valid, axis, val.ndim), v, val.dtype.type(0))
     return acc
 
 
@@ -282,13 +287,9 @@ def adaptive_avg_pool(input, d, output_size, *, what="adaptive_avg_pool"):
             val = np.empty(shape, dtype=val.dtype)
             continue
         starts, ends = _adaptive_bounds(size, outs[a])
-        cs = np.cumsum(val, axis=a + 2, dtype=np.float64)
-        zero_shape = list(cs.shape)
-        zero_shape[a + 2] = 1
-        cs = np.concatenate([np.zeros(zero_shape), cs], axis=a + 2)
-        total = np.take(cs, ends, axis=a + 2) - np.take(cs, starts, axis=a + 2)
-        val = (total / _bcast((ends - starts).astype(np.float64), a + 2, val.ndim)).astype(
-            x.dtype, copy=False)
+        lengths = ends - starts
+        total = _sum_axis(val, a + 2, starts, int(lengths.max()), lengths)
+        val = total / _bcast(lengths.astype(val.dtype), a + 2, val.ndim)
     return val[0] if unbatched else val
 
 

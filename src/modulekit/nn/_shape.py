@@ -43,12 +43,21 @@ def _pad_index(size: int, left: int, right: int, mode: str, what: str, axis: int
         raise ValueError(
             f"{what}: padding ({left}, {right}) on dimension {axis} of size {size} gives a "
             f"negative output size {n_out}")
+    # negative amounts crop first; the positive ones then pad what is left (torch's order)
+    lo_crop, hi_crop = max(-left, 0), max(-right, 0)
+    base = size - lo_crop - hi_crop
+    left, right = max(left, 0), max(right, 0)
     i = np.arange(n_out, dtype=np.int64) - left
+    i = _pad_positions(i, base, left, right, mode, what, axis, size) + lo_crop
+    return i
+
+
+def _pad_positions(i, size, left, right, mode, what, axis, full):
     if mode == "reflect":
         if left >= size or right >= size:
             raise ValueError(
                 f"{what}: reflect padding ({left}, {right}) must be smaller than the padded "
-                f"dimension {axis} of size {size}")
+                f"dimension {axis} of size {full}")
         i = np.abs(i)
         i = np.where(i >= size, 2 * (size - 1) - i, i)
     elif mode == "replicate":
@@ -58,7 +67,7 @@ def _pad_index(size: int, left: int, right: int, mode: str, what: str, axis: int
     else:  # circular
         if left > size or right > size:
             raise ValueError(
-                f"{what}: circular padding ({left}, {right}) must be at most the size {size} of "
+                f"{what}: circular padding ({left}, {right}) must be at most the size {full} of "
                 f"dimension {axis}")
         i = np.mod(i, size) if size else i
     return i
