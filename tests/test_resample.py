@@ -302,6 +302,18 @@ def test_interpolate_2d_kernels_every_isa(isa, mode, align, kw, rng):
            TF.interpolate(_t(xs), mode=mode, align_corners=align, **kw), 1e-5, 1e-5)
 
 
+def test_resample_kernels_misaligned_input(rng):
+    """An input at an odd byte offset (NumPy flags it not ALIGNED) is copied, same values."""
+    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    buf = np.zeros(x.nbytes + 1, np.uint8)
+    mis = np.frombuffer(buf[1:].data, np.float32).reshape(x.shape)
+    mis[...] = x
+    assert not mis.flags.aligned
+    for mode in ("nearest", "bilinear"):
+        np.testing.assert_array_equal(F.interpolate(mis, scale_factor=2, mode=mode),
+                                      F.interpolate(x, scale_factor=2, mode=mode))
+
+
 def test_resample_kernels_threads_agree(rng):
     """Above the parallel threshold the rows split over threads: same result as one thread."""
     x = rng.standard_normal((3, 8, 40, 50)).astype(np.float32)

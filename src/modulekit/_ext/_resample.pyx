@@ -6,7 +6,8 @@
 
 The tap tables (indices and weights per output row and column) come from the caller
 (``modulekit.nn._interp.axis_taps``, torch's formulas). Every shape, dtype and index is checked
-here before the ``nogil`` kernel runs; float32 work dispatches on
+here before the ``nogil`` kernel runs, and a non-contiguous or misaligned array is copied
+(``_align.aligned``); float32 work dispatches on
 :func:`modulekit._ext._isa.get_isa`'s level. Work above ``PARALLEL_THRESHOLD`` output elements
 runs on ``modulekit.get_num_threads()`` OpenMP threads (one while the GEMMs back off after
 contention).
@@ -16,6 +17,7 @@ cimport numpy as cnp
 import numpy as np
 from libc.stdint cimport int32_t
 
+from modulekit._ext._align cimport aligned
 from modulekit._ext._gemm import _backing_off as _gemm_backing_off
 from modulekit._ext._isa cimport active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
@@ -61,7 +63,7 @@ cdef cnp.ndarray _input(object x, str what):
     if x.shape[2] * x.shape[3] >= 2**31:
         raise ValueError(f"{what}: an input plane of {x.shape[2] * x.shape[3]} elements is "
                          f"too large (at most 2**31 - 1)")
-    return np.ascontiguousarray(x)
+    return aligned(np.ascontiguousarray(x))
 
 
 cdef cnp.ndarray _index(object idx, Py_ssize_t n, Py_ssize_t bound, str name, str what):
@@ -71,14 +73,14 @@ cdef cnp.ndarray _index(object idx, Py_ssize_t n, Py_ssize_t bound, str name, st
         raise ValueError(f"{what}: {name} must be {n} integers, got {a.dtype} {a.shape}")
     if n and (a.min() < 0 or a.max() >= bound):
         raise IndexError(f"{what}: {name} holds an index outside [0, {bound})")
-    return np.ascontiguousarray(a, dtype=_I32)
+    return aligned(np.ascontiguousarray(a, dtype=_I32))
 
 
 cdef cnp.ndarray _weights(object w, Py_ssize_t n, str name, str what):
     a = np.asarray(w)
     if a.ndim != 1 or a.shape[0] != n or a.dtype.kind != "f":
         raise ValueError(f"{what}: {name} must be {n} floats, got {a.dtype} {a.shape}")
-    return np.ascontiguousarray(a, dtype=_F32)
+    return aligned(np.ascontiguousarray(a, dtype=_F32))
 
 
 def bilinear2d(x, ys0, ys1, wy0, wy1, xs0, xs1, wx0, wx1):
