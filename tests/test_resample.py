@@ -302,6 +302,55 @@ def test_interpolate_2d_kernels_every_isa(isa, mode, align, kw, rng):
            TF.interpolate(_t(xs), mode=mode, align_corners=align, **kw), 1e-5, 1e-5)
 
 
+@pytest.mark.parametrize("mode,d,align", [("bicubic", 2, False), ("bicubic", 2, True),
+                                          ("linear", 1, False), ("trilinear", 3, True),
+                                          ("nearest", 3, None), ("nearest-exact", 2, None),
+                                          ("nearest", 1, None)])
+@pytest.mark.parametrize("factor", [2.0, 0.6, 1.37])
+def test_interpolate_taps_kernel_every_isa(isa, mode, d, align, factor, rng):
+    """The other float32 modes run the per-axis taps kernel: every ISA path, widths that leave
+    masked tails (inner rows and last-axis gathers), non-contiguous input."""
+    shape = (2, 3) + (7, 19, 23)[3 - d:]
+    x = rng.standard_normal(shape).astype(np.float32)
+    want = TF.interpolate(_t(x), scale_factor=factor, mode=mode, align_corners=align)
+    _check(F.interpolate(x, scale_factor=factor, mode=mode, align_corners=align), want,
+           1e-5, 1e-5)
+    xt = np.ascontiguousarray(np.swapaxes(x, -1, -2)).swapaxes(-1, -2)
+    _check(F.interpolate(xt, scale_factor=factor, mode=mode, align_corners=align), want,
+           1e-5, 1e-5)
+    if mode == "bicubic":
+        want = TF.interpolate(_t(x), scale_factor=0.3, mode=mode, antialias=True)
+        _check(F.interpolate(x, scale_factor=0.3, mode=mode, antialias=True), want, 1e-5, 1e-5)
+
+
+def test_taps_axis_direct(rng):
+    x = rng.standard_normal((3, 5, 40)).astype(np.float32)
+    idx = rng.integers(0, 5, (9, 3))
+    w = rng.standard_normal((9, 3)).astype(np.float32)
+    want = sum(np.take(x, idx[:, t], axis=1) * w[:, t][None, :, None] for t in range(3))
+    np.testing.assert_allclose(_resample.taps_axis(x, 1, idx, w), want, rtol=1e-5, atol=1e-6)
+    idx = rng.integers(0, 40, (33, 2))
+    np.testing.assert_array_equal(_resample.taps_axis(x, -1, idx[:, :1]),
+                                  np.take(x, idx[:, 0], axis=2))
+    with pytest.raises(IndexError, match="taps_axis: idx holds an index outside"):
+        _resample.taps_axis(x, 0, np.array([[3]]))
+    with pytest.raises(ValueError, match="w must be a float array"):
+        _resample.taps_axis(x, 0, np.array([[0, 1]]), np.ones((1, 3), np.float32))
+    with pytest.raises(IndexError, match="axis 3 is out of range"):
+        _resample.taps_axis(x, 3, np.array([[0]]))
+
+
+def test_interpolate_nan_stays_in_its_taps(rng):
+    """A NaN reaches only the outputs whose taps read it (antialias taps past a window too)."""
+    x = rng.standard_normal((1, 1, 12, 12)).astype(np.float32)
+    x[0, 0, 0, 0] = np.nan
+    for kw in (dict(mode="bilinear", antialias=True), dict(mode="bicubic", antialias=True),
+               dict(mode="bicubic"), dict(mode="area")):
+        got = F.interpolate(x, size=(5, 5), **kw)
+        want = TF.interpolate(_t(x), size=(5, 5), **kw).numpy()
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+
+
 def test_resample_kernels_misaligned_input(rng):
     """An input at an odd byte offset (NumPy flags it not ALIGNED) is copied, same values."""
     x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)

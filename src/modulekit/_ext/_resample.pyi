@@ -3,7 +3,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["PARALLEL_THRESHOLD", "bilinear2d", "nearest2d"]
+__all__ = ["PARALLEL_THRESHOLD", "bilinear2d", "nearest2d", "taps_axis"]
 
 PARALLEL_THRESHOLD: int
 
@@ -20,4 +20,10 @@ def bilinear2d(
 ) -> np.ndarray[Any, np.dtype[np.float32]]: ...
 def nearest2d(
     x: np.ndarray[Any, np.dtype[np.float32]], ys: ArrayLike, xs: ArrayLike
+) -> np.ndarray[Any, np.dtype[np.float32]]: ...
+def taps_axis(
+    x: np.ndarray[Any, np.dtype[np.float32]],
+    axis: int,
+    idx: ArrayLike,
+    w: ArrayLike | None = None,
 ) -> np.ndarray[Any, np.dtype[np.float32]]: ...

@@ -3,6 +3,9 @@
 * :func:`bilinear2d`: separable two-tap interpolation (each input row interpolated
   horizontally once per thread, output rows blended vertically).
 * :func:`nearest2d`: gather by row and column index.
+* :func:`taps_axis`: one axis of any separable resampling (T taps per output sample: bicubic,
+  (tri)linear, nearest in 1-D / 3-D, antialiasing filters), vectorised over the trailing
+  dimensions (or weighted gathers along the last one).
 
 The tap tables (indices and weights per output row and column) come from the caller
 (``modulekit.nn._interp.axis_taps``, torch's formulas). Every shape, dtype and index is checked
@@ -24,7 +27,7 @@ from modulekit._ext._openmp_helpers cimport effective_threads
 
 cnp.import_array()
 
-__all__ = ["PARALLEL_THRESHOLD", "bilinear2d", "nearest2d"]
+__all__ = ["PARALLEL_THRESHOLD", "bilinear2d", "nearest2d", "taps_axis"]
 
 # Below this many output elements a call runs on the calling thread.
 PARALLEL_THRESHOLD = 1 << 15
@@ -42,6 +45,9 @@ cdef extern from "resample/resample.h" nogil:
     void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
                           const float *x, float *y, const int32_t *ys, const int32_t *xs,
                           int nthreads)
+    void mk_f32_taps_axis(int isa, size_t outer, size_t len, size_t inner, size_t out_len,
+                          size_t ntaps, const float *x, float *y, const int32_t *idx,
+                          const float *w, int nthreads)
 
 
 cdef inline int _threads(Py_ssize_t work) except -1:
@@ -135,4 +141,57 @@ def nearest2d(x, ys, xs):
         mk_f32_nearest2d(isa, n * c, ih, iw, oh, ow, <const float *>cnp.PyArray_DATA(X),
                          <float *>cnp.PyArray_DATA(Y), <const int32_t *>cnp.PyArray_DATA(Ys),
                          <const int32_t *>cnp.PyArray_DATA(Xs), nt)
+    return Y
+
+
+def taps_axis(x, int axis, idx, w=None):
+    """Resample float32 ``x`` along ``axis`` with taps: ``y[..., o, ...] = sum_t w[o, t] *
+    x[..., idx[o, t], ...]``. ``idx`` is ``(out, T)`` integers in ``[0, x.shape[axis])``,
+    ``w`` ``(out, T)`` floats (None: one tap of weight 1, a gather)."""
+    if not isinstance(x, np.ndarray) or x.dtype != _F32 or x.ndim < 1:
+        raise TypeError("taps_axis: x must be a float32 ndarray of at least 1 dimension")
+    if not x.dtype.isnative:
+        raise TypeError("taps_axis: x must be in native byte order")
+    cdef Py_ssize_t nd = x.ndim
+    if not -nd <= axis < nd:
+        raise IndexError(f"taps_axis: axis {axis} is out of range for {nd} dimension(s)")
+    if axis < 0:  # (C division semantics: no % on a negative axis)
+        axis += nd
+    shape = x.shape
+    cdef Py_ssize_t length = shape[axis]
+    if length < 1 or length >= 2**31:
+        raise ValueError(f"taps_axis: the resampled dimension has {length} elements "
+                         f"(1 to 2**31 - 1)")
+    I = np.asarray(idx)
+    if I.ndim != 2 or I.dtype.kind not in "iu" or I.shape[1] < 1:
+        raise ValueError(f"taps_axis: idx must be an (out, taps) integer array, got "
+                         f"{I.dtype} {I.shape}")
+    cdef Py_ssize_t out_len = I.shape[0], ntaps = I.shape[1]
+    if out_len and (I.min() < 0 or I.max() >= length):
+        raise IndexError(f"taps_axis: idx holds an index outside [0, {length})")
+    if w is None:
+        W = np.ones((out_len, ntaps), dtype=_F32)
+    else:
+        W = np.asarray(w)
+        if W.shape != I.shape or W.dtype.kind != "f":
+            raise ValueError(f"taps_axis: w must be a float array of idx's shape {I.shape}, "
+                             f"got {W.dtype} {W.shape}")
+    cdef cnp.ndarray It = aligned(np.ascontiguousarray(I.T, dtype=_I32))
+    cdef cnp.ndarray Wt = aligned(np.ascontiguousarray(W.T, dtype=_F32))
+    cdef cnp.ndarray X = aligned(np.ascontiguousarray(x))
+    cdef Py_ssize_t outer = 1, inner = 1, k
+    for k in range(axis):
+        outer *= shape[k]
+    for k in range(axis + 1, nd):
+        inner *= shape[k]
+    cdef cnp.ndarray Y = np.empty(shape[:axis] + (out_len,) + shape[axis + 1:], dtype=_F32)
+    if Y.size == 0:
+        return Y
+    cdef int nt = _threads(Y.size * ntaps)
+    cdef int isa = <int>active_isa()
+    with nogil:
+        mk_f32_taps_axis(isa, outer, length, inner, out_len, ntaps,
+                         <const float *>cnp.PyArray_DATA(X), <float *>cnp.PyArray_DATA(Y),
+                         <const int32_t *>cnp.PyArray_DATA(It),
+                         <const float *>cnp.PyArray_DATA(Wt), nt)
     return Y

@@ -8,9 +8,10 @@ kernels do (``aten/src/ATen/native/UpSample.h`` and ``cpu/UpSampleKernel.cpp``: 
 source coordinate in the compute dtype, nearest indices in float32), and :func:`_apply_taps`
 applies them axis after axis, innermost first. ``area`` is adaptive average pooling.
 
-float32 4-D nearest and bilinear (without antialiasing) run the vectorised C kernels of
-:mod:`modulekit._ext._resample` on the same taps: one pass over the output, each input row
-interpolated horizontally once per thread.
+float32 4-D nearest and bilinear (without antialiasing) run the fused 2-D C kernels of
+:mod:`modulekit._ext._resample` on the same taps (one pass over the output, each input row
+interpolated horizontally once per thread); every other float32 case applies the taps axis by
+axis with its ``taps_axis`` kernel; float64 applies them with NumPy.
 
 """
 
@@ -120,7 +121,10 @@ def axis_taps(mode: str, in_size: int, out_size: int, scale, align_corners: bool
         w = np.where(j < xsize[:, None], w, 0).astype(dt)
         total = w.sum(axis=1, keepdims=True)
         w = np.where(total != 0, w / np.where(total != 0, total, 1), w).astype(dt)
-        idx = np.minimum(j + xmin[:, None], in_size - 1)
+        # taps past the window (weight 0) read the window's first element: never a NaN from
+        # outside the window
+        idx = np.where(j < xsize[:, None], np.minimum(j + xmin[:, None], in_size - 1),
+                       np.minimum(xmin[:, None], in_size - 1))
         return idx, w
     scale_v = _area_scale(dt, in_size, out_size, align_corners, scale)
     cubic = mode == "bicubic"
@@ -135,6 +139,8 @@ def axis_taps(mode: str, in_size: int, out_size: int, scale, align_corners: bool
 
 
 def _apply_taps(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    if x.dtype == _F32:  # the C kernel (float64 stays in NumPy)
+        return _resample.taps_axis(x, axis, idx, w)
     if w is None:
         return np.take(x, idx[:, 0], axis=axis)
     shape = [1] * x.ndim

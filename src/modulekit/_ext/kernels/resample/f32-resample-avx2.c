@@ -76,4 +76,56 @@ MK_AVX2 void mk_f32_gather_row__avx2(size_t n, const float *row, const int32_t *
     }
 }
 
+MK_AVX2 void mk_f32_wsum_rows__avx2(size_t n, size_t ntaps, const float *base, size_t stride,
+                                    const int32_t *idx, const float *w, size_t ws, float *out)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(base + (size_t)idx[0] * stride + i),
+                                   _mm256_set1_ps(w[0]));
+        for (size_t t = 1; t < ntaps; t++)
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(base + (size_t)idx[t * ws] * stride + i),
+                                  _mm256_set1_ps(w[t * ws]), acc);
+        _mm256_storeu_ps(out + i, acc);
+    }
+    if (i < n) {
+        __m256i m = tail8(n - i);
+        __m256 acc = _mm256_mul_ps(_mm256_maskload_ps(base + (size_t)idx[0] * stride + i, m),
+                                   _mm256_set1_ps(w[0]));
+        for (size_t t = 1; t < ntaps; t++)
+            acc = _mm256_fmadd_ps(_mm256_maskload_ps(base + (size_t)idx[t * ws] * stride + i, m),
+                                  _mm256_set1_ps(w[t * ws]), acc);
+        _mm256_maskstore_ps(out + i, m, acc);
+    }
+}
+
+MK_AVX2 void mk_f32_wgather_row__avx2(size_t n, size_t ntaps, const float *row,
+                                      const int32_t *idx, const float *w, size_t ws, float *out)
+{
+    size_t o = 0;
+    for (; o + 8 <= n; o += 8) {
+        __m256 acc = _mm256_mul_ps(
+            _mm256_i32gather_ps(row, _mm256_loadu_si256((const __m256i *)(idx + o)), 4),
+            _mm256_loadu_ps(w + o));
+        for (size_t t = 1; t < ntaps; t++) {
+            __m256i ix = _mm256_loadu_si256((const __m256i *)(idx + t * ws + o));
+            acc = _mm256_fmadd_ps(_mm256_i32gather_ps(row, ix, 4), _mm256_loadu_ps(w + t * ws + o),
+                                  acc);
+        }
+        _mm256_storeu_ps(out + o, acc);
+    }
+    if (o < n) {
+        __m256i m = tail8(n - o);
+        __m256 mf = _mm256_castsi256_ps(m);
+        __m256 acc = _mm256_setzero_ps();
+        for (size_t t = 0; t < ntaps; t++) {
+            __m256i ix = _mm256_maskload_epi32(idx + t * ws + o, m);
+            __m256 v = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), row, ix, mf, 4);
+            __m256 wt = _mm256_maskload_ps(w + t * ws + o, m);
+            acc = t ? _mm256_fmadd_ps(v, wt, acc) : _mm256_mul_ps(v, wt);
+        }
+        _mm256_maskstore_ps(out + o, m, acc);
+    }
+}
+
 #endif /* MK_X86 */

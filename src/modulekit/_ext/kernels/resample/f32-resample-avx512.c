@@ -68,4 +68,55 @@ MK_AVX512 void mk_f32_gather_row__avx512(size_t n, const float *row, const int32
     }
 }
 
+MK_AVX512 void mk_f32_wsum_rows__avx512(size_t n, size_t ntaps, const float *base,
+                                        size_t stride, const int32_t *idx, const float *w,
+                                        size_t ws, float *out)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(base + (size_t)idx[0] * stride + i),
+                                   _mm512_set1_ps(w[0]));
+        for (size_t t = 1; t < ntaps; t++)
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(base + (size_t)idx[t * ws] * stride + i),
+                                  _mm512_set1_ps(w[t * ws]), acc);
+        _mm512_storeu_ps(out + i, acc);
+    }
+    if (i < n) {
+        __mmask16 m = tail16(n - i);
+        __m512 acc = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, base + (size_t)idx[0] * stride + i),
+                                   _mm512_set1_ps(w[0]));
+        for (size_t t = 1; t < ntaps; t++)
+            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, base + (size_t)idx[t * ws] * stride + i),
+                                  _mm512_set1_ps(w[t * ws]), acc);
+        _mm512_mask_storeu_ps(out + i, m, acc);
+    }
+}
+
+MK_AVX512 void mk_f32_wgather_row__avx512(size_t n, size_t ntaps, const float *row,
+                                          const int32_t *idx, const float *w, size_t ws,
+                                          float *out)
+{
+    size_t o = 0;
+    for (; o + 16 <= n; o += 16) {
+        __m512 acc = _mm512_mul_ps(_mm512_i32gather_ps(_mm512_loadu_si512(idx + o), row, 4),
+                                   _mm512_loadu_ps(w + o));
+        for (size_t t = 1; t < ntaps; t++)
+            acc = _mm512_fmadd_ps(
+                _mm512_i32gather_ps(_mm512_loadu_si512(idx + t * ws + o), row, 4),
+                _mm512_loadu_ps(w + t * ws + o), acc);
+        _mm512_storeu_ps(out + o, acc);
+    }
+    if (o < n) {
+        __mmask16 m = tail16(n - o);
+        __m512 acc = _mm512_setzero_ps();
+        for (size_t t = 0; t < ntaps; t++) {
+            __m512i ix = _mm512_maskz_loadu_epi32(m, idx + t * ws + o);
+            __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, ix, row, 4);
+            __m512 wt = _mm512_maskz_loadu_ps(m, w + t * ws + o);
+            acc = t ? _mm512_fmadd_ps(v, wt, acc) : _mm512_mul_ps(v, wt);
+        }
+        _mm512_mask_storeu_ps(out + o, m, acc);
+    }
+}
+
 #endif /* MK_X86 */

@@ -25,3 +25,26 @@ void mk_f32_gather_row__scalar(size_t n, const float *row, const int32_t *x, flo
 {
     for (size_t i = 0; i < n; i++) out[i] = row[x[i]];
 }
+
+void mk_f32_wsum_rows__scalar(size_t n, size_t ntaps, const float *base, size_t stride,
+                              const int32_t *idx, const float *w, size_t ws, float *out)
+{
+    const float *r0 = base + (size_t)idx[0] * stride;
+    const float w0 = w[0];
+    for (size_t i = 0; i < n; i++) out[i] = r0[i] * w0;
+    for (size_t t = 1; t < ntaps; t++) {
+        const float *r = base + (size_t)idx[t * ws] * stride;
+        const float wt = w[t * ws];
+        for (size_t i = 0; i < n; i++) out[i] += r[i] * wt;
+    }
+}
+
+void mk_f32_wgather_row__scalar(size_t n, size_t ntaps, const float *row, const int32_t *idx,
+                                const float *w, size_t ws, float *out)
+{
+    for (size_t o = 0; o < n; o++) {
+        float acc = row[idx[o]] * w[o];
+        for (size_t t = 1; t < ntaps; t++) acc += row[idx[t * ws + o]] * w[t * ws + o];
+        out[o] = acc;
+    }
+}

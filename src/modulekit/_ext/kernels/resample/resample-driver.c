@@ -81,3 +81,25 @@ void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, s
         }
     }
 }
+
+void mk_f32_taps_axis(int isa, size_t outer, size_t len, size_t inner, size_t out_len,
+                      size_t ntaps, const float *x, float *y, const int32_t *idx, const float *w,
+                      int nthreads)
+{
+    const mk_resample_config *cfg = mk_resample_config_for(isa);
+    if (inner == 1) {
+        ptrdiff_t a, na = (ptrdiff_t)outer;
+        #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+        for (a = 0; a < na; a++)
+            cfg->wgather(out_len, ntaps, x + (size_t)a * len, idx, w, out_len,
+                         y + (size_t)a * out_len);
+        return;
+    }
+    ptrdiff_t r, nr = (ptrdiff_t)(outer * out_len);
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    for (r = 0; r < nr; r++) {
+        const size_t a = (size_t)r / out_len, o = (size_t)r % out_len;
+        cfg->wsum(inner, ntaps, x + a * len * inner, inner, idx + o, w + o, out_len,
+                  y + (size_t)r * inner);
+    }
+}

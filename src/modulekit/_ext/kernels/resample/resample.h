@@ -6,6 +6,9 @@
  * row cache (two slots) and blends the two cached rows of each output row vertically, so a
  * row shared by consecutive output rows (upsampling) is resampled once.
  *
+ * Any other separable mode (bicubic, linear / trilinear, nearest in 1-D / 3-D, antialiased
+ * filters) runs one axis at a time through mk_f32_taps_axis with T taps per output sample.
+ *
  * Per-ISA row kernels (f32-resample-{scalar,avx2,avx512}.c), one config table
  * (resample-config.c) and the drivers (resample-driver.c). Every index is checked in
  * modulekit/_ext/_resample.pyx before any of this runs. */
@@ -29,10 +32,21 @@ typedef void (*mk_f32_blend_row)(size_t n, const float *p, const float *q, float
 /* out[i] = row[x[i]], i < n */
 typedef void (*mk_f32_gather_row)(size_t n, const float *row, const int32_t *x, float *out);
 
+/* Weighted sum of whole rows: out[i] = sum_t w[t * ws] * base[idx[t * ws] * stride + i], i < n
+ * (ntaps taps; ws is the tap stride of idx and w). */
+typedef void (*mk_f32_wsum_rows)(size_t n, size_t ntaps, const float *base, size_t stride,
+                                 const int32_t *idx, const float *w, size_t ws, float *out);
+/* Weighted gather: out[o] = sum_t w[t * ws + o] * row[idx[t * ws + o]], o < n (tap-major
+ * tables, ws >= n). */
+typedef void (*mk_f32_wgather_row)(size_t n, size_t ntaps, const float *row, const int32_t *idx,
+                                   const float *w, size_t ws, float *out);
+
 typedef struct {
     mk_f32_lerp_row lerp;
     mk_f32_blend_row blend;
     mk_f32_gather_row gather;
+    mk_f32_wsum_rows wsum;
+    mk_f32_wgather_row wgather;
 } mk_resample_config;
 
 /* The row kernels of an ISA level (an mk_isa value; out of range: generic). */
@@ -42,14 +56,26 @@ void mk_f32_lerp_row__scalar(size_t, const float *, const int32_t *, const int32
                              const float *, const float *, float *);
 void mk_f32_blend_row__scalar(size_t, const float *, const float *, float, float, float *);
 void mk_f32_gather_row__scalar(size_t, const float *, const int32_t *, float *);
+void mk_f32_wsum_rows__scalar(size_t, size_t, const float *, size_t, const int32_t *, const float *,
+                         size_t, float *);
+void mk_f32_wgather_row__scalar(size_t, size_t, const float *, const int32_t *, const float *,
+                           size_t, float *);
 void mk_f32_lerp_row__avx2(size_t, const float *, const int32_t *, const int32_t *,
                            const float *, const float *, float *);
 void mk_f32_blend_row__avx2(size_t, const float *, const float *, float, float, float *);
 void mk_f32_gather_row__avx2(size_t, const float *, const int32_t *, float *);
+void mk_f32_wsum_rows__avx2(size_t, size_t, const float *, size_t, const int32_t *, const float *,
+                         size_t, float *);
+void mk_f32_wgather_row__avx2(size_t, size_t, const float *, const int32_t *, const float *,
+                           size_t, float *);
 void mk_f32_lerp_row__avx512(size_t, const float *, const int32_t *, const int32_t *,
                              const float *, const float *, float *);
 void mk_f32_blend_row__avx512(size_t, const float *, const float *, float, float, float *);
 void mk_f32_gather_row__avx512(size_t, const float *, const int32_t *, float *);
+void mk_f32_wsum_rows__avx512(size_t, size_t, const float *, size_t, const int32_t *, const float *,
+                         size_t, float *);
+void mk_f32_wgather_row__avx512(size_t, size_t, const float *, const int32_t *, const float *,
+                           size_t, float *);
 
 /* Bilinear: planes planes of ih x iw (C-contiguous, x) to oh x ow (y). Output row oy blends
  * input rows ys0[oy], ys1[oy] with weights wy0[oy], wy1[oy]; output column ox blends columns
@@ -64,6 +90,14 @@ int mk_f32_bilinear2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, s
  * copied. */
 void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
                       const float *x, float *y, const int32_t *ys, const int32_t *xs,
+                      int nthreads);
+
+/* One axis of a separable resampling: x viewed as (outer, len, inner), C-contiguous, to y
+ * (outer, out_len, inner): y[a, o, i] = sum_t w[t, o] * x[a, idx[t, o], i] for t < ntaps
+ * (tap-major tables of ntaps x out_len). inner > 1 runs whole rows (vectorised over inner),
+ * inner == 1 weighted gathers; (a, o) rows / a rows on up to nthreads threads. */
+void mk_f32_taps_axis(int isa, size_t outer, size_t len, size_t inner, size_t out_len,
+                      size_t ntaps, const float *x, float *y, const int32_t *idx, const float *w,
                       int nthreads);
 
 #ifdef __cplusplus
