@@ -9,6 +9,9 @@
  * Any other separable mode (bicubic, linear / trilinear, nearest in 1-D / 3-D, antialiased
  * filters) runs one axis at a time through mk_f32_taps_axis with T taps per output sample.
  *
+ * Rows are handed out in chunks from a shared counter; acct (may be NULL) receives
+ * {ns the calling thread worked, ns it then waited for the team} for the contention back-off.
+ *
  * Per-ISA row kernels (f32-resample-{scalar,avx2,avx512}.c), one config table
  * (resample-config.c) and the drivers (resample-driver.c). Every index is checked in
  * modulekit/_ext/_resample.pyx before any of this runs. */
@@ -80,17 +83,18 @@ void mk_f32_wgather_row__avx512(size_t, size_t, const float *, const int32_t *, 
 /* Bilinear: planes planes of ih x iw (C-contiguous, x) to oh x ow (y). Output row oy blends
  * input rows ys0[oy], ys1[oy] with weights wy0[oy], wy1[oy]; output column ox blends columns
  * xs0[ox], xs1[ox] with wx0[ox], wx1[ox]. Rows (plane, oy) run on up to nthreads threads.
- * Returns 0, or -1 when a thread's row cache could not be allocated. */
+ * Returns 0, or -1 when the threads' row caches could not be allocated (nothing written). */
 int mk_f32_bilinear2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
                       const float *x, float *y, const int32_t *ys0, const int32_t *ys1,
                       const float *wy0, const float *wy1, const int32_t *xs0,
-                      const int32_t *xs1, const float *wx0, const float *wx1, int nthreads);
+                      const int32_t *xs1, const float *wx0, const float *wx1, int nthreads,
+                      long long *acct);
 
 /* Nearest: y[p, oy, ox] = x[p, ys[oy], xs[ox]]; an output row equal to the previous one is
  * copied. */
 void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
                       const float *x, float *y, const int32_t *ys, const int32_t *xs,
-                      int nthreads);
+                      int nthreads, long long *acct);
 
 /* One axis of a separable resampling: x viewed as (outer, len, inner), C-contiguous, to y
  * (outer, out_len, inner): y[a, o, i] = sum_t w[t, o] * x[a, idx[t, o], i] for t < ntaps
@@ -98,7 +102,7 @@ void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, s
  * inner == 1 weighted gathers; (a, o) rows / a rows on up to nthreads threads. */
 void mk_f32_taps_axis(int isa, size_t outer, size_t len, size_t inner, size_t out_len,
                       size_t ntaps, const float *x, float *y, const int32_t *idx, const float *w,
-                      int nthreads);
+                      int nthreads, long long *acct);
 
 #ifdef __cplusplus
 }
