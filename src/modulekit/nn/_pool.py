@@ -179,6 +179,68 @@ def _max_axis(val, idx, axis, starts, step, count, lengths, plane_stride):
     return cur, cidx
 
 
+def _axis_slice(ndim: int, axis: int, sl: slice) -> tuple:
+    key = [slice(None)] * ndim
+    key[axis] = sl
+    return tuple(key)
+
+
+def _pad_axis(val: np.ndarray, axis: int, left: int, right: int, fill) -> np.ndarray:
+    if left == 0 and right == 0:
+        return val
+    shape = list(val.shape)
+    shape[axis] += left + right
+    out = np.full(shape, fill, dtype=val.dtype)
+    out[_axis_slice(val.ndim, axis, slice(left, left + val.shape[axis]))] = val
+    return out
+
+
+def _window_views(val, axis, out, s, p, dil, k, fill):
+    """The ``k`` strided views (no copies) of ``val`` padded along ``axis`` with ``fill``:
+    view ``j`` holds the window element ``j`` of every output position ``o`` (input position
+    ``o * s - p + j * dil``)."""
+    size = val.shape[axis]
+    right = max(0, (out - 1) * s - p + (k - 1) * dil + 1 - size)
+    padded = _pad_axis(val, axis, p, right, fill)
+    return [padded[_axis_slice(val.ndim, axis, slice(j * dil, j * dil + s * (out - 1) + 1, s))]
+            for j in range(k)]
+
+
+def _max_axis_fixed(val, idx, axis, out, s, p, dil, k, plane_stride):
+    """:func:`_max_axis` for the fixed windows ``o * s - p + j * dil`` (``j < k``) of
+    ordinary pooling, on strided views of the padded axis instead of gathers; without
+    indices a running ``np.maximum`` (which propagates NaN, as torch)."""
+    views = _window_views(val, axis, out, s, p, dil, k, -np.inf)
+    if idx is None:
+        cur = views[0].copy()
+        for v in views[1:]:
+            np.maximum(cur, v, out=cur)
+        return cur, None
+    size = val.shape[axis]
+    starts = np.arange(out, dtype=np.int64) * s - p
+    first = np.where(starts < 0, starts + (-starts + dil - 1) // dil * dil, starts)
+    first = np.minimum(first, size - 1)
+    cidx = np.take(idx, first, axis=axis) + _bcast(first * plane_stride, axis, val.ndim)
+    cur = np.full(views[0].shape, -np.inf, dtype=val.dtype)
+    ipos = _window_views(idx, axis, out, s, p, dil, k, 0)
+    for j, (v, iv) in enumerate(zip(views, ipos)):
+        with np.errstate(invalid="ignore"):
+            cond = (v > cur) | np.isnan(v)
+        np.copyto(cur, v, where=cond)
+        pos = _bcast((starts + j * dil) * plane_stride, axis, val.ndim)
+        np.copyto(cidx, iv + pos, where=cond)
+    return cur, cidx
+
+
+def _sum_axis_fixed(val, axis, out, s, p, k):
+    """Window sums over ``o * s - p .. + k`` on strided views of the zero-padded axis."""
+    views = _window_views(val, axis, out, s, p, 1, k, 0)
+    acc = views[0].copy()
+    for v in views[1:]:
+        acc += v
+    return acc
+
+
 def _sum_axis(val, axis, starts, count, lengths=None):
     """Sum along ``axis`` over windows ``starts[o] .. starts[o] + count`` (``+ lengths[o]``
     when given); out-of-range positions are skipped (zero padding)."""
@@ -219,8 +281,8 @@ def max_pool(input, d, kernel_size, stride=None, padding=0, dilation=1, ceil_mod
     val = x
     idx = np.zeros(x.shape, dtype=np.int64) if return_indices else None
     for a in reversed(range(d)):
-        starts = np.arange(outs[a], dtype=np.int64) * s[a] - p[a]
-        val, idx = _max_axis(val, idx, a + 2, starts, dl[a], k[a], None, strides[a])
+        val, idx = _max_axis_fixed(val, idx, a + 2, outs[a], s[a], p[a], dl[a], k[a],
+                                   strides[a])
     if unbatched:
         val = val[0]
         idx = idx[0] if idx is not None else None
@@ -244,7 +306,7 @@ def avg_pool(input, d, kernel_size, stride=None, padding=0, ceil_mode=False,
     for a in reversed(range(d)):
         size = x.shape[a + 2]
         starts = np.arange(outs[a], dtype=np.int64) * s[a] - p[a]
-        val = _sum_axis(val, a + 2, starts, k[a])
+        val = _sum_axis_fixed(val, a + 2, outs[a], s[a], p[a], k[a])
         ends = np.minimum(starts + k[a], size + p[a])
         if count_include_pad:
             n = ends - starts
@@ -286,6 +348,11 @@ def adaptive_avg_pool(input, d, output_size, *, what="adaptive_avg_pool"):
             shape[a + 2] = 0
             val = np.empty(shape, dtype=val.dtype)
             continue
+        if size % outs[a] == 0:  # equal, disjoint windows (global pooling among them)
+            k = size // outs[a]
+            shape = val.shape[:a + 2] + (outs[a], k) + val.shape[a + 3:]
+            val = val.reshape(shape).sum(axis=a + 3) / val.dtype.type(k)
+            continue
         starts, ends = _adaptive_bounds(size, outs[a])
         lengths = ends - starts
         total = _sum_axis(val, a + 2, starts, int(lengths.max()), lengths)
@@ -305,6 +372,11 @@ def adaptive_max_pool(input, d, output_size, return_indices=False, *,
     idx = np.zeros(x.shape, dtype=np.int64) if return_indices else None
     for a in reversed(range(d)):
         size = x.shape[a + 2]
+        if idx is None and size % outs[a] == 0:  # equal, disjoint windows: a reshape
+            k = size // outs[a]
+            val = val.reshape(val.shape[:a + 2] + (outs[a], k) + val.shape[a + 3:]).max(
+                axis=a + 3)
+            continue
         starts, ends = _adaptive_bounds(size, outs[a])
         lengths = ends - starts
         val, idx = _max_axis(val, idx, a + 2, starts, 1, int(lengths.max()), lengths,
