@@ -631,6 +631,22 @@ def test_functional_names_are_torchs():
         assert callable(getattr(TF, name))
 
 
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_with_indices_functions(d, rng):
+    x = rng.standard_normal((2, 3) + _spatial(d)).astype(np.float32)
+    name = f"max_pool{d}d_with_indices"
+    _check(getattr(F, name)(x, 3, 2, 1), getattr(TF, name)(_t(x), 3, 2, 1))
+    name = f"adaptive_max_pool{d}d_with_indices"
+    _check(getattr(F, name)(x, 3), getattr(TF, name)(_t(x), 3))
+
+
+def test_layers_hold_no_state():
+    for m in (nn.Upsample(scale_factor=2), nn.MaxPool3d(2), nn.ReflectionPad2d(1),
+              nn.Fold((4, 4), 2), nn.LPPool1d(2, 3), nn.MaxUnpool2d(2)):
+        assert m.state_dict() == {}
+        assert m.load_state_dict({}).missing_keys == []
+
+
 def test_compiled_module_with_resampling(rng):
     class Decoder(nn.Module):
         def __init__(self):

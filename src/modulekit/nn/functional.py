@@ -392,6 +392,32 @@ max_unpool1d, max_unpool2d, max_unpool3d = (
     _max_unpool_fn(1), _max_unpool_fn(2), _max_unpool_fn(3))
 
 
+def _max_pool_with_indices_fn(d: int):
+    def impl(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+             return_indices=False):
+        return _pool.max_pool(input, d, kernel_size, stride, padding, dilation, ceil_mode,
+                              True, what=f"max_pool{d}d_with_indices")
+    return _fn(impl, f"max_pool{d}d_with_indices",
+               f"``max_pool{d}d`` returning ``(values, indices)`` whatever ``return_indices``"
+               " says, as torch's.")
+
+
+def _adaptive_max_with_indices_fn(d: int):
+    def impl(input, output_size, return_indices=False):
+        return _pool.adaptive_max_pool(input, d, output_size, True,
+                                       what=f"adaptive_max_pool{d}d_with_indices")
+    return _fn(impl, f"adaptive_max_pool{d}d_with_indices",
+               f"``adaptive_max_pool{d}d`` returning ``(values, indices)``, as torch's.")
+
+
+max_pool1d_with_indices, max_pool2d_with_indices, max_pool3d_with_indices = (
+    _max_pool_with_indices_fn(1), _max_pool_with_indices_fn(2), _max_pool_with_indices_fn(3))
+(adaptive_max_pool1d_with_indices, adaptive_max_pool2d_with_indices,
+ adaptive_max_pool3d_with_indices) = (_adaptive_max_with_indices_fn(1),
+                                      _adaptive_max_with_indices_fn(2),
+                                      _adaptive_max_with_indices_fn(3))
+
+
 def _fractional_max_pool(*args, **kwargs):
     raise NotImplementedError(
         "fractional_max_pool: not supported: its windows are drawn at random on every call "
@@ -487,6 +513,9 @@ __all__ += [  # noqa: PLE0604
     "max_pool1d", "max_pool3d", "avg_pool1d", "avg_pool3d", "adaptive_avg_pool1d",
     "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
     "lp_pool1d", "lp_pool2d", "lp_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
+    "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices",
+    "adaptive_max_pool3d_with_indices",
     "fractional_max_pool2d", "fractional_max_pool3d", "interpolate", "upsample",
     "upsample_nearest", "upsample_bilinear", "pad", "pixel_shuffle", "pixel_unshuffle",
     "channel_shuffle", "native_channel_shuffle", "unfold", "fold",
