@@ -672,3 +672,47 @@ def test_compiled_module_with_resampling(rng):
     ty = TF.interpolate(TF.pad(TF.max_unpool2d(tv, ti, 2), (1, 1, 1, 1), "reflect"),
                         scale_factor=2, mode="bilinear")
     _check(want, TF.pixel_shuffle(TF.pad(ty, (0, 1, 1, 0)), 2), 1e-5, 1e-5)
+
+
+def test_saved_compiled_module_with_these_layers(rng, tmp_path):
+    """A compiled module using these layers saves (their constructor arguments) and loads
+    without its Python class, with the same outputs."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = nn.Upsample(scale_factor=(2, 1.5), mode="bilinear", align_corners=True)
+            self.pad = nn.ReflectionPad1d((2, 1))
+            self.pool = nn.MaxPool1d(3, 2, return_indices=True)
+            self.unpool = nn.MaxUnpool1d(3, 2)
+            self.fold = nn.Fold((6, 5), 2)
+            self.unfold = nn.Unfold(2)
+            self.shuffle = nn.PixelShuffle(2)
+            self.unflatten = nn.Unflatten(2, (2, 3))
+            self.adaptive = nn.AdaptiveAvgPool3d((None, 2, 1))
+            self.lp = nn.LPPool2d(2, 2)
+            self.cpad = nn.ConstantPad2d((1, 0, 2, 1), 3.5)
+
+        def forward(self, x):
+            v, i = self.pool(self.pad(x))
+            y = self.unpool(v, i)
+            z = F.interpolate(x[None], scale_factor=2, mode="nearest")
+            u = self.fold(self.unfold(self.up(z)[:, :, :6, :5]))
+            return (y, self.unflatten(u), self.shuffle(x.reshape(1, 12, 1, 10)),
+                    self.adaptive(z[None]), self.lp(self.cpad(z)))
+
+    x = np.abs(rng.standard_normal((3, 4, 10))).astype(np.float32)
+    m = Net()
+    want = m(x)
+    m.compile()
+    m(x)
+    path = tmp_path / "net.mkc"
+    m.save(str(path))
+    loaded = modulekit.load_module(str(path))
+    for a, b in zip(want, loaded(x)):
+        np.testing.assert_array_equal(a, b)
+    m2 = nn.Sequential(nn.MaxPool2d(2, return_indices=True))
+    m2.compile()
+    m2(np.zeros((1, 1, 4, 4), np.float32))
+    with pytest.raises(modulekit.compile.CompileError,
+                       match=r"return_indices=True\) cannot be saved"):
+        m2.save(str(tmp_path / "pool.mkc"))

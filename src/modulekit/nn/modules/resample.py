@@ -24,7 +24,7 @@ class Upsample(Module):
             raise ValueError(f"{name}: only one of size or scale_factor should be defined")
         self.name = type(self).__name__
         self.size = size
-        if isinstance(scale_factor, tuple):
+        if isinstance(scale_factor, (tuple, list)):
             self.scale_factor = tuple(float(f) for f in scale_factor)
         else:
             self.scale_factor = float(scale_factor) if scale_factor else None
