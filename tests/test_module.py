@@ -521,7 +521,7 @@ def test_nn_namespace_reexports_the_core_classes():
 
     assert nn.Module is Module
     assert nn.Parameter is modulekit.Parameter is Parameter
-    assert set(nn.functional.__all__) == {
+    assert set(nn.functional.__all__) >= {
         "linear",
         "relu",
         "relu6",

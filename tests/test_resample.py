@@ -487,9 +487,11 @@ def test_pad_functional(mode, d, pad, rng):
 
 def test_pad_constant_any_dims_and_dtypes(rng):
     x = rng.integers(0, 9, (2, 3, 4, 5)).astype(np.int64)
-    got = F.pad(x, (1, 1, 0, 2, 1, 0, 0, 1), value=7)
-    assert got.dtype == np.int64
-    _check(got, TF.pad(_t(x), (1, 1, 0, 2, 1, 0, 0, 1), value=7))
+    got = F.pad(x, (1, 1, 0, 2, 1, 0, 0, 1), value=7.5)
+    assert got.dtype == np.float32  # integer inputs compute in float32, as every op
+    _check(got, TF.pad(_t(x.astype(np.float32)), (1, 1, 0, 2, 1, 0, 0, 1), value=7.5))
+    h = x.astype(np.float16)
+    assert F.pad(h[0], (1, 1), mode="reflect").dtype == np.float16  # floats keep their dtype
     x64 = rng.standard_normal((3, 4))
     _check(F.pad(x64, (2, -1)), TF.pad(_t(x64), (2, -1)))
     _check(F.pad(x64, ()), TF.pad(_t(x64), ()))

@@ -218,9 +218,11 @@ def _max_axis_fixed(val, idx, axis, out, s, p, dil, k, plane_stride):
         return cur, None
     size = val.shape[axis]
     starts = np.arange(out, dtype=np.int64) * s - p
+    # torch's initial index: the window's first position at or after 0 (past the end when the
+    # window holds no element: torch reports that position, so do we)
     first = np.where(starts < 0, starts + (-starts + dil - 1) // dil * dil, starts)
-    first = np.minimum(first, size - 1)
-    cidx = np.take(idx, first, axis=axis) + _bcast(first * plane_stride, axis, val.ndim)
+    cidx = (np.take(idx, np.minimum(first, size - 1), axis=axis)
+            + _bcast(first * plane_stride, axis, val.ndim))
     cur = np.full(views[0].shape, -np.inf, dtype=val.dtype)
     ipos = _window_views(idx, axis, out, s, p, dil, k, 0)
     for j, (v, iv) in enumerate(zip(views, ipos)):
@@ -300,6 +302,9 @@ def avg_pool(input, d, kernel_size, stride=None, padding=0, ceil_mode=False,
             raise ValueError(
                 f"{what}: divisor_override must be a non-zero int, got {divisor_override!r}")
     x, unbatched = pool_input(input, d, what)
+    if d == 3 and any(n < ki for n, ki in zip(x.shape[2:], k)):
+        raise ValueError(  # torch's 3-D average pooling checks this, padding or not
+            f"{what}: input spatial size {tuple(x.shape[2:])} is smaller than the kernel {k}")
     outs = _outputs(x, k, s, p, (1,) * d, bool(ceil_mode), what)
     val = x
     div = None
@@ -444,7 +449,8 @@ def max_unpool(input, indices, d, kernel_size, stride=None, padding=0, output_si
         outs = sizes
     plane = math.prod(outs)
     nc = x.shape[0] * x.shape[1]
-    flat_idx = ind.reshape(nc, -1).astype(np.int64, copy=False)
+    plane_in = math.prod(x.shape[2:])
+    flat_idx = ind.reshape(nc, plane_in).astype(np.int64, copy=False)
     if flat_idx.size and (flat_idx.min() < 0 or flat_idx.max() >= plane):
         bad = flat_idx[(flat_idx < 0) | (flat_idx >= plane)][0]
         raise IndexError(
@@ -452,6 +458,6 @@ def max_unpool(input, indices, d, kernel_size, stride=None, padding=0, output_si
             f"{plane} elements)")
     out = np.zeros((nc, plane), dtype=x.dtype)
     rows = np.arange(nc)[:, None]
-    out[rows, flat_idx] = x.reshape(nc, -1)
+    out[rows, flat_idx] = x.reshape(nc, plane_in)
     out = out.reshape(x.shape[:2] + outs)
     return out[0] if unbatched else out

@@ -2,7 +2,9 @@
 circular), ``pixel_shuffle`` / ``pixel_unshuffle``, ``channel_shuffle``, ``unfold`` (im2col),
 ``fold`` (col2im) and ``unflatten``, with torch's semantics.
 
-The data-movement ops (pad, the shuffles, unflatten) keep the input's dtype, as torch does;
+The pure rearrangements (the shuffles, unflatten) keep the input's dtype, as torch does;
+``pad`` keeps floating dtypes (float16 and bfloat16 included) and, as every arithmetic op of
+modulekit, widens integer and bool inputs to float32 (a fill value need not be an integer);
 ``fold`` and ``unfold`` compute in float32 (float64 for float64 inputs) like the other layers.
 """
 
@@ -37,40 +39,36 @@ def _pad_pairs(pad, what) -> list[tuple[int, int]]:
 
 
 def _pad_index(size: int, left: int, right: int, mode: str, what: str, axis: int) -> np.ndarray:
-    """Source positions of each output position along one axis."""
+    """Source positions of each output position along one axis (negative amounts crop).
+
+    As torch: reflect and replicate map output position ``o`` to input ``o - left`` reflected
+    / clamped over the whole input; circular crops first and wraps around what is left."""
     n_out = size + left + right
     if n_out < 0:
         raise ValueError(
             f"{what}: padding ({left}, {right}) on dimension {axis} of size {size} gives a "
             f"negative output size {n_out}")
-    # negative amounts crop first; the positive ones then pad what is left (torch's order)
-    lo_crop, hi_crop = max(-left, 0), max(-right, 0)
-    base = size - lo_crop - hi_crop
-    left, right = max(left, 0), max(right, 0)
+    if mode == "circular":
+        lo_crop = max(-left, 0)
+        base = size - lo_crop - max(-right, 0)
+        lpad, rpad = max(left, 0), max(right, 0)
+        if lpad > base or rpad > base:
+            raise ValueError(
+                f"{what}: circular padding ({left}, {right}) must be at most the size {size} of "
+                f"dimension {axis} (after cropping)")
+        i = np.arange(n_out, dtype=np.int64) - lpad
+        return (np.mod(i, base) if base else i) + lo_crop
     i = np.arange(n_out, dtype=np.int64) - left
-    i = _pad_positions(i, base, left, right, mode, what, axis, size) + lo_crop
-    return i
-
-
-def _pad_positions(i, size, left, right, mode, what, axis, full):
     if mode == "reflect":
         if left >= size or right >= size:
             raise ValueError(
                 f"{what}: reflect padding ({left}, {right}) must be smaller than the padded "
-                f"dimension {axis} of size {full}")
+                f"dimension {axis} of size {size}")
         i = np.abs(i)
-        i = np.where(i >= size, 2 * (size - 1) - i, i)
-    elif mode == "replicate":
-        if size == 0:
-            raise ValueError(f"{what}: replicate padding needs a non-empty dimension {axis}")
-        i = np.clip(i, 0, size - 1)
-    else:  # circular
-        if left > size or right > size:
-            raise ValueError(
-                f"{what}: circular padding ({left}, {right}) must be at most the size {full} of "
-                f"dimension {axis}")
-        i = np.mod(i, size) if size else i
-    return i
+        return np.where(i >= size, 2 * (size - 1) - i, i)
+    if size == 0 and n_out:
+        raise ValueError(f"{what}: replicate padding needs a non-empty dimension {axis}")
+    return np.clip(i, 0, max(size - 1, 0))
 
 
 def pad(input, pad, mode="constant", value=None, *, what="pad"):
@@ -82,6 +80,8 @@ def pad(input, pad, mode="constant", value=None, *, what="pad"):
         raise ValueError(
             f"{what}: mode must be one of {', '.join(_PAD_MODES)}, got {mode!r}")
     x = as_input(input, what)
+    if x.dtype.kind in "iub":  # the library's rule: integer and bool inputs compute in float32
+        x = x.astype(_F32)
     pairs = _pad_pairs(pad, what)
     if len(pairs) > x.ndim:
         raise ValueError(
@@ -89,9 +89,6 @@ def pad(input, pad, mode="constant", value=None, *, what="pad"):
             f"(at most {2 * x.ndim})")
     if mode == "constant":
         fill = 0 if value is None else value
-        if x.dtype.kind in "iub" and isinstance(fill, float) and not float(fill).is_integer():
-            raise TypeError(
-                f"{what}: a non-integer fill value {fill!r} cannot pad an integer array")
         out_shape = list(x.shape)
         src, dst = [slice(None)] * x.ndim, [slice(None)] * x.ndim
         for k, (lo, hi) in enumerate(pairs):

@@ -472,7 +472,7 @@ def pad(input, pad, mode="constant", value=None) -> np.ndarray:
     """Pad (or, with negative amounts, crop) ``input`` as ``torch.nn.functional.pad``: ``pad``
     lists (left, right) pairs from the last dimension backwards; modes constant (any
     dimension, ``value`` or 0), reflect, replicate, circular (the last 1-3 dimensions of a 2-D
-    to 5-D input). Keeps the input's dtype."""
+    to 5-D input). Keeps floating dtypes; integer and bool inputs give float32."""
     return _shape.pad(input, pad, mode, value)
 
 

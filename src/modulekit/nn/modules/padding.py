@@ -2,7 +2,8 @@
 ``ReplicationPad1d/2d/3d``, ``CircularPad1d/2d/3d`` over :func:`modulekit.nn.functional.pad`
 (torch's ``padding`` attribute: a tuple of ``2 * d`` ints, last dimension first; negative values
 crop). Each ``d``-D layer takes a ``(C, *spatial)`` or ``(N, C, *spatial)`` input (the constant
-ones any input of at least ``d`` dimensions) and keeps the input's dtype."""
+ones any input of at least ``d`` dimensions) and keeps floating dtypes (integer and bool
+inputs give float32)."""
 
 from __future__ import annotations
 
