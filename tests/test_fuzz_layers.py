@@ -505,7 +505,9 @@ def _pool_cases(d):
 
 
 def _pad_case(draw, d, name):
-    if draw(st.booleans()):
+    # circular: non-negative amounts (a crop plus a pad larger than what is left makes torch
+    # read the padding it is writing: refused by both, tested in tests/test_resample.py)
+    if draw(st.booleans()) or name == "CircularPad":
         padding = draw(st.integers(0, 3))
     else:
         padding = tuple(draw(st.integers(-1, 3)) for _ in range(2 * d))

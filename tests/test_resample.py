@@ -439,6 +439,25 @@ def test_upsample_layers(rng):
     _check(F.upsample_nearest(x, size=(3, 3)), TF.upsample_nearest(_t(x), size=(3, 3)))
 
 
+@pytest.mark.parametrize("mode,kw", [("linear", {}), ("bilinear", {}), ("trilinear", {}),
+                                     ("bilinear", {"antialias": True}),
+                                     ("bicubic", {"antialias": True}), ("bicubic", {}),
+                                     ("nearest", {}), ("bilinear", {"align_corners": True})])
+def test_interpolate_unchanged_axes(mode, kw, rng):
+    """An axis whose size does not change, whatever the scale factor: torch's linear modes
+    blend each sample with itself (weights 1 and 0: a NaN stays where it is, an inf becomes
+    NaN), its antialiasing passes skip the axis, bicubic and nearest compute it."""
+    d = {"linear": 1, "trilinear": 3}.get(mode, 2)
+    x = rng.standard_normal((1, 2) + (5, 6, 7)[:d]).astype(np.float32)
+    x.reshape(-1)[1] = np.nan
+    x.reshape(-1)[9] = np.inf
+    for factor in (1.0, 1.1, (1.6, 1.1, 1.0)[:d]):
+        want = TF.interpolate(_t(x), scale_factor=factor, mode=mode, **kw)
+        got = F.interpolate(x, scale_factor=factor, mode=mode, **kw)
+        _check(got, want, 1e-5, 1e-5)
+        assert not np.shares_memory(got, x)
+
+
 def test_interpolate_bad_input():
     x = np.zeros((1, 1, 4, 4), np.float32)
     with pytest.raises(ValueError, match="only one of size or scale_factor"):
@@ -514,6 +533,21 @@ def test_pad_layers(name, d, rng):
         _check(ours(x), theirs(_t(x)))
         _check(ours(x[0]), theirs(_t(x[0])))
         _check(ours(x.astype(np.float64)), theirs(_t(x.astype(np.float64))))
+
+
+def test_pad_negative_and_empty_edge_cases():
+    x = np.arange(3, dtype=np.float32).reshape(1, 1, 3)
+    for mode, pad in (("reflect", (-1, -1)), ("replicate", (-2, 0)), ("circular", (0, -3)),
+                      ("circular", (-3, 0)), ("circular", (-1, 2)), ("reflect", (-1, 2))):
+        _check(F.pad(x, pad, mode), TF.pad(_t(x), pad, mode))
+    with pytest.raises(ValueError, match="leaves no element"):
+        F.pad(x, (0, -3), "reflect")
+    with pytest.raises(ValueError, match="more than once"):
+        F.pad(x, (4, 0), "circular")
+    with pytest.raises(ValueError, match="left after cropping"):
+        F.pad(x, (-1, 3), "circular")
+    empty = np.zeros((0, 1, 3), np.float32)  # an empty batch: torch pads its shape
+    _check(F.pad(empty, (-1, 3), "circular"), TF.pad(_t(empty), (-1, 3), "circular"))
 
 
 def test_pad_bad_input():

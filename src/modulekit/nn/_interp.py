@@ -11,7 +11,8 @@ applies them axis after axis, innermost first. ``area`` is adaptive average pool
 float32 4-D nearest and bilinear (without antialiasing) run the fused 2-D C kernels of
 :mod:`modulekit._ext._resample` on the same taps (one pass over the output, each input row
 interpolated horizontally once per thread); every other float32 case applies the taps axis by
-axis with its ``taps_axis`` kernel; float64 applies them with NumPy.
+axis with its ``taps_axis`` kernel, except antialiasing filters whose windows differ in
+length (absent taps), which, like float64, apply them with NumPy.
 
 """
 
@@ -121,11 +122,15 @@ def axis_taps(mode: str, in_size: int, out_size: int, scale, align_corners: bool
         w = np.where(j < xsize[:, None], w, 0).astype(dt)
         total = w.sum(axis=1, keepdims=True)
         w = np.where(total != 0, w / np.where(total != 0, total, 1), w).astype(dt)
-        # taps past the window (weight 0) read the window's first element: never a NaN from
-        # outside the window
-        idx = np.where(j < xsize[:, None], np.minimum(j + xmin[:, None], in_size - 1),
-                       np.minimum(xmin[:, None], in_size - 1))
+        # taps past the window are absent (index -1): torch reads only the window, so an inf
+        # or NaN beside it must not turn into NaN through a zero weight
+        idx = np.where(j < xsize[:, None], np.minimum(j + xmin[:, None], in_size - 1), -1)
         return idx, w
+    if mode != "bicubic" and out_size == in_size:
+        # torch's linear taps for an unchanged size, whatever the scale: the sample itself
+        # twice, weights 1 and 0 (so an inf becomes NaN, as in torch)
+        return np.stack([o, o], axis=1), np.stack(
+            [np.ones(out_size, dt), np.zeros(out_size, dt)], axis=1)
     scale_v = _area_scale(dt, in_size, out_size, align_corners, scale)
     cubic = mode == "bicubic"
     src = _source_index(dt, scale_v, o, align_corners, cubic)
@@ -139,7 +144,10 @@ def axis_taps(mode: str, in_size: int, out_size: int, scale, align_corners: bool
 
 
 def _apply_taps(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None) -> np.ndarray:
-    if x.dtype == _F32:  # the C kernel (float64 stays in NumPy)
+    """``sum_t w[:, t] * x[idx[:, t]]`` along ``axis``; a negative index is an absent tap
+    (antialiasing windows of different lengths), which adds nothing."""
+    absent = idx < 0
+    if x.dtype == _F32 and not absent.any():  # the C kernel (float64 stays in NumPy)
         return _resample.taps_axis(x, axis, idx, w)
     if w is None:
         return np.take(x, idx[:, 0], axis=axis)
@@ -147,7 +155,9 @@ def _apply_taps(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None)
     shape[axis] = idx.shape[0]
     out = None
     for t in range(idx.shape[1]):
-        term = np.take(x, idx[:, t], axis=axis) * w[:, t].reshape(shape)
+        term = np.take(x, np.maximum(idx[:, t], 0), axis=axis) * w[:, t].reshape(shape)
+        if absent[:, t].any():
+            term = np.where(absent[:, t].reshape(shape), x.dtype.type(0), term)
         if out is None:
             out = term
         else:
@@ -241,11 +251,15 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             f"be positive")
     if mode == "area":
         return _pool.adaptive_avg_pool(x, dim, outs, what=what)
+    # torch's antialiasing passes skip an axis whose size does not change (whatever the scale)
+    keep = [bool(antialias) and outs[a] == x.shape[2 + a] for a in range(dim)]
     if dim == 2 and x.dtype == _F32 and not antialias and mode in ("nearest", "bilinear"):
         return _kernel2d(x, outs, scales, mode, align)
     y = x
     for a in reversed(range(dim)):
+        if keep[a]:
+            continue
         idx, w = axis_taps(mode, x.shape[2 + a], outs[a], scales[a], align, bool(antialias),
                            x.dtype)
         y = _apply_taps(y, 2 + a, idx, w)
-    return np.ascontiguousarray(y)
+    return y.copy() if y is x else np.ascontiguousarray(y)

@@ -38,37 +38,51 @@ def _pad_pairs(pad, what) -> list[tuple[int, int]]:
     return [(items[i], items[i + 1]) for i in range(0, len(items), 2)]
 
 
-def _pad_index(size: int, left: int, right: int, mode: str, what: str, axis: int) -> np.ndarray:
-    """Source positions of each output position along one axis (negative amounts crop).
+def _pad_index(size: int, left: int, right: int, mode: str, what: str, axis: int,
+               empty: bool = False) -> np.ndarray | None:
+    """Source positions of each output position along one axis (negative amounts crop); None
+    for an empty input (nothing to read; the checks still run).
 
     As torch: reflect and replicate map output position ``o`` to input ``o - left`` reflected
-    / clamped over the whole input; circular crops first and wraps around what is left."""
+    / clamped over the whole input and must leave at least one element; circular crops first
+    and wraps around what is left, at most once."""
     n_out = size + left + right
     if n_out < 0:
         raise ValueError(
             f"{what}: padding ({left}, {right}) on dimension {axis} of size {size} gives a "
             f"negative output size {n_out}")
     if mode == "circular":
+        if left > size or right > size:
+            raise ValueError(
+                f"{what}: circular padding ({left}, {right}) wraps around dimension {axis} of "
+                f"size {size} more than once")
         lo_crop = max(-left, 0)
         base = size - lo_crop - max(-right, 0)
         lpad, rpad = max(left, 0), max(right, 0)
-        if lpad > base or rpad > base:
+        if not empty and (lpad > base or rpad > base):
             raise ValueError(
-                f"{what}: circular padding ({left}, {right}) must be at most the size {size} of "
-                f"dimension {axis} (after cropping)")
+                f"{what}: circular padding ({left}, {right}) of dimension {axis} (size {size}) "
+                f"needs more than the {base} element(s) left after cropping (torch refuses it "
+                f"too)")
+        if empty:
+            return None
         i = np.arange(n_out, dtype=np.int64) - lpad
         return (np.mod(i, base) if base else i) + lo_crop
+    if n_out < 1:
+        raise ValueError(
+            f"{what}: {mode} padding ({left}, {right}) leaves no element of dimension {axis} "
+            f"(size {size})")
+    if mode == "reflect" and (left >= size or right >= size):
+        raise ValueError(
+            f"{what}: reflect padding ({left}, {right}) must be smaller than the padded "
+            f"dimension {axis} of size {size}")
+    if empty:
+        return None
     i = np.arange(n_out, dtype=np.int64) - left
     if mode == "reflect":
-        if left >= size or right >= size:
-            raise ValueError(
-                f"{what}: reflect padding ({left}, {right}) must be smaller than the padded "
-                f"dimension {axis} of size {size}")
         i = np.abs(i)
         return np.where(i >= size, 2 * (size - 1) - i, i)
-    if size == 0 and n_out:
-        raise ValueError(f"{what}: replicate padding needs a non-empty dimension {axis}")
-    return np.clip(i, 0, max(size - 1, 0))
+    return np.clip(i, 0, size - 1)
 
 
 def pad(input, pad, mode="constant", value=None, *, what="pad"):
@@ -115,11 +129,16 @@ def pad(input, pad, mode="constant", value=None, *, what="pad"):
             f"{what}: {mode} padding of length {2 * npad} pads the last {npad} dimension(s) of "
             f"a {npad + 1}-D or {npad + 2}-D input (torch supports 1 to 3 padded dimensions), "
             f"got a {x.ndim}-D input of shape {tuple(x.shape)}")
-    y = x
+    y, empty = x, x.size == 0
+    out_shape = list(x.shape)
     for k, (lo, hi) in enumerate(pairs):
         ax = x.ndim - 1 - k
-        idx = _pad_index(x.shape[ax], lo, hi, mode, what, ax)
-        y = np.take(y, idx, axis=ax)
+        idx = _pad_index(x.shape[ax], lo, hi, mode, what, ax, empty)
+        out_shape[ax] = x.shape[ax] + lo + hi
+        if not empty:
+            y = np.take(y, idx, axis=ax)
+    if empty:
+        return np.empty(out_shape, dtype=x.dtype)
     return np.ascontiguousarray(y)
 
 
