@@ -46,6 +46,7 @@ EXTENSIONS = {
     "_threadpool": [os.path.join(KERNELS, "threadpool", "*.c")],
     "_norm": [os.path.join(KERNELS, "norm", "*.c")],
     "_arena": [os.path.join(KERNELS, "arena", "*.c")],
+    "_resample": [os.path.join(KERNELS, "resample", "*.c")],
     "_guard": [],
 }
 

@@ -244,8 +244,10 @@ def test_pooling_layers(rng):
         np.testing.assert_allclose(ours(x), ref, rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match=r"MaxPool2d\(kernel_size=5.*too small"):
         nn.MaxPool2d(5)(np.zeros((1, 1, 3, 3), np.float32))
-    with pytest.raises(NotImplementedError, match="return_indices"):
-        nn.MaxPool2d(2, return_indices=True)
+    # return_indices=True is supported (tests/test_resample.py covers it against torch)
+    values, indices = nn.MaxPool2d(2, return_indices=True)(x)
+    np.testing.assert_array_equal(values, nn.MaxPool2d(2)(x))
+    assert indices.dtype == np.int64 and indices.shape == values.shape
 
 
 def test_functional_conv2d(rng):

@@ -713,6 +713,186 @@ def _ctc(draw):
         return m(t, torch.from_numpy(targets), torch.from_numpy(il), torch.from_numpy(tl))
 
     return mk, tm, x, v, {"call": mk_call, "torch_call": torch_call}
+# ---- pooling, resampling, padding and shape layers (issue #17, resample) -----------------
+
+
+def _nd_shape(draw, d, channels, min_size=1, batched=None):
+    """An (N, C, *spatial) or (C, *spatial) shape with ``d`` spatial sizes from SIZES."""
+    sizes = [s for s in SIZES if s >= min_size] + [16]
+    spatial = tuple(draw(st.sampled_from(sizes)) for _ in range(d))
+    if batched is None:
+        batched = draw(st.integers(0, 4)) > 0
+    return ((draw(st.sampled_from(SIZES)), channels) if batched else (channels,)) + spatial
+
+
+def _window_kw(draw, dilation=True):
+    k = draw(st.sampled_from([1, 2, 3]))
+    kw = dict(stride=draw(st.sampled_from([None, 1, 2])), padding=draw(st.integers(0, k // 2)),
+              ceil_mode=draw(st.booleans()))
+    if dilation:
+        kw["dilation"] = draw(st.sampled_from([1, 2]))
+    return k, kw
+
+
+def _pool_cases(d):
+    @case(f"MaxPool{d}d")
+    def _max(draw):
+        k, kw = _window_kw(draw)
+        kw["return_indices"] = draw(st.booleans())
+        tm, mk = getattr(torch.nn, f"MaxPool{d}d")(k, **kw), getattr(nn, f"MaxPool{d}d")(k, **kw)
+        x, v, _ = draw(inputs(_nd_shape(draw, d, draw(st.sampled_from([1, 3]))), FLOATS))
+        return mk, tm, x, v, {}
+
+    @case(f"AdaptiveMaxPool{d}d")
+    def _amax(draw):
+        size = draw(st.sampled_from([1, 2, 3, 5] + ([(None,) + (2,) * (d - 1)] if d > 1 else [])))
+        ri = draw(st.booleans())
+        tm = getattr(torch.nn, f"AdaptiveMaxPool{d}d")(size, return_indices=ri)
+        mk = getattr(nn, f"AdaptiveMaxPool{d}d")(size, return_indices=ri)
+        x, v, _ = draw(inputs(_nd_shape(draw, d, 2), FLOATS))
+        return mk, tm, x, v, {}
+
+    @case(f"LPPool{d}d")
+    def _lp(draw):
+        k = draw(st.sampled_from([1, 2, 3]))
+        kw = dict(stride=draw(st.sampled_from([None, 1, 2])), ceil_mode=draw(st.booleans()))
+        p = draw(st.sampled_from([1, 2, 3.0]))
+        tm = getattr(torch.nn, f"LPPool{d}d")(p, k, **kw)
+        mk = getattr(nn, f"LPPool{d}d")(p, k, **kw)
+        x, v, _ = draw(inputs(_nd_shape(draw, d, 2), FLOATS + INTS))
+        return mk, tm, x, v, {}
+
+    @case(f"MaxUnpool{d}d")
+    def _unpool(draw):
+        k = draw(st.sampled_from([1, 2, 3]))
+        stride = draw(st.sampled_from([None, 1, 2]))
+        tm = getattr(torch.nn, f"MaxUnpool{d}d")(k, stride)
+        mk = getattr(nn, f"MaxUnpool{d}d")(k, stride)
+        shape = _nd_shape(draw, d, 2, min_size=3)
+        src = torch.from_numpy(np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+                               .standard_normal(shape))
+        _, idx = getattr(torch.nn.functional, f"max_pool{d}d")(src, k, stride,
+                                                               return_indices=True)
+        x, v, _ = draw(inputs(tuple(idx.shape), FLOATS))
+        ind = idx.numpy()
+        return mk, tm, x, v, {"call": lambda m, a: m(a, ind),
+                              "torch_call": lambda m, t: m(t, idx)}
+
+    for name in ("ZeroPad", "ConstantPad", "ReflectionPad", "ReplicationPad", "CircularPad"):
+        case(f"{name}{d}d")(lambda draw, name=name: _pad_case(draw, d, name))  # noqa: B023
+
+
+def _pad_case(draw, d, name):
+    # circular: non-negative amounts (a crop plus a pad larger than what is left makes torch
+    # read the padding it is writing: refused by both, tested in tests/test_resample.py)
+    if draw(st.booleans()) or name == "CircularPad":
+        padding = draw(st.integers(0, 3))
+    else:
+        padding = tuple(draw(st.integers(-1, 3)) for _ in range(2 * d))
+    args = (draw(st.sampled_from([0.0, -2.5])),) if name == "ConstantPad" else ()
+    tm = getattr(torch.nn, f"{name}{d}d")(padding, *args)
+    mk = getattr(nn, f"{name}{d}d")(padding, *args)
+    x, v, _ = draw(inputs(_nd_shape(draw, d, draw(st.sampled_from([1, 2]))), FLOATS + INTS))
+    return mk, tm, x, v, {}
+
+
+for _d in (1, 2, 3):
+    _pool_cases(_d)
+
+
+def _avg_case(d):
+    @case(f"AvgPool{d}d")
+    def _avg(draw):
+        k, kw = _window_kw(draw, dilation=False)
+        kw["count_include_pad"] = draw(st.booleans())
+        if d == 3:
+            kw["divisor_override"] = draw(st.sampled_from([None, 2]))
+        tm, mk = getattr(torch.nn, f"AvgPool{d}d")(k, **kw), getattr(nn, f"AvgPool{d}d")(k, **kw)
+        x, v, _ = draw(inputs(_nd_shape(draw, d, draw(st.sampled_from([1, 3]))), FLOATS))
+        return mk, tm, x, v, {}
+
+    @case(f"AdaptiveAvgPool{d}d")
+    def _aavg(draw):
+        size = draw(st.sampled_from([1, 2, 3, 5] + ([(None, 2, 1)] if d == 3 else [])))
+        tm = getattr(torch.nn, f"AdaptiveAvgPool{d}d")(size)
+        mk = getattr(nn, f"AdaptiveAvgPool{d}d")(size)
+        x, v, _ = draw(inputs(_nd_shape(draw, d, 2), FLOATS))
+        return mk, tm, x, v, {}
+
+
+for _d in (1, 3):
+    _avg_case(_d)
+
+
+@case("Upsample")
+def _upsample(draw):
+    mode = draw(st.sampled_from(["nearest", "nearest-exact", "linear", "bilinear", "bicubic",
+                                 "trilinear", "area"]))
+    d = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}.get(
+        mode, draw(st.sampled_from([1, 2, 3])))
+    kw = {"mode": mode}
+    if mode not in ("nearest", "nearest-exact", "area"):
+        kw["align_corners"] = draw(st.booleans())
+    if draw(st.booleans()):
+        kw["size"] = draw(st.sampled_from([1, 4, 9]))
+    else:
+        kw["scale_factor"] = draw(st.sampled_from([0.5, 1.0, 2.0, 2.5]))
+    tm, mk = torch.nn.Upsample(**kw), nn.Upsample(**kw)
+    shape = _nd_shape(draw, d, 2, batched=True)
+    x, v, _ = draw(inputs(shape, FLOATS))
+    return mk, tm, x, v, {}
+
+
+@case("UpsamplingNearest2d, UpsamplingBilinear2d")
+def _upsampling2d(draw):
+    name = draw(st.sampled_from(["UpsamplingNearest2d", "UpsamplingBilinear2d"]))
+    kw = ({"size": draw(st.sampled_from([1, 5, (3, 8)]))} if draw(st.booleans())
+          else {"scale_factor": draw(st.sampled_from([0.5, 2.0, 3.0]))})
+    tm, mk = getattr(torch.nn, name)(**kw), getattr(nn, name)(**kw)
+    x, v, _ = draw(inputs(_nd_shape(draw, 2, 3, batched=True), FLOATS))
+    return mk, tm, x, v, {}
+
+
+@case("PixelShuffle, PixelUnshuffle, ChannelShuffle")
+def _shuffles(draw):
+    name = draw(st.sampled_from(["PixelShuffle", "PixelUnshuffle", "ChannelShuffle"]))
+    r = draw(st.sampled_from([1, 2, 3]))
+    tm, mk = getattr(torch.nn, name)(r), getattr(nn, name)(r)
+    c = draw(st.sampled_from([1, 2, 4, 6, 9, 18]))
+    shape = _nd_shape(draw, 2, c, batched=name == "ChannelShuffle" or None)
+    x, v, _ = draw(inputs(shape, FLOATS + INTS))
+    return mk, tm, x, v, {}
+
+
+@case("Fold, Unfold")
+def _fold(draw):
+    k = draw(st.sampled_from([1, 2, (2, 3)]))
+    kw = dict(dilation=draw(st.sampled_from([1, 2])), padding=draw(st.sampled_from([0, 1])),
+              stride=draw(st.sampled_from([1, 2])))
+    if draw(st.booleans()):
+        tm, mk = torch.nn.Unfold(k, **kw), nn.Unfold(k, **kw)
+        x, v, _ = draw(inputs(_nd_shape(draw, 2, 2), FLOATS + INTS))
+        return mk, tm, x, v, {}
+    out = (draw(st.sampled_from([3, 5, 7])), draw(st.sampled_from([3, 4])))
+    tm, mk = torch.nn.Fold(out, k, **kw), nn.Fold(out, k, **kw)
+    kk = k * k if isinstance(k, int) else k[0] * k[1]
+    blocks = [((o + 2 * kw["padding"] - kw["dilation"] * (kq - 1) - 1) // kw["stride"] + 1)
+              for o, kq in zip(out, (k, k) if isinstance(k, int) else k)]
+    n_blocks = blocks[0] * blocks[1] if draw(st.integers(0, 5)) else 2  # sometimes wrong
+    lead = (draw(st.sampled_from(SIZES)),) if draw(st.booleans()) else ()
+    x, v, _ = draw(inputs(lead + (2 * kk, n_blocks), FLOATS + INTS))
+    return mk, tm, x, v, {}
+
+
+@case("Unflatten")
+def _unflatten(draw):
+    dim, sizes = draw(st.sampled_from([(1, (2, 3)), (-1, (1, -1)), (0, (1, 1, -1)),
+                                       (1, (3, 2))]))
+    tm, mk = torch.nn.Unflatten(dim, sizes), nn.Unflatten(dim, sizes)
+    shape = (draw(st.sampled_from(SIZES[1:])), draw(st.sampled_from([6, 5])),
+             draw(st.sampled_from(SIZES)))
+    x, v, _ = draw(inputs(shape, FLOATS + INTS))
+    return mk, tm, x, v, {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -737,4 +917,5 @@ def test_every_layer_class_is_fuzzed():
              and issubclass(getattr(nn, n), nn.Module) and hasattr(torch.nn, n)}
     names -= {"Module", "ModuleList", "ModuleDict", "TransformerEncoder"}
     names -= {"ParameterList", "ParameterDict"}  # parameter containers: no forward
+    names -= {"FractionalMaxPool2d", "FractionalMaxPool3d"}  # refused: random windows
     assert names <= covered, sorted(names - covered)

@@ -50,6 +50,14 @@ BARS = [
      "checkpoint_io", "load pt-zip 200 MB, to first use", "torch.load(weights_only=True)", 1.0),
 ]
 
+#: Resampling (``resample`` suite, issue #17): bilinear x2 upsampling no slower than torch.
+BARS += [
+    ("bilinear x2 upsampling 1x64x128x128 >= 1.0x torch", "resample",
+     "bilinear x2 1x64x128x128", "torch", 1.0),
+    ("bilinear x2 upsampling 8x64x128x128 >= 1.0x torch", "resample",
+     "bilinear x2 8x64x128x128", "torch", 1.0),
+]
+
 #: Applications (``application`` suite): beside another thread pool within 1.15x of modulekit's
 #: latency alone; the first call after idle and the serving percentiles no slower than
 #: onnxruntime's.

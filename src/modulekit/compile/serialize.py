@@ -128,10 +128,7 @@ def _layers() -> dict:
         "Softmax": (nn.Softmax, lambda m: dict(dim=m.dim), none),
         "Dropout": (nn.Dropout, lambda m: dict(p=float(m.p), inplace=bool(m.inplace)), none),
         "Flatten": (nn.Flatten, lambda m: dict(start_dim=m.start_dim, end_dim=m.end_dim), none),
-        "MaxPool2d": (nn.MaxPool2d, lambda m: dict(
-            kernel_size=_jsonable(m.kernel_size), stride=_jsonable(m.stride),
-            padding=_jsonable(m.padding), dilation=_jsonable(m.dilation),
-            ceil_mode=bool(m.ceil_mode)), none),
+        "MaxPool2d": (nn.MaxPool2d, _maxpool2d_args, none),
         "AvgPool2d": (nn.AvgPool2d, lambda m: dict(
             kernel_size=_jsonable(m.kernel_size), stride=_jsonable(m.stride),
             padding=_jsonable(m.padding), ceil_mode=bool(m.ceil_mode),
@@ -146,6 +143,13 @@ def _layers_with_ext() -> dict:
     from modulekit.nn.modules._saveable_ext import layers_ext
 
     return {**_layers(), **layers_ext()}  # issue 17's layers: nn/modules/_saveable_ext.py
+def _maxpool2d_args(m):
+    if m.return_indices:  # the format's MaxPool2d has no return_indices (a tuple output)
+        raise CompileError("save: MaxPool2d(return_indices=True) cannot be saved: the saved "
+                           "format's MaxPool2d returns values only")
+    return dict(kernel_size=_jsonable(m.kernel_size), stride=_jsonable(m.stride),
+                padding=_jsonable(m.padding), dilation=_jsonable(m.dilation),
+                ceil_mode=bool(m.ceil_mode))
 
 
 def _bn_args(m):
@@ -199,6 +203,7 @@ _FUNCTIONS: dict = {}
 def _tables():
     if not LAYERS:
         LAYERS.update(_layers_with_ext())
+        LAYERS.update(_resample_layers())
     if not _FUNCTIONS:
         _FUNCTIONS.update(_functions())
     return LAYERS, _FUNCTIONS
@@ -522,6 +527,108 @@ def _signatures_ext():
 
 
 _SIGNATURES.update(_signatures_ext())  # issue 17's layers
+# ---- pooling, resampling, padding and shape layers (issue #17, resample): stateless, so
+# only their constructor arguments are saved; each is validated on load as the others are.
+_WINDOW = 1 << 16
+
+
+def _ints(d, lo=0, hi=_WINDOW, *, none=False):
+    """An int, or a list of ``d`` ints (None allowed with ``none``), within [lo, hi]."""
+    def ok(v):
+        if type(v) is int:
+            return lo <= v <= hi
+        return type(v) is list and len(v) == d and all(
+            (none and e is None) or (type(e) is int and lo <= e <= hi) for e in v)
+    return ok
+
+
+def _or_none(check):
+    return lambda v: v is None or check(v)
+
+
+def _resample_signatures() -> dict:
+    modes = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
+
+    def number(v):
+        return type(v) in (int, float) and math.isfinite(v)
+
+    def factor(v):
+        if type(v) is list:
+            return 0 < len(v) <= 3 and all(type(e) in (int, float) and 0 < e < _WINDOW
+                                           for e in v)
+        return type(v) in (int, float) and 0 < v < _WINDOW
+
+    sig = {}
+    for d in (1, 2, 3):
+        w = _ints(d)
+        pos = _ints(d, 1)
+        if d != 2:  # MaxPool2d has its own entry above
+            sig[f"MaxPool{d}d"] = {"kernel_size": pos, "stride": pos, "padding": w,
+                                   "dilation": pos, "return_indices": "bool",
+                                   "ceil_mode": "bool"}
+        sig[f"AdaptiveMaxPool{d}d"] = {"output_size": _ints(d, 1, none=True),
+                                       "return_indices": "bool"}
+        sig[f"LPPool{d}d"] = {"norm_type": number, "kernel_size": pos,
+                              "stride": _or_none(pos), "ceil_mode": "bool"}
+        sig[f"MaxUnpool{d}d"] = {"kernel_size": pos, "stride": pos, "padding": w}
+        pads = _ints(2 * d, -_WINDOW)
+        for name in ("ZeroPad", "ReflectionPad", "ReplicationPad", "CircularPad"):
+            sig[f"{name}{d}d"] = {"padding": pads}
+        sig[f"ConstantPad{d}d"] = {"padding": pads, "value": number}
+    for d in (1, 3):
+        sig[f"AvgPool{d}d"] = {"kernel_size": _ints(d, 1), "stride": _ints(d, 1),
+                               "padding": _ints(d), "ceil_mode": "bool",
+                               "count_include_pad": "bool"}
+        sig[f"AdaptiveAvgPool{d}d"] = {"output_size": _ints(d, 1, none=True)}
+    sig["AvgPool3d"]["divisor_override"] = _or_none(
+        lambda v: type(v) is int and 0 < abs(v) < 1 << 30)
+    size = _or_none(lambda v: (type(v) is int and 0 <= v <= _WINDOW) or (
+        type(v) is list and 0 < len(v) <= 3 and all(type(e) is int and 0 <= e <= _WINDOW
+                                                   for e in v)))
+    sig["Upsample"] = {"size": size, "scale_factor": _or_none(factor),
+                       "mode": lambda v: v in modes, "align_corners": _or_none(
+                           lambda v: type(v) is bool),
+                       "recompute_scale_factor": _or_none(lambda v: type(v) is bool)}
+    sig["UpsamplingNearest2d"] = sig["UpsamplingBilinear2d"] = {
+        "size": size, "scale_factor": _or_none(factor)}
+    sig["PixelShuffle"] = {"upscale_factor": "pint"}
+    sig["PixelUnshuffle"] = {"downscale_factor": "pint"}
+    sig["ChannelShuffle"] = {"groups": "pint"}
+    fold = {"kernel_size": _ints(2, 1), "dilation": _ints(2, 1), "padding": _ints(2),
+            "stride": _ints(2, 1)}
+    sig["Unfold"] = dict(fold)
+    sig["Fold"] = {"output_size": _ints(2, 1), **fold}
+    sig["Unflatten"] = {"dim": lambda v: type(v) is int and -64 <= v < 64,
+                        "unflattened_size": lambda v: type(v) is list and 0 < len(v) <= 64 and all(
+                            type(e) is int and -1 <= e <= MAX_INT for e in v)}
+    return sig
+
+
+def _resample_layers() -> dict:
+    """class name -> (class, arguments of an instance, no tensors) for the layers above: the
+    arguments are the constructor's, read back from the instance's attributes."""
+    import inspect
+
+    from modulekit import nn
+
+    def args_of(cls):
+        names = [p for p in inspect.signature(cls.__init__).parameters if p != "self"
+                 and not p.startswith("_")]
+
+        def args(m):
+            out = {}
+            for name in names:
+                v = getattr(m, name)
+                out[name] = list(v) if isinstance(v, tuple) else v
+            return out
+        return args
+
+    return {name: (getattr(nn, name), args_of(getattr(nn, name)), lambda a: {})
+            for name in _RESAMPLE_SIGNATURES}
+
+
+_RESAMPLE_SIGNATURES = _resample_signatures()
+_SIGNATURES.update(_RESAMPLE_SIGNATURES)
 
 
 def _check_modules(path, modules, arrays, layers):

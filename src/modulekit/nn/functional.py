@@ -267,9 +267,11 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False) -> np.ndarray:
     """2-D max pooling over an (N, C, H, W) or (C, H, W) input (NaN propagates), as
-    ``torch.nn.functional.max_pool2d``; ``return_indices=True`` is not supported."""
+    ``torch.nn.functional.max_pool2d``; with ``return_indices=True``, ``(values, indices)``
+    (int64 flat positions within each (sample, channel) plane, as torch)."""
     if return_indices:
-        raise NotImplementedError("max_pool2d: return_indices=True is not supported")
+        return _pool.max_pool(input, 2, kernel_size, stride, padding, dilation, ceil_mode,
+                              True, what="max_pool2d")
     return _conv.max_pool2d(as_input(input, "max_pool2d"), kernel_size, stride, padding,
                             dilation, ceil_mode)
 
@@ -400,4 +402,215 @@ from modulekit.nn._functional_misc import (  # noqa: E402
 __all__ += [
     "alpha_dropout", "bilinear", "cosine_similarity", "dropout1d", "dropout2d", "dropout3d",
     "embedding", "embedding_bag", "feature_alpha_dropout", "one_hot", "pairwise_distance",
+]
+
+
+# ---- pooling, resampling, padding and shape ops (nn/_pool.py, nn/_interp.py, nn/_shape.py)
+from modulekit.nn import _interp, _pool, _shape  # noqa: E402
+
+
+def _fn(impl, name: str, doc: str):
+    """``impl`` under torch's name ``name``, traceable (a capture records one call)."""
+    impl.__name__ = impl.__qualname__ = name
+    impl.__module__ = __name__
+    impl.__doc__ = doc
+    return traceable(impl)
+
+
+def _max_pool_fn(d: int):
+    def impl(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+             return_indices=False):
+        return _pool.max_pool(input, d, kernel_size, stride, padding, dilation, ceil_mode,
+                              return_indices, what=f"max_pool{d}d")
+    return _fn(impl, f"max_pool{d}d",
+               f"{d}-D max pooling as ``torch.nn.functional.max_pool{d}d`` (NaN propagates); "
+               "with ``return_indices=True``, ``(values, indices)``: int64 flat positions "
+               "within each (sample, channel) plane of the input.")
+
+
+def _avg_pool_fn(d: int):
+    if d == 1:
+        def impl(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True):
+            return _pool.avg_pool(input, 1, kernel_size, stride, padding, ceil_mode,
+                                  count_include_pad, None, what="avg_pool1d")
+    else:
+        def impl(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+            return _pool.avg_pool(input, d, kernel_size, stride, padding, ceil_mode,
+                                  count_include_pad, divisor_override, what=f"avg_pool{d}d")
+    return _fn(impl, f"avg_pool{d}d",
+               f"{d}-D average pooling as ``torch.nn.functional.avg_pool{d}d``.")
+
+
+def _adaptive_avg_fn(d: int):
+    def impl(input, output_size):
+        return _pool.adaptive_avg_pool(input, d, output_size, what=f"adaptive_avg_pool{d}d")
+    return _fn(impl, f"adaptive_avg_pool{d}d",
+               f"{d}-D adaptive average pooling to ``output_size`` (None keeps a size).")
+
+
+def _adaptive_max_fn(d: int):
+    def impl(input, output_size, return_indices=False):
+        return _pool.adaptive_max_pool(input, d, output_size, return_indices,
+                                       what=f"adaptive_max_pool{d}d")
+    return _fn(impl, f"adaptive_max_pool{d}d",
+               f"{d}-D adaptive max pooling to ``output_size``; ``(values, indices)`` with "
+               "``return_indices=True``.")
+
+
+def _lp_pool_fn(d: int):
+    def impl(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+        return _pool.lp_pool(input, d, norm_type, kernel_size, stride, ceil_mode,
+                             what=f"lp_pool{d}d")
+    return _fn(impl, f"lp_pool{d}d",
+               f"{d}-D power-average pooling: ``(sum of x ** norm_type over the window) ** "
+               "(1 / norm_type)``.")
+
+
+def _max_unpool_fn(d: int):
+    def impl(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+        return _pool.max_unpool(input, indices, d, kernel_size, stride, padding, output_size,
+                                what=f"max_unpool{d}d")
+    return _fn(impl, f"max_unpool{d}d",
+               f"Partial inverse of ``max_pool{d}d``: zeros with each value at its index.")
+
+
+max_pool1d, max_pool3d = _max_pool_fn(1), _max_pool_fn(3)
+avg_pool1d, avg_pool3d = _avg_pool_fn(1), _avg_pool_fn(3)
+adaptive_avg_pool1d, adaptive_avg_pool3d = _adaptive_avg_fn(1), _adaptive_avg_fn(3)
+adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d = (
+    _adaptive_max_fn(1), _adaptive_max_fn(2), _adaptive_max_fn(3))
+lp_pool1d, lp_pool2d, lp_pool3d = _lp_pool_fn(1), _lp_pool_fn(2), _lp_pool_fn(3)
+max_unpool1d, max_unpool2d, max_unpool3d = (
+    _max_unpool_fn(1), _max_unpool_fn(2), _max_unpool_fn(3))
+
+
+def _max_pool_with_indices_fn(d: int):
+    def impl(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+             return_indices=False):
+        return _pool.max_pool(input, d, kernel_size, stride, padding, dilation, ceil_mode,
+                              True, what=f"max_pool{d}d_with_indices")
+    return _fn(impl, f"max_pool{d}d_with_indices",
+               f"``max_pool{d}d`` returning ``(values, indices)`` whatever ``return_indices``"
+               " says, as torch's.")
+
+
+def _adaptive_max_with_indices_fn(d: int):
+    def impl(input, output_size, return_indices=False):
+        return _pool.adaptive_max_pool(input, d, output_size, True,
+                                       what=f"adaptive_max_pool{d}d_with_indices")
+    return _fn(impl, f"adaptive_max_pool{d}d_with_indices",
+               f"``adaptive_max_pool{d}d`` returning ``(values, indices)``, as torch's.")
+
+
+max_pool1d_with_indices, max_pool2d_with_indices, max_pool3d_with_indices = (
+    _max_pool_with_indices_fn(1), _max_pool_with_indices_fn(2), _max_pool_with_indices_fn(3))
+(adaptive_max_pool1d_with_indices, adaptive_max_pool2d_with_indices,
+ adaptive_max_pool3d_with_indices) = (_adaptive_max_with_indices_fn(1),
+                                      _adaptive_max_with_indices_fn(2),
+                                      _adaptive_max_with_indices_fn(3))
+
+
+def _fractional_max_pool(*args, **kwargs):
+    raise NotImplementedError(
+        "fractional_max_pool: not supported: its windows are drawn at random on every call "
+        "(torch's random samples), so no inference result is reproducible")
+
+
+fractional_max_pool2d = _fn(_fractional_max_pool, "fractional_max_pool2d",
+                            "Refused: random pooling windows (see docs/api.md).")
+
+
+def _fractional_max_pool3d(*args, **kwargs):
+    return _fractional_max_pool(*args, **kwargs)
+
+
+fractional_max_pool3d = _fn(_fractional_max_pool3d, "fractional_max_pool3d",
+                            "Refused: random pooling windows (see docs/api.md).")
+
+
+@traceable
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False) -> np.ndarray:
+    """Resample an ``(N, C, L)``, ``(N, C, H, W)`` or ``(N, C, D, H, W)`` input to ``size`` or
+    by ``scale_factor``, as ``torch.nn.functional.interpolate``: ``mode`` nearest,
+    nearest-exact, linear (3-D), bilinear / bicubic (4-D), trilinear (5-D) or area;
+    ``align_corners`` for the interpolating modes; ``antialias`` for bilinear and bicubic.
+    float32 4-D nearest and bilinear run vectorised C kernels."""
+    return _interp.interpolate(input, size, scale_factor, mode, align_corners,
+                               recompute_scale_factor, antialias)
+
+
+@traceable
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """Deprecated torch alias of :func:`interpolate`."""
+    return _interp.interpolate(input, size, scale_factor, mode, align_corners, what="upsample")
+
+
+@traceable
+def upsample_nearest(input, size=None, scale_factor=None):
+    """Deprecated torch alias: ``interpolate(..., mode='nearest')``."""
+    return _interp.interpolate(input, size, scale_factor, "nearest", what="upsample_nearest")
+
+
+@traceable
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """Deprecated torch alias: ``interpolate(..., mode='bilinear', align_corners=True)``."""
+    return _interp.interpolate(input, size, scale_factor, "bilinear", True,
+                               what="upsample_bilinear")
+
+
+@traceable
+def pad(input, pad, mode="constant", value=None) -> np.ndarray:
+    """Pad (or, with negative amounts, crop) ``input`` as ``torch.nn.functional.pad``: ``pad``
+    lists (left, right) pairs from the last dimension backwards; modes constant (any
+    dimension, ``value`` or 0), reflect, replicate, circular (the last 1-3 dimensions of a 2-D
+    to 5-D input). Keeps floating dtypes; integer and bool inputs give float32."""
+    return _shape.pad(input, pad, mode, value)
+
+
+@traceable
+def pixel_shuffle(input, upscale_factor) -> np.ndarray:
+    """``(*, C r^2, H, W) -> (*, C, H r, W r)``."""
+    return _shape.pixel_shuffle(input, upscale_factor)
+
+
+@traceable
+def pixel_unshuffle(input, downscale_factor) -> np.ndarray:
+    """``(*, C, H r, W r) -> (*, C r^2, H, W)``."""
+    return _shape.pixel_unshuffle(input, downscale_factor)
+
+
+@traceable
+def channel_shuffle(input, groups) -> np.ndarray:
+    """Interleave the channels of ``groups`` groups (ShuffleNet)."""
+    return _shape.channel_shuffle(input, groups)
+
+
+native_channel_shuffle = channel_shuffle
+
+
+@traceable
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1) -> np.ndarray:
+    """im2col: ``(N, C, H, W) -> (N, C kh kw, L)`` sliding blocks."""
+    return _shape.unfold(input, kernel_size, dilation, padding, stride)
+
+
+@traceable
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1) -> np.ndarray:
+    """col2im: ``(N, C kh kw, L) -> (N, C, H, W)``, overlapping values summed."""
+    return _shape.fold(input, output_size, kernel_size, dilation, padding, stride)
+
+
+__all__ += [  # noqa: PLE0604
+    "max_pool1d", "max_pool3d", "avg_pool1d", "avg_pool3d", "adaptive_avg_pool1d",
+    "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+    "lp_pool1d", "lp_pool2d", "lp_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
+    "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices",
+    "adaptive_max_pool3d_with_indices",
+    "fractional_max_pool2d", "fractional_max_pool3d", "interpolate", "upsample",
+    "upsample_nearest", "upsample_bilinear", "pad", "pixel_shuffle", "pixel_unshuffle",
+    "channel_shuffle", "native_channel_shuffle", "unfold", "fold",
 ]

@@ -6,6 +6,7 @@ import numpy as np
 
 from modulekit._ext import _conv
 from modulekit.module import Module
+from modulekit.nn import _pool
 from modulekit.nn._input import as_input
 
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "MaxPool2d"]
@@ -27,7 +28,9 @@ def _check_window(name: str, kernel_size, stride, padding, dilation) -> None:
 
 class MaxPool2d(Module):
     """2-D max pooling as ``torch.nn.MaxPool2d`` (NaN propagates; ``ceil_mode``'s last window
-    must start inside the input or its left padding). ``return_indices`` is not supported."""
+    must start inside the input or its left padding). ``return_indices=True`` returns
+    ``(values, indices)`` (int64 flat positions within each (sample, channel) plane, as torch)
+    from the N-d pooling of ``modulekit.nn._pool``; without it the 2-D C kernel runs."""
 
     def __init__(
         self,
@@ -39,13 +42,11 @@ class MaxPool2d(Module):
         ceil_mode=False,
     ) -> None:
         super().__init__()
-        if return_indices:
-            raise NotImplementedError("MaxPool2d: return_indices=True is not supported")
         self.kernel_size = kernel_size
         self.stride = stride if stride is not None else kernel_size
         self.padding = padding
         self.dilation = dilation
-        self.return_indices = False
+        self.return_indices = bool(return_indices)
         self.ceil_mode = bool(ceil_mode)
         _check_window("MaxPool2d", kernel_size, stride, padding, dilation)
 
@@ -56,6 +57,9 @@ class MaxPool2d(Module):
         )
 
     def forward(self, input) -> np.ndarray:
+        if self.return_indices:
+            return _pool.max_pool(input, 2, self.kernel_size, self.stride, self.padding,
+                                  self.dilation, self.ceil_mode, True, what="MaxPool2d")
         return _checked(
             self,
             _conv.max_pool2d,

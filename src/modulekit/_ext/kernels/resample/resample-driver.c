@@ -1,0 +1,160 @@
+/* Drivers of the resampling kernels (see resample.h).
+ *
+ * Work is cut into chunks of consecutive rows (about 16 K output values each) that the team
+ * takes from a shared counter (schedule(dynamic)): when the OS has descheduled a worker, the
+ * calling thread goes on taking chunks instead of waiting for the worker's share. Each driver
+ * reports, through acct (may be NULL), how long the calling thread worked and how long it
+ * then waited for the team, for the contention back-off the GEMM engine keeps
+ * (_resample.pyx passes it on). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mk_omp.h"
+#include "resample.h"
+
+#define MK_CHUNK_VALUES 16384
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static size_t chunk_rows(size_t row_len)
+{
+    const size_t r = MK_CHUNK_VALUES / (row_len ? row_len : 1);
+    return r ? r : 1;
+}
+
+static void account(long long *acct, long long start, long long master_done, long long end)
+{
+    if (acct) {
+        acct[0] = master_done - start;
+        acct[1] = end - master_done;
+    }
+}
+
+/* The slot of cache holding input row r, or -1. */
+static inline int slot_of(const ptrdiff_t tag[2], ptrdiff_t r)
+{
+    return tag[0] == r ? 0 : (tag[1] == r ? 1 : -1);
+}
+
+int mk_f32_bilinear2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
+                      const float *x, float *y, const int32_t *ys0, const int32_t *ys1,
+                      const float *wy0, const float *wy1, const int32_t *xs0,
+                      const int32_t *xs1, const float *wx0, const float *wx1, int nthreads,
+                      long long *acct)
+{
+    const mk_resample_config *cfg = mk_resample_config_for(isa);
+    const size_t total = planes * oh, per = chunk_rows(ow);
+    const ptrdiff_t nchunks = (ptrdiff_t)((total + per - 1) / per);
+    const size_t ld = (ow + 15) & ~(size_t)15; /* cache slots 64-byte apart */
+    const int nt = nthreads > 1 ? nthreads : 1;
+    float *caches = (float *)aligned_alloc(64, (size_t)nt * 2 * ld * sizeof(float));
+    if (caches == NULL) return -1;
+    const long long start = now_ns();
+    long long master_done = start;
+    #pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        float *cache = caches + (size_t)omp_get_thread_num() * 2 * ld;
+        ptrdiff_t tag[2] = {-1, -1};
+        size_t plane = (size_t)-1;
+        ptrdiff_t c;
+        #pragma omp for schedule(dynamic, 1) nowait
+        for (c = 0; c < nchunks; c++) {
+            const size_t lo = (size_t)c * per, hi = lo + per < total ? lo + per : total;
+            for (size_t r = lo; r < hi; r++) {
+                const size_t p = r / oh, oy = r % oh;
+                if (p != plane) { /* cached rows are rows of one plane */
+                    plane = p;
+                    tag[0] = tag[1] = -1;
+                }
+                const float *src = x + p * ih * iw;
+                const ptrdiff_t a = ys0[oy], b = ys1[oy];
+                int sa = slot_of(tag, a);
+                if (sa < 0) {
+                    sa = tag[0] == b ? 1 : 0; /* keep b's row if it is cached */
+                    cfg->lerp(ow, src + (size_t)a * iw, xs0, xs1, wx0, wx1, cache + sa * ld);
+                    tag[sa] = a;
+                }
+                int sb = slot_of(tag, b);
+                if (sb < 0) {
+                    sb = 1 - sa;
+                    cfg->lerp(ow, src + (size_t)b * iw, xs0, xs1, wx0, wx1, cache + sb * ld);
+                    tag[sb] = b;
+                }
+                cfg->blend(ow, cache + sa * ld, cache + sb * ld, wy0[oy], wy1[oy],
+                           y + r * ow);
+            }
+        }
+        if (omp_get_thread_num() == 0) master_done = now_ns();
+    }
+    account(acct, start, master_done, now_ns());
+    free(caches);
+    return 0;
+}
+
+void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
+                      const float *x, float *y, const int32_t *ys, const int32_t *xs,
+                      int nthreads, long long *acct)
+{
+    const mk_resample_config *cfg = mk_resample_config_for(isa);
+    const size_t total = planes * oh, per = chunk_rows(ow);
+    const ptrdiff_t nchunks = (ptrdiff_t)((total + per - 1) / per);
+    const long long start = now_ns();
+    long long master_done = start;
+    #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        ptrdiff_t c;
+        #pragma omp for schedule(dynamic, 1) nowait
+        for (c = 0; c < nchunks; c++) {
+            const size_t lo = (size_t)c * per, hi = lo + per < total ? lo + per : total;
+            for (size_t r = lo; r < hi; r++) {
+                const size_t p = r / oh, oy = r % oh;
+                float *out = y + r * ow;
+                if (oy > 0 && r > lo && ys[oy] == ys[oy - 1])
+                    memcpy(out, out - ow, ow * sizeof(float));
+                else
+                    cfg->gather(ow, x + p * ih * iw + (size_t)ys[oy] * iw, xs, out);
+            }
+        }
+        if (omp_get_thread_num() == 0) master_done = now_ns();
+    }
+    account(acct, start, master_done, now_ns());
+}
+
+void mk_f32_taps_axis(int isa, size_t outer, size_t len, size_t inner, size_t out_len,
+                      size_t ntaps, const float *x, float *y, const int32_t *idx, const float *w,
+                      int nthreads, long long *acct)
+{
+    const mk_resample_config *cfg = mk_resample_config_for(isa);
+    /* inner == 1: rows of out_len weighted gathers, one per outer index; else rows of inner
+     * values, one per (outer, output) pair */
+    const size_t row_len = inner == 1 ? out_len : inner;
+    const size_t total = inner == 1 ? outer : outer * out_len, per = chunk_rows(row_len);
+    const ptrdiff_t nchunks = (ptrdiff_t)((total + per - 1) / per);
+    const long long start = now_ns();
+    long long master_done = start;
+    #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        ptrdiff_t c;
+        #pragma omp for schedule(dynamic, 1) nowait
+        for (c = 0; c < nchunks; c++) {
+            const size_t lo = (size_t)c * per, hi = lo + per < total ? lo + per : total;
+            for (size_t r = lo; r < hi; r++) {
+                if (inner == 1) {
+                    cfg->wgather(out_len, ntaps, x + r * len, idx, w, out_len, y + r * out_len);
+                } else {
+                    const size_t a = r / out_len, o = r % out_len;
+                    cfg->wsum(inner, ntaps, x + a * len * inner, inner, idx + o, w + o, out_len,
+                              y + r * inner);
+                }
+            }
+        }
+        if (omp_get_thread_num() == 0) master_done = now_ns();
+    }
+    account(acct, start, master_done, now_ns());
+}
