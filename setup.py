@@ -43,6 +43,7 @@ EXTENSIONS = {
     "_conv": [os.path.join(KERNELS, "conv", "*.c")],
     "_ops": [os.path.join(KERNELS, "ops", "*.c")],
     "_arena": [os.path.join(KERNELS, "arena", "*.c")],
+    "_rnn": [os.path.join(KERNELS, "rnn", "*.c")],
     "_guard": [],
 }
 

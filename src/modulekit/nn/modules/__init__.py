@@ -50,3 +50,17 @@ __all__ = [
     "TransformerEncoder",
     "TransformerEncoderLayer",
 ]
+
+# ---- recurrent layers (rnn)
+from modulekit.nn.modules.rnn import (  # noqa: E402
+    GRU,
+    LSTM,
+    RNN,
+    GRUCell,
+    LSTMCell,
+    RNNBase,
+    RNNCell,
+    RNNCellBase,
+)
+
+__all__ += ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNBase", "RNNCell", "RNNCellBase"]
