@@ -10,3 +10,6 @@ runs the same thing as a plain script.
 
 SUITES = ("overhead", "casts", "gemm", "conv", "models", "bert", "checkpoint_io", "pipeline",
           "application")
+
+# ---- recurrent layers (rnn)
+SUITES += ("rnn",)

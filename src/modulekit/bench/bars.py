@@ -63,6 +63,14 @@ for _model in ("ResNet-18 batch 1", "MobileNetV2 batch 1", "MiniLM-L6 batch 1 se
                      f"{_model} serving p99, {_cond}", "onnxruntime", 1.0))
 del _model, _other, _gap, _cond
 
+# ---- recurrent layers (rnn): LSTM and GRU forwards no slower than torch's
+for _layer in ("LSTM", "GRU"):
+    for _hidden in (256, 1024):
+        for _batch in (1, 32):
+            _case = f"{_layer} hidden {_hidden} batch {_batch} seq 100"
+            BARS.append((f"{_case} >= 1.0x torch", "rnn", _case, "torch", 1.0))
+del _layer, _hidden, _batch, _case
+
 
 def check_bars(rows):
     """One dict per target whose rows are present: measured speedup and whether it is met."""
