@@ -422,3 +422,39 @@ def test_cell_kernel_per_isa(isa):
     name = _rnn.cell_kernel(np.float32)
     assert name == {"generic": "f32-rnn-cell-scalar", "avx2": "f32-rnn-cell-avx2",
                     "avx512": "f32-rnn-cell-avx512"}[isa]
+
+
+def _cell_once(kind, xg, h_out, c=None):
+    """One step of ``kind`` with a zero recurrent weight: the cell kernel on ``xg`` alone."""
+    n = h_out.shape[1]
+    g = {"lstm": 4, "gru": 3}.get(kind, 1)
+    hh = pack_linear(np.zeros((g * n, n), xg.dtype), storage=xg.dtype.name)
+    out = np.empty_like(h_out)
+    steps = np.zeros(1, np.int64)
+    rows = np.full(1, xg.shape[0], np.int64)
+    _rnn.recurrence(kind, hh, None, xg, 0, out, 0, h_out, c, steps, rows)
+    return out
+
+
+def test_cell_nonlinearities_accuracy(isa):
+    # tanh (RNN cell) and sigmoid (the LSTM cell state with g saturated at 1 and c_0 = 0)
+    # over the whole float range that matters, to a few float32 ulp of the exact values
+    mag = np.logspace(-8, 2.3, 1500)
+    x = np.concatenate([-mag[::-1], [0.0], mag]).astype(np.float32)
+    n = x.size
+    t = _cell_once("rnn_tanh", x[None].copy(), np.zeros((1, n), np.float32))
+    np.testing.assert_allclose(t[0], np.tanh(x.astype(np.float64)), rtol=5e-7, atol=0)
+    xg = np.zeros((1, 4 * n), np.float32)
+    xg[0, :n] = x          # input gate i = sigmoid(x)
+    xg[0, 2 * n:3 * n] = 30.0  # g = tanh(30) = 1
+    c = np.zeros((1, n), np.float32)
+    _cell_once("lstm", xg, np.zeros((1, n), np.float32), c)
+    want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(c[0], want, rtol=5e-7, atol=2e-38)
+    # NaN propagates, ReLU keeps its sign rules
+    t = _cell_once("rnn_tanh", np.array([[np.nan, np.inf, -np.inf]], np.float32),
+                   np.zeros((1, 3), np.float32))
+    assert np.isnan(t[0, 0]) and t[0, 1] == 1 and t[0, 2] == -1
+    r = _cell_once("rnn_relu", np.array([[np.nan, -2.0, 3.0]], np.float32),
+                   np.zeros((1, 3), np.float32))
+    assert np.isnan(r[0, 0]) and r[0, 1] == 0 and r[0, 2] == 3

@@ -13,7 +13,15 @@
 #define V_ADD _mm256_add_ps
 #define V_SUB _mm256_sub_ps
 #define V_MUL _mm256_mul_ps
-#define V_DIV _mm256_div_ps
+/* 1/d for d in [1, 2] (1 + exp(-|x|), 2 + expm1(-2|x|)): the 12-bit estimate and two Newton
+ * steps (one leaves ~2^-23 relative; the second makes it the correctly rounded value or a
+ * neighbour) */
+static inline V_TARGET __m256 mk_v_recip(__m256 d) {
+    __m256 r = _mm256_rcp_ps(d);
+    r = _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, _mm256_set1_ps(1.0f)), r);
+    return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, _mm256_set1_ps(1.0f)), r);
+}
+#define V_RECIP(d) mk_v_recip(d)
 #define V_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define V_FNMA(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
 #define V_MAX _mm256_max_ps

@@ -13,7 +13,12 @@
 #define V_ADD _mm512_add_ps
 #define V_SUB _mm512_sub_ps
 #define V_MUL _mm512_mul_ps
-#define V_DIV _mm512_div_ps
+/* 1/d for d in [1, 2] (1 + exp(-|x|), 2 + expm1(-2|x|)): 14-bit estimate, one Newton step */
+static inline V_TARGET __m512 mk_v_recip(__m512 d) {
+    const __m512 r = _mm512_rcp14_ps(d);
+    return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(1.0f)), r);
+}
+#define V_RECIP(d) mk_v_recip(d)
 #define V_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define V_FNMA(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
 #define V_MAX _mm512_max_ps

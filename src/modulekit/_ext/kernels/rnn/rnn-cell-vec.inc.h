@@ -1,6 +1,7 @@
 /* Vectorised float32 recurrent cells (rnn.h), included by f32-rnn-cell-avx2.c and
  * f32-rnn-cell-avx512.c after they define, for a float vector V_T of V_W lanes:
- *   V_TARGET, V_SET1, V_ADD, V_SUB, V_MUL, V_DIV, V_FMA(a, b, c) (a*b + c),
+ *   V_TARGET, V_SET1, V_ADD, V_SUB, V_MUL, V_RECIP(d) (1/d to ~1 ulp: a hardware estimate
+ *   and one Newton step, no division), V_FMA(a, b, c) (a*b + c),
  *   V_FNMA(a, b, c) (c - a*b), V_MAX(a, b) (b when either is NaN), V_ABS, V_ROUND (nearest),
  *   V_POW2(n) (2^n for integral n in [-127, 0]), V_SELECT_GE0(x, a, b) (x >= 0 ? a : b),
  *   V_COPYSIGN(t, x) (|t| with the sign of x), V_LOAD(p), V_STORE(p, v), and the partial
@@ -8,7 +9,8 @@
  *   and SFX (the ISA suffix of the function names).
  *
  * Nonlinearities, in float32 (about 2 ulp; no libm call):
- *   exp(z) and expm1(z) for z <= 0: z clamped to >= -87 (exp(-87) = 1.6e-38 stays normal),
+ *   exp(z) and expm1(z) for z <= 0: z clamped to >= -87 (exp(-87) = 1.6e-38 stays normal;
+ *     exp returns 0 below it),
  *     n = round(z / ln2), r = z - n ln2 (Cody-Waite, ln2 split so n * ln2_hi is exact),
  *     q = expm1(r) = r + r^2 (1/2 + r/6 + ... + r^5/5040) (|r| <= ln2/2: truncation below
  *     5e-9 relative), s = 2^n: exp(z) = s + s q, expm1(z) = (s - 1) + s q (exact for
@@ -23,6 +25,7 @@
 
 /* exp(z) and expm1(z) for z <= 0 (or NaN) */
 static inline V_TARGET V_T mk_v_expm1_neg(V_T z, V_T *e) {
+    const V_T under = V_SUB(V_SET1(-87.0f), z); /* >= 0: exp(z) <= 1.65e-38, returned as 0 */
     z = V_MAX(V_SET1(-87.0f), z);
     const V_T n = V_ROUND(V_MUL(z, V_SET1(1.44269504088896341f)));
     V_T r = V_FNMA(n, V_SET1(0.693145751953125f), z);
@@ -35,21 +38,21 @@ static inline V_TARGET V_T mk_v_expm1_neg(V_T z, V_T *e) {
     p = V_FMA(p, r, V_SET1(0.5f));
     const V_T q = V_FMA(V_MUL(p, r), r, r);
     const V_T s = V_POW2(n);
-    *e = V_FMA(s, q, s);
+    *e = V_SELECT_GE0(under, V_SET1(0.0f), V_FMA(s, q, s)); /* (NaN: the NaN) */
     return V_FMA(s, q, V_SUB(s, V_SET1(1.0f)));
 }
 
 static inline V_TARGET V_T mk_v_sigmoid(V_T x) {
     V_T e;
     (void)mk_v_expm1_neg(V_SUB(V_SET1(0.0f), V_ABS(x)), &e);
-    const V_T q = V_DIV(V_SET1(1.0f), V_ADD(V_SET1(1.0f), e));
+    const V_T q = V_RECIP(V_ADD(V_SET1(1.0f), e));
     return V_SELECT_GE0(x, q, V_MUL(e, q));
 }
 
 static inline V_TARGET V_T mk_v_tanh(V_T x) {
     V_T e;
     const V_T m = mk_v_expm1_neg(V_MUL(V_SET1(-2.0f), V_ABS(x)), &e);
-    const V_T t = V_DIV(V_SUB(V_SET1(0.0f), m), V_ADD(V_SET1(2.0f), m));
+    const V_T t = V_MUL(V_SUB(V_SET1(0.0f), m), V_RECIP(V_ADD(V_SET1(2.0f), m)));
     return V_COPYSIGN(t, x);
 }
 
