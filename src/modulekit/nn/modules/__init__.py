@@ -64,3 +64,12 @@ from modulekit.nn.modules.rnn import (  # noqa: E402
 )
 
 __all__ += ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNBase", "RNNCell", "RNNCellBase"]
+
+# ---- transformer decoder (rnn)
+from modulekit.nn.modules.transformer_decoder import (  # noqa: E402
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+)
+
+__all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
