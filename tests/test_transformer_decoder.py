@@ -123,3 +123,65 @@ def test_float64_and_bad_input():
         t(np.zeros((3, 2, 4)), np.zeros((3, 1, 4)))
     with pytest.raises(RuntimeError, match="feature number"):
         t(np.zeros((3, 2, 5)), np.zeros((3, 2, 5)))
+
+
+@pytest.mark.parametrize("kdim,vdim", [(None, None), (5, 3)])
+@pytest.mark.parametrize("add_bias_kv", [False, True])
+@pytest.mark.parametrize("add_zero_attn", [False, True])
+def test_multihead_attention_options_match_torch(kdim, vdim, add_bias_kv, add_zero_attn):
+    kw = dict(kdim=kdim, vdim=vdim, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn,
+              batch_first=True)
+    tm = _randomise(torch.nn.MultiheadAttention(8, 2, **kw), 4)
+    mk = mnn.MultiheadAttention(8, 2, **kw)
+    assert list(mk.state_dict()) == list(tm.state_dict())
+    _load(mk, tm)
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    k = rng.standard_normal((2, 4, kdim or 8)).astype(np.float32)
+    v = rng.standard_normal((2, 4, vdim or 8)).astype(np.float32)
+    kpm = np.array([[False, False, False, True], [False, True, False, False]])
+    am = rng.standard_normal((3, 4)).astype(np.float32)
+    with torch.no_grad():
+        want = tm(*map(torch.from_numpy, (q, k, v)), key_padding_mask=torch.from_numpy(kpm),
+                  attn_mask=torch.from_numpy(am), average_attn_weights=False)
+    got = mk(q, k, v, key_padding_mask=kpm, attn_mask=am, average_attn_weights=False)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-5)
+    # packed: the keys come back exactly, a reload re-packs, float64 re-packs
+    full = mk.state_dict(include_packed=True)
+    for name, value in tm.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(full[name]), value.numpy())
+    tm2 = _randomise(torch.nn.MultiheadAttention(8, 2, **kw), 6)
+    mk.load_state_dict(tm2.state_dict())
+    with torch.no_grad():
+        want2 = tm2(*map(torch.from_numpy, (q, k, v)))
+    np.testing.assert_allclose(mk(q, k, v)[0], want2[0].numpy(), rtol=1e-4, atol=1e-5)
+    mk.to("float64")
+    with torch.no_grad():
+        want64 = tm2.double()(*(torch.from_numpy(a.astype(np.float64)) for a in (q, k, v)))
+    np.testing.assert_allclose(mk(q, k, v)[0], want64[0].numpy(), rtol=1e-10, atol=1e-12)
+    if kdim is not None:
+        with pytest.raises(ValueError, match="key must be 3-D with last dimension kdim=5"):
+            mk(q, v, v)
+
+
+class _SelfAttend(mnn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.attn = mnn.MultiheadAttention(8, 2, batch_first=True, **kw)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+def test_compiled_save_refuses_mha_options_it_cannot_record(tmp_path):
+    x = np.random.default_rng(7).standard_normal((1, 3, 8)).astype(np.float32)
+    plain = _SelfAttend().eval()
+    plain.compile()
+    plain(x)
+    plain.save(tmp_path / "ok.mk")  # the plain layer saves
+    m = _SelfAttend(add_zero_attn=True).eval()
+    m.compile()
+    m(x)
+    with pytest.raises(NotImplementedError, match="add_zero_attn"):
+        m.save(tmp_path / "m.mk")
