@@ -27,11 +27,7 @@ static inline V_TARGET __m256 mk_v_recip(__m256 d) {
 #define V_MAX _mm256_max_ps
 #define V_SIGNBIT _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u))
 #define V_ABS(v) _mm256_andnot_ps(V_SIGNBIT, (v))
-#define V_ROUND(v) _mm256_round_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-/* 2^n for integral n in [-126, 0]: the exponent field built directly (n >= -87 / ln2) */
-#define V_POW2(n) \
-    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), \
-                                                           _mm256_set1_epi32(127)), 23))
+#define V_BITS_SHL23(v) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(v), 23))
 #define V_SELECT_GE0(x, a, b) \
     _mm256_blendv_ps((b), (a), _mm256_cmp_ps((x), _mm256_setzero_ps(), _CMP_GE_OQ))
 #define V_COPYSIGN(t, x) _mm256_or_ps(V_ABS(t), _mm256_and_ps((x), V_SIGNBIT))

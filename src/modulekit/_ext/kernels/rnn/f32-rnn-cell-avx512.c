@@ -23,8 +23,7 @@ static inline V_TARGET __m512 mk_v_recip(__m512 d) {
 #define V_FNMA(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
 #define V_MAX _mm512_max_ps
 #define V_ABS(v) _mm512_abs_ps(v)
-#define V_ROUND(v) _mm512_roundscale_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define V_POW2(n) _mm512_scalef_ps(_mm512_set1_ps(1.0f), (n))
+#define V_BITS_SHL23(v) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(v), 23))
 #define V_SELECT_GE0(x, a, b) \
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask((x), _mm512_setzero_ps(), _CMP_GE_OQ), (b), (a))
 #define V_SIGNBIT _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u))

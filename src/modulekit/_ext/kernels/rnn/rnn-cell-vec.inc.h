@@ -11,7 +11,8 @@
  * Nonlinearities, in float32 (about 2 ulp; no libm call):
  *   exp(z) and expm1(z) for z <= 0: z clamped to >= -87 (exp(-87) = 1.6e-38 stays normal;
  *     exp returns 0 below it),
- *     n = round(z / ln2), r = z - n ln2 (Cody-Waite, ln2 split so n * ln2_hi is exact),
+ *     n = round(z / ln2) (magic bias), r = z - n ln2 (Cody-Waite, ln2 split so n * ln2_hi is
+ *     exact),
  *     q = expm1(r) = r + r^2 (1/2 + r/6 + ... + r^5/5040) (|r| <= ln2/2: truncation below
  *     5e-9 relative), s = 2^n: exp(z) = s + s q, expm1(z) = (s - 1) + s q (exact for
  *     small |z|, where n = 0: no cancellation, unlike exp(z) - 1);
@@ -27,7 +28,12 @@
 static inline V_TARGET V_T mk_v_expm1_neg(V_T z, V_T *e) {
     const V_T under = V_SUB(V_SET1(-87.0f), z); /* >= 0: exp(z) <= 1.65e-38, returned as 0 */
     z = V_MAX(V_SET1(-87.0f), z);
-    const V_T n = V_ROUND(V_MUL(z, V_SET1(1.44269504088896341f)));
+    /* n = round(z / ln2) by the magic-bias trick: adding 1.5 * 2^23 + 127 leaves n + 127 in
+     * the low mantissa bits (z / ln2 in [-125.6, 0]), which shifted into the exponent field
+     * are s = 2^n directly */
+    const V_T nb = V_FMA(z, V_SET1(1.44269504088896341f), V_SET1(12583039.0f));
+    const V_T s = V_BITS_SHL23(nb);
+    const V_T n = V_SUB(nb, V_SET1(12583039.0f));
     V_T r = V_FNMA(n, V_SET1(0.693145751953125f), z);
     r = V_FNMA(n, V_SET1(1.428606765330187045e-06f), r);
     V_T p = V_SET1(1.0f / 5040.0f);
@@ -37,7 +43,6 @@ static inline V_TARGET V_T mk_v_expm1_neg(V_T z, V_T *e) {
     p = V_FMA(p, r, V_SET1(1.0f / 6.0f));
     p = V_FMA(p, r, V_SET1(0.5f));
     const V_T q = V_FMA(V_MUL(p, r), r, r);
-    const V_T s = V_POW2(n);
     *e = V_SELECT_GE0(under, V_SET1(0.0f), V_FMA(s, q, s)); /* (NaN: the NaN) */
     return V_FMA(s, q, V_SUB(s, V_SET1(1.0f)));
 }
