@@ -346,6 +346,9 @@ def test_bad_inputs_name_the_layer():
     with pytest.raises(ValueError, match=r"LSTM: input.size\(-1\) must be equal to input_size. "
                                          r"Expected 3, got 5"):
         mk(np.zeros((5, 2, 5), np.float32))
+    with pytest.raises(ValueError, match="LSTM: Expected sequence length to be larger than 0"):
+        mk(np.zeros((0, 2, 3), np.float32))
+    assert mk(np.zeros((4, 0, 3), np.float32))[0].shape == (4, 0, 4)  # an empty batch: as torch
     with pytest.raises(ValueError, match="LSTM: Expected input to be 2D or 3D, got 4D"):
         mk(np.zeros((1, 5, 2, 3), np.float32))
     with pytest.raises(ValueError, match=r"LSTM: Expected hidden size \(2, 2, 4\), got "

@@ -40,6 +40,11 @@ _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 _KIND = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 
 
+def _input_shape(value) -> tuple:
+    """The shape of an array-like input, for messages."""
+    return tuple(np.shape(value))
+
+
 def _positive_int(value, what: str, layer: str, allow_zero: bool = False) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{layer}: {what} should be of type int, got: {type(value).__name__}")
@@ -359,6 +364,9 @@ class RNNBase(_RecurrentPacking):
             elif self.batch_first:
                 x = np.swapaxes(x, 0, 1)
             T, B = x.shape[0], x.shape[1]
+            if T == 0:
+                raise ValueError(f"{name}: Expected sequence length to be larger than 0 "
+                                 f"(input shape {_input_shape(input)})")
             batch_sizes = np.full(T, B, dtype=np.int64)
             offsets = np.arange(T, dtype=np.int64) * B
             x2 = x.reshape(T * B, x.shape[2]) if x.flags.c_contiguous else np.ascontiguousarray(
