@@ -269,6 +269,11 @@ def test_state_dict_keys_pack_and_reload():
     assert list(full) == keys
     for k, v in tm.state_dict().items():
         np.testing.assert_array_equal(np.asarray(full[k]), _np(v))
+    # the arrays handed out are copies: writing into them changes nothing in the layer
+    before = mk(x)[0]
+    for v in full.values():
+        np.asarray(v)[...] = 0
+    np.testing.assert_array_equal(mk(x)[0], before)
     # a packed layer re-packs from a new checkpoint
     tm2, _ = _pair("LSTM", 4, 6, num_layers=2, bidirectional=True, proj_size=3, seed=1)
     mk.load_state_dict(tm2.state_dict())

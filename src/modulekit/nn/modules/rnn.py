@@ -110,8 +110,8 @@ class _Packed:
                 out[w_ih_n] = w_ih[d * rows:(d + 1) * rows]
                 out[w_hh_n] = self.hh[li][d].unpack()[0]
                 if b_ih_n is not None:
-                    out[b_ih_n] = self.biases[b_ih_n]
-                    out[b_hh_n] = self.biases[b_hh_n]
+                    out[b_ih_n] = self.biases[b_ih_n].copy()  # new arrays: never ours
+                    out[b_hh_n] = self.biases[b_hh_n].copy()
                 if w_hr_n is not None:
                     out[w_hr_n] = self.hr[li][d].unpack()[0]
         return {
