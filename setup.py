@@ -47,6 +47,7 @@ EXTENSIONS = {
     "_norm": [os.path.join(KERNELS, "norm", "*.c")],
     "_arena": [os.path.join(KERNELS, "arena", "*.c")],
     "_resample": [os.path.join(KERNELS, "resample", "*.c")],
+    "_rnn": [os.path.join(KERNELS, "rnn", "*.c")],
     "_guard": [],
 }
 

@@ -893,6 +893,75 @@ def _unflatten(draw):
              draw(st.sampled_from(SIZES)))
     x, v, _ = draw(inputs(shape, FLOATS + INTS))
     return mk, tm, x, v, {}
+# ---- recurrent layers and the transformer decoder (rnn)
+def _flat(y):
+    """A recurrent layer's ``(output, h_n)`` / ``(output, (h_n, c_n))`` as a flat tuple."""
+    out, state = y
+    return (out, *state) if isinstance(state, tuple) else (out, state)
+
+
+@case("RNN(LSTM, GRU, RNNBase)")
+def _recurrent(draw):
+    _seeded(draw)
+    name = draw(st.sampled_from(["RNN", "LSTM", "GRU"]))
+    hidden = draw(st.sampled_from(SIZES[1:]))
+    kw = dict(num_layers=draw(st.sampled_from([1, 2])), bias=draw(st.booleans()),
+              batch_first=draw(st.booleans()), bidirectional=draw(st.booleans()))
+    if name == "RNN":
+        kw["nonlinearity"] = draw(st.sampled_from(["tanh", "relu"]))
+    if name == "LSTM" and hidden > 1 and draw(st.booleans()):
+        kw["proj_size"] = draw(st.integers(1, hidden - 1))
+    size = draw(st.sampled_from(SIZES[1:]))
+    tm = getattr(torch.nn, name)(size, hidden, **kw).eval()
+    mk = getattr(nn, name)(size, hidden, **kw)
+    _copy_weights(mk, tm)
+    seq, n = draw(st.sampled_from(SIZES[1:])), draw(st.sampled_from(SIZES[1:]))
+    if draw(st.booleans()):
+        shape = (seq, size)  # unbatched
+    else:
+        shape = (n, seq, size) if kw["batch_first"] else (seq, n, size)
+    x, v, _ = draw(inputs(shape, FLOATS[:3], special=False))
+    return mk, tm, x, v, {"call": lambda m, a: _flat(m(a)),
+                          "torch_call": lambda m, t: _flat(m(t))}
+
+
+@case("RNNCell(LSTMCell, GRUCell, RNNCellBase)")
+def _cell(draw):
+    _seeded(draw)
+    name = draw(st.sampled_from(["RNNCell", "LSTMCell", "GRUCell"]))
+    size, hidden = draw(st.sampled_from(SIZES[1:])), draw(st.sampled_from(SIZES[1:]))
+    kw = {"bias": draw(st.booleans())}
+    if name == "RNNCell":
+        kw["nonlinearity"] = draw(st.sampled_from(["tanh", "relu"]))
+    tm = getattr(torch.nn, name)(size, hidden, **kw).eval()
+    mk = getattr(nn, name)(size, hidden, **kw)
+    _copy_weights(mk, tm)
+    shape = (size,) if draw(st.booleans()) else (draw(st.sampled_from(SIZES[1:])), size)
+    x, v, _ = draw(inputs(shape, FLOATS[:3], special=False))
+    return mk, tm, x, v, {"call": lambda m, a: tuple(_as_tuple(m(a))),
+                          "torch_call": lambda m, t: tuple(_as_tuple(m(t)))}
+
+
+@case("TransformerDecoderLayer(TransformerDecoder, Transformer)")
+def _decoder(draw):
+    _seeded(draw)
+    heads = draw(st.sampled_from([1, 2]))
+    d = heads * draw(st.sampled_from([2, 3]))
+    kw = dict(dim_feedforward=draw(st.sampled_from([1, 7])), dropout=0.0,
+              activation=draw(st.sampled_from(["relu", "gelu"])),
+              batch_first=draw(st.booleans()), norm_first=draw(st.booleans()))
+    whole = draw(st.booleans())
+    if whole:
+        tm = torch.nn.Transformer(d, heads, 1, 1, **kw).eval()
+        mk = nn.Transformer(d, heads, 1, 1, **kw)
+    else:
+        tm = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(d, heads, **kw), 1)
+        mk = nn.TransformerDecoder(nn.TransformerDecoderLayer(d, heads, **kw), 1)
+    _copy_weights(mk, tm)
+    n, seq = draw(st.sampled_from(SIZES[1:])), draw(st.sampled_from(SIZES[1:]))
+    shape = (n, seq, d) if kw["batch_first"] else (seq, n, d)
+    x, v, _ = draw(inputs(shape, FLOATS[:3], special=False))
+    return mk, tm, x, v, {"call": lambda m, a: m(a, a), "torch_call": lambda m, t: m(t, t)}
 
 
 # ---------------------------------------------------------------------------------------------

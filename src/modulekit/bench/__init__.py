@@ -9,4 +9,4 @@ runs the same thing as a plain script.
 """
 
 SUITES = ("overhead", "casts", "gemm", "conv", "models", "bert", "checkpoint_io", "pipeline",
-          "application", "int8", "norm", "resample")
+          "application", "int8", "norm", "resample", "rnn")

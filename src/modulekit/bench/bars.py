@@ -78,6 +78,14 @@ BARS.append(("MiniLM int8 batch 32 seq 128 >= 1.3x onnxruntime's quantize_dynami
 BARS.append(("MiniLM int8 batch 32 seq 128 >= 1.5x torch's quantize_dynamic", "int8",
              "MiniLM int8 batch 32 seq 128", "torch", 1.5))
 
+# ---- recurrent layers (rnn): LSTM and GRU forwards no slower than torch's
+for _layer in ("LSTM", "GRU"):
+    for _hidden in (256, 1024):
+        for _batch in (1, 32):
+            _case = f"{_layer} hidden {_hidden} batch {_batch} seq 100"
+            BARS.append((f"{_case} >= 1.0x torch", "rnn", _case, "torch", 1.0))
+del _layer, _hidden, _batch, _case
+
 
 def check_bars(rows):
     """One dict per target whose rows are present: measured speedup and whether it is met."""

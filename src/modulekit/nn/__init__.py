@@ -174,3 +174,28 @@ __all__ += [  # noqa: PLE0604
     "Unflatten",
     "Unfold",
 ]
+# ---- recurrent layers (rnn)
+from modulekit.nn import utils  # noqa: E402
+from modulekit.nn.modules.rnn import (  # noqa: E402
+    GRU,
+    LSTM,
+    RNN,
+    GRUCell,
+    LSTMCell,
+    RNNBase,
+    RNNCell,
+    RNNCellBase,
+)
+
+__all__ += [
+    "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNBase", "RNNCell", "RNNCellBase", "utils",
+]
+
+# ---- transformer decoder (rnn)
+from modulekit.nn.modules.transformer_decoder import (  # noqa: E402
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+)
+
+__all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer"]

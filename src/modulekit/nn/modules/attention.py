@@ -26,6 +26,9 @@ from modulekit.nn.modules.linear import Linear
 
 __all__ = ["MultiheadAttention", "attention", "additive_mask"]
 
+#: The in-projection's parameter names when kdim/vdim differ from embed_dim (torch's).
+_SEPARATE = ("q_proj_weight", "k_proj_weight", "v_proj_weight")
+
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
@@ -83,10 +86,15 @@ class MultiheadAttention(Module):
         Kept for signature compatibility; inference applies no dropout.
     bias : bool
         Biases on the in- and out-projections.
-    add_bias_kv, add_zero_attn : bool
-        Not supported (refused).
+    add_bias_kv : bool
+        Learned ``bias_k``/``bias_v`` (shape ``(1, 1, embed_dim)``) appended to the projected
+        keys and values as one more position (masks gain a column that masks nothing).
+    add_zero_attn : bool
+        A zero key and value appended after that (one more position, masks extended alike).
     kdim, vdim : int, optional
-        Must equal ``embed_dim`` (separate key/value widths are not supported).
+        Key and value widths (default ``embed_dim``); when either differs, the in-projection
+        is three weights ``q_proj_weight``, ``k_proj_weight`` (``(E, kdim)``),
+        ``v_proj_weight`` (``(E, vdim)``), as torch's keys, packed as three GEMMs.
     batch_first : bool
         Inputs and outputs are ``(batch, seq, feature)`` instead of ``(seq, batch, feature)``.
     device, dtype :
@@ -128,29 +136,36 @@ class MultiheadAttention(Module):
                 f"MultiheadAttention: embed_dim ({embed_dim}) must be divisible by num_heads "
                 f"({num_heads})"
             )
-        if (kdim not in (None, embed_dim)) or (vdim not in (None, embed_dim)):
-            raise NotImplementedError(
-                "MultiheadAttention: kdim/vdim different from embed_dim are not supported"
-            )
-        if add_bias_kv or add_zero_attn:
-            raise NotImplementedError(
-                "MultiheadAttention: add_bias_kv and add_zero_attn are not supported"
-            )
+        kdim = embed_dim if kdim is None else kdim
+        vdim = embed_dim if vdim is None else vdim
+        for name, value in (("kdim", kdim), ("vdim", vdim)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(f"MultiheadAttention: {name} must be a positive int, got "
+                                 f"{value!r}")
         if device is not None:
             as_device(device)
         dtype = float32 if dtype is None else as_dtype(dtype)
         if not dtype.is_floating:
             raise TypeError(f"MultiheadAttention: dtype must be a floating type, got {dtype.name}")
-        self.embed_dim = self.kdim = self.vdim = int(embed_dim)
-        self._qkv_same_embed_dim = True
+        self.embed_dim = int(embed_dim)
+        self.kdim, self.vdim = int(kdim), int(vdim)
+        self._qkv_same_embed_dim = self.kdim == self.embed_dim and self.vdim == self.embed_dim
         self.num_heads = int(num_heads)
         self.head_dim = self.embed_dim // self.num_heads
         self.dropout = float(dropout)
         self.batch_first = batch_first
         E = self.embed_dim
-        bound = math.sqrt(6.0 / (E + 3 * E))  # xavier_uniform over the (3E, E) matrix
         rng = default_generator()
-        self.in_proj_weight = Parameter(rng.uniform(-bound, bound, (3 * E, E)).astype(dtype.numpy))
+        if self._qkv_same_embed_dim:
+            bound = math.sqrt(6.0 / (E + 3 * E))  # xavier_uniform over the (3E, E) matrix
+            self.in_proj_weight = Parameter(
+                rng.uniform(-bound, bound, (3 * E, E)).astype(dtype.numpy))
+        else:  # torch's keys: three weights, each xavier_uniform
+            for name, width in zip(_SEPARATE, (E, self.kdim, self.vdim)):
+                bound = math.sqrt(6.0 / (E + width))
+                setattr(self, name, Parameter(
+                    rng.uniform(-bound, bound, (E, width)).astype(dtype.numpy)))
+            self.register_parameter("in_proj_weight", None)
         if bias:
             self.in_proj_bias = Parameter(np.zeros(3 * E, dtype=dtype.numpy))
         else:
@@ -158,6 +173,13 @@ class MultiheadAttention(Module):
         self.out_proj = Linear(E, E, bias=bias, dtype=dtype)
         if bias:
             self.out_proj.bias = Parameter(np.zeros(E, dtype=dtype.numpy))
+        if add_bias_kv:  # xavier_normal over (1, 1, E), as torch
+            std = math.sqrt(2.0 / (E + E))
+            self.bias_k = Parameter(rng.normal(0.0, std, (1, 1, E)).astype(dtype.numpy))
+            self.bias_v = Parameter(rng.normal(0.0, std, (1, 1, E)).astype(dtype.numpy))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = bool(add_zero_attn)
         self._bias_dtype = None
 
     # ---------------------------------------------------------------- packing protocol
@@ -168,7 +190,17 @@ class MultiheadAttention(Module):
         fused = pack_linear(weight, bias, storage)
         return tuple(RowsOf(fused, i * E, (i + 1) * E) for i in range(3))
 
+    def _pack_separate(self, weights, bias, storage: str) -> tuple:
+        # kdim/vdim: three GEMMs (q, k, v), each with its third of in_proj_bias
+        E = self.embed_dim
+        return tuple(
+            pack_linear(w, None if bias is None else bias[i * E:(i + 1) * E], storage)
+            for i, w in enumerate(weights)
+        )
+
     def _pack(self) -> None:
+        if not self._qkv_same_embed_dim:
+            return self._pack_sep()
         with self._pack_lock:
             if self._packed is not None:
                 return
@@ -183,18 +215,43 @@ class MultiheadAttention(Module):
                 del self._parameters["in_proj_bias"]
             self._packed = packed
 
+    def _pack_sep(self) -> None:
+        with self._pack_lock:
+            if self._packed is not None:
+                return
+            ws = [self._parameters.get(n) for n in _SEPARATE]
+            if any(w is None for w in ws):
+                raise RuntimeError("MultiheadAttention: cannot pack, a projection weight is None")
+            b = self._parameters.get("in_proj_bias")
+            packed = self._pack_separate([w.numpy() for w in ws],
+                                         None if b is None else b.numpy(), ws[0].dtype.name)
+            self._bias_dtype = None if b is None else b.dtype
+            for n in _SEPARATE:
+                del self._parameters[n]
+            if b is not None:
+                del self._parameters["in_proj_bias"]
+            self._packed = packed
+
     def _packed_keys(self) -> dict[str, tuple[tuple[int, ...], DataType]]:
         packed = self._packed
         if packed is None:
             return {}
         E = self.embed_dim
-        keys = {"in_proj_weight": ((3 * E, E), as_dtype(packed[0].storage))}
+        storage = as_dtype(packed[0].storage)
+        if not self._qkv_same_embed_dim:
+            keys = {n: ((E, w), storage)
+                    for n, w in zip(_SEPARATE, (E, self.kdim, self.vdim))}
+        else:
+            keys = {"in_proj_weight": ((3 * E, E), storage)}
         if packed[0].has_bias:
             keys["in_proj_bias"] = ((3 * E,), self._bias_dtype)
         return keys
 
     def _unpacked_values(self):
         parts = [p.unpack() for p in self._packed]
+        if not self._qkv_same_embed_dim:  # (the weights differ in width: not stacked)
+            b = None if parts[0][1] is None else np.concatenate([np.asarray(p[1]) for p in parts])
+            return None, b
         w = np.concatenate([np.asarray(p[0]) for p in parts])
         b = None if parts[0][1] is None else np.concatenate([np.asarray(p[1]) for p in parts])
         return w, b
@@ -203,7 +260,11 @@ class MultiheadAttention(Module):
         if self._packed is None:
             return {}
         w, b = self._unpacked_values()
-        values = {"in_proj_weight": np.ascontiguousarray(w)}
+        if not self._qkv_same_embed_dim:
+            values = {n: np.ascontiguousarray(p.unpack()[0])
+                      for n, p in zip(_SEPARATE, self._packed)}
+        else:
+            values = {"in_proj_weight": np.ascontiguousarray(w)}
         if b is not None:
             values["in_proj_bias"] = b.astype(self._bias_dtype.numpy, order="C")
         return values
@@ -222,6 +283,8 @@ class MultiheadAttention(Module):
             packed = self._packed
             if packed is None:
                 return
+            if not self._qkv_same_embed_dim:
+                return self._repack_sep(values, dtype)
             w, b = values.get("in_proj_weight"), values.get("in_proj_bias")
             if w is None or (b is None and packed[0].has_bias):
                 old_w, old_b = self._unpacked_values()
@@ -235,6 +298,20 @@ class MultiheadAttention(Module):
                 np.asarray(w).astype(storage.numpy, copy=False), b, storage.name
             )
             self._bias_dtype = bias_dtype
+
+    def _repack_sep(self, values, dtype) -> None:
+        # (under _pack_lock, from _repack)
+        current = self._packed_values()
+        current.update(values)
+        storage = as_dtype(self._packed[0].storage) if dtype is None else dtype
+        bias_dtype = self._bias_dtype if dtype is None else dtype
+        b = current.get("in_proj_bias")
+        if b is not None:
+            b = np.asarray(b).astype(bias_dtype.numpy, copy=False)
+        self._packed = self._pack_separate(
+            [np.asarray(current[n]).astype(storage.numpy, copy=False) for n in _SEPARATE], b,
+            storage.name)
+        self._bias_dtype = bias_dtype
 
     # ---------------------------------------------------------------- compute
     def forward(
@@ -274,11 +351,14 @@ class MultiheadAttention(Module):
         )
         E = self.embed_dim
         batched = q_in.ndim == 3
-        for name, t in (("query", q_in), ("key", k_in), ("value", v_in)):
-            if t.ndim != q_in.ndim or t.ndim not in (2, 3) or t.shape[-1] != E:
+        for name, t, width in (("query", q_in, E), ("key", k_in, self.kdim),
+                               ("value", v_in, self.vdim)):
+            if t.ndim != q_in.ndim or t.ndim not in (2, 3) or t.shape[-1] != width:
+                what = ("embed_dim" if self._qkv_same_embed_dim or name == "query"
+                        else {"key": "kdim", "value": "vdim"}[name])
                 raise ValueError(
                     f"MultiheadAttention: {name} must be {'3' if batched else '2'}-D with last "
-                    f"dimension embed_dim={E} like query {q_in.shape}, got {t.shape}"
+                    f"dimension {what}={width} (query {q_in.shape}), got {t.shape}"
                 )
         same_k, same_v = k_in is q_in, v_in is q_in  # self-attention: one stacked GEMM
         if not batched:
@@ -306,7 +386,8 @@ class MultiheadAttention(Module):
     def _compute_dtype(self) -> np.dtype:
         if self._packed is not None:
             return self._packed[0].compute_dtype
-        return _F64 if self.in_proj_weight.dtype.numpy == _F64 else _F32
+        w = self.in_proj_weight if self._qkv_same_embed_dim else self.q_proj_weight
+        return _F64 if w.dtype.numpy == _F64 else _F32
 
     def _forward_batch_first(
         self, q_in, k_in, v_in, key_padding_mask, attn_mask, need_weights, batched
@@ -328,10 +409,10 @@ class MultiheadAttention(Module):
         mask = self._build_mask(key_padding_mask, attn_mask, N, L, S, batched, cdt)
 
         def project(t, p):
-            x2 = np.ascontiguousarray(t, dtype=cdt).reshape(-1, E)
+            x2 = np.ascontiguousarray(t, dtype=cdt).reshape(-1, t.shape[-1])
             return p.forward(x2).reshape(t.shape[0], t.shape[1], E)
 
-        if q_in is k_in and k_in is v_in:
+        if q_in is k_in and k_in is v_in and self._qkv_same_embed_dim:
             x2 = np.ascontiguousarray(q_in, dtype=cdt).reshape(-1, E)
             y = packed[0].fused.forward(x2).reshape(N, L, 3 * E)
             q, k, v = y[:, :, :E], y[:, :, E : 2 * E], y[:, :, 2 * E :]
@@ -339,9 +420,29 @@ class MultiheadAttention(Module):
             q = project(q_in, packed[0])
             k = project(k_in, packed[1])
             v = project(v_in, packed[2])
+        if self.bias_k is not None or self.add_zero_attn:
+            k, v, mask = self._extend_kv(k, v, mask, N)
         ctx, weights = attention(q, k, v, H, mask, None, need_weights)
         out = self.out_proj.forward(ctx.reshape(N * L, E)).reshape(N, L, E)
         return out, weights
+
+    def _extend_kv(self, k, v, mask, N):
+        """``add_bias_kv`` then ``add_zero_attn``: one more key/value position each (torch's
+        order), the mask extended by columns that mask nothing."""
+        extra_k, extra_v = [], []
+        if self.bias_k is not None:
+            extra_k.append(np.broadcast_to(self.bias_k.numpy().astype(k.dtype), (N, 1, k.shape[2])))
+            extra_v.append(np.broadcast_to(self.bias_v.numpy().astype(v.dtype), (N, 1, v.shape[2])))
+        if self.add_zero_attn:
+            extra_k.append(np.zeros((N, 1, k.shape[2]), k.dtype))
+            extra_v.append(np.zeros((N, 1, v.shape[2]), v.dtype))
+        k = np.concatenate([k, *extra_k], axis=1)
+        v = np.concatenate([v, *extra_v], axis=1)
+        if mask is not None:
+            n = len(extra_k)
+            pad = [(0, 0)] * (mask.ndim - 1) + [(0, n)]
+            mask = np.pad(mask, pad)
+        return k, v, mask
 
     def _build_mask(self, key_padding_mask, attn_mask, N, L, S, batched, dtype):
         H = self.num_heads

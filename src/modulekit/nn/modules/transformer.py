@@ -129,9 +129,9 @@ class TransformerEncoder(Module):
     """A stack of ``num_layers`` copies of ``encoder_layer`` and an optional final ``norm``,
     as ``torch.nn.TransformerEncoder`` (keys ``layers.N.*``, ``norm.*``).
 
-    ``enable_nested_tensor`` and ``mask_check`` are accepted for compatibility: padded
-    positions are computed like any other (torch's nested-tensor fast path returns zeros
-    there instead).
+    ``enable_nested_tensor`` and ``mask_check`` act as in torch: where torch's eval fast path
+    would run (see :meth:`_zero_padded`), the padded positions of the output are zeros
+    before ``norm``, as torch's nested tensors return them.
     """
 
     def __init__(
@@ -158,6 +158,34 @@ class TransformerEncoder(Module):
         x = src
         for layer in self.layers:
             x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask)
+        x = self._zero_padded(x, src, mask, src_key_padding_mask)  # (rnn: torch's fast path)
         if self.norm is not None:
             x = self.norm(x)
         return x
+
+    # ---- rnn: torch's nested-tensor fast path zero-fills padded positions
+    def _zero_padded(self, x, src, mask, src_key_padding_mask):
+        """``x`` with the padded positions zeroed where torch's eval fast path
+        (``enable_nested_tensor``) would return zeros there: a batch-first stack of
+        post-norm ReLU/GELU layers with an even head count and in-projection biases, in eval,
+        3-D input, a left-aligned ``src_key_padding_mask`` and no ``mask``."""
+        if (not self.enable_nested_tensor or src_key_padding_mask is None or mask is not None
+                or not self.layers or self.layers[0].training):
+            return x
+        first = self.layers[0]
+        attn = first.self_attn
+        act = first.activation
+        has_bias = (attn._packed[0].has_bias if attn._packed is not None
+                    else attn._parameters.get("in_proj_bias") is not None)
+        if (first.norm_first or not attn.batch_first or attn.num_heads % 2 == 1
+                or not has_bias or not isinstance(act, (ReLU, GELU))
+                or first.norm1.eps != first.norm2.eps or np.ndim(src) != 3):
+            return x
+        kpm = as_input(src_key_padding_mask, "TransformerEncoder(src_key_padding_mask)")
+        if kpm.dtype != np.bool_ or kpm.shape != np.shape(x)[:2]:
+            return x
+        if self.mask_check and np.any(kpm[:, :-1] & ~kpm[:, 1:]):
+            return x  # not left-aligned: torch runs the padded path
+        out = np.array(x, copy=True)
+        out[kpm] = 0
+        return out
