@@ -754,6 +754,12 @@ class _ConvTransposeNd(_ConvNd):
     def _weight_shape(self):
         return (self.in_channels, self.out_channels // self.groups) + self.kernel_size
 
+    def _packed_keys(self):
+        keys = super()._packed_keys()
+        if "bias" in keys:  # (out_channels,): the weight's first axis is in_channels here
+            keys["bias"] = ((self.out_channels,), keys["bias"][1])
+        return keys
+
     def _pack_kernel(self, weight, bias, storage):
         return pack_conv_transpose_nd(weight, bias, self.stride, self.padding, self.dilation,
                                       self.groups, storage)
@@ -903,3 +909,116 @@ class ConvTranspose3d(_ConvTransposeNd):
                  padding_mode: str = "zeros", device=None, dtype=None) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding,
                          output_padding, groups, bias, dilation, padding_mode, device, dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# functional forms (modulekit.nn.functional.conv1d, conv3d, conv_transpose1d/2d/3d)
+
+
+def _functional_weight(weight, bias, nd: int, what: str):
+    w = as_input(weight, f"{what}(weight)")
+    if w.ndim != nd + 2:
+        raise ValueError(
+            f"{what}: weight must be {nd + 2}-D, got shape {w.shape}")
+    if 0 in w.shape:
+        raise ValueError(f"{what}: weight has an empty dimension, shape {w.shape}")
+    storage = "float64" if w.dtype == np.float64 else "float32"
+    w = w.astype(storage, copy=False)
+    b = None
+    if bias is not None:
+        b = as_input(bias, f"{what}(bias)").astype(storage, copy=False)
+    return w, b, storage
+
+
+def _functional_groups(groups, what: str) -> int:
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise ValueError(f"{what}: groups must be a positive int, got {groups!r}")
+    return int(groups)
+
+
+def conv_functional(nd: int, input, weight, bias, stride, padding, dilation, groups):
+    """``torch.nn.functional.conv{nd}d``: packs ``weight`` for this one call."""
+    what = f"conv{nd}d"
+    w, b, storage = _functional_weight(weight, bias, nd, what)
+    groups = _functional_groups(groups, what)
+    cout = w.shape[0]
+    if cout % groups:
+        raise ValueError(
+            f"{what}: groups={groups} must divide the weight's out_channels {cout}")
+    if b is not None and b.shape != (cout,):
+        raise ValueError(f"{what}: bias must have shape ({cout},), got {b.shape}")
+    kernel = tuple(w.shape[2:])
+    stride = _ntuple(stride, nd, "stride", what)
+    dilation = _ntuple(dilation, nd, "dilation", what)
+    _check_window(kernel, stride, dilation, what)
+    if isinstance(padding, str):
+        if padding == "valid":
+            pads = ((0, 0),) * nd
+        elif padding == "same":
+            if any(s != 1 for s in stride):
+                raise ValueError(
+                    f"{what}: padding='same' is not supported for strided convolutions")
+            pads = _same_pads(kernel, dilation)
+        else:
+            raise ValueError(
+                f"{what}: invalid padding string {padding!r}, should be one of "
+                "{'valid', 'same'}")
+    else:
+        pads = tuple((p, p) for p in _ntuple(padding, nd, "padding", what))
+        if min(min(p) for p in pads) < 0:
+            raise ValueError(f"{what}: padding must be non-negative, got {padding!r}")
+    x, unbatched = _batched(as_input(input, what), nd, w.shape[1] * groups, what)
+    for n, k, d, (lo, hi) in zip(x.shape[2:], kernel, dilation, pads):
+        if n + lo + hi < d * (k - 1) + 1:
+            raise ValueError(
+                f"{what}: the padded input size per channel along an axis, {n + lo + hi}, is "
+                f"smaller than the dilated kernel {d * (k - 1) + 1} (input shape {x.shape}, "
+                f"weight shape {w.shape})"
+            )
+    packed = pack_conv_nd(w, b, stride, pads, dilation, groups, storage)
+    y = packed.forward(x)
+    return y[0] if unbatched else y
+
+
+def conv_transpose_functional(nd: int, input, weight, bias, stride, padding, output_padding,
+                              groups, dilation):
+    """``torch.nn.functional.conv_transpose{nd}d``: packs ``weight`` for this one call."""
+    what = f"conv_transpose{nd}d"
+    w, b, storage = _functional_weight(weight, bias, nd, what)
+    groups = _functional_groups(groups, what)
+    cin = w.shape[0]
+    if cin % groups:
+        raise ValueError(
+            f"{what}: groups={groups} must divide the weight's in_channels {cin} (its first "
+            "dimension)")
+    cout = w.shape[1] * groups
+    if b is not None and b.shape != (cout,):
+        raise ValueError(f"{what}: bias must have shape ({cout},), got {b.shape}")
+    kernel = tuple(w.shape[2:])
+    stride = _ntuple(stride, nd, "stride", what)
+    dilation = _ntuple(dilation, nd, "dilation", what)
+    _check_window(kernel, stride, dilation, what)
+    if isinstance(padding, str):
+        raise ValueError(f"{what}: padding must be an int or a tuple of ints, got {padding!r}")
+    padding = _ntuple(padding, nd, "padding", what)
+    output_padding = _ntuple(output_padding, nd, "output_padding", what)
+    if min(padding) < 0 or min(output_padding) < 0:
+        raise ValueError(
+            f"{what}: padding {padding} and output_padding {output_padding} must be "
+            "non-negative")
+    for op, s, d in zip(output_padding, stride, dilation):
+        if op >= s and op >= d:
+            raise ValueError(
+                f"{what}: output_padding {output_padding} must be smaller than either stride "
+                f"{stride} or dilation {dilation}")
+    x, unbatched = _batched(as_input(input, what), nd, cin, what)
+    packed = pack_conv_transpose_nd(w, b, stride, padding, dilation, groups, storage)
+    out_size = packed.output_size(x.shape[2:], output_padding)
+    if min(out_size) < 0:
+        raise ValueError(
+            f"{what}: the output size {out_size} for an input of {x.shape[2:]} is negative")
+    if min(out_size) == 0:
+        y = np.empty((x.shape[0], cout) + out_size, packed.compute_dtype)
+    else:
+        y = packed.forward(x, out_size)
+    return y[0] if unbatched else y
