@@ -69,6 +69,43 @@ def test_conv_options(isa, nd, case):
     _check(tm, mm, torch.randn((2, cin) + size))
 
 
+@pytest.mark.parametrize("k,s,p,mode", [
+    (3, 2, 0, "zeros"), (3, 1, 1, "zeros"), (4, 1, "same", "zeros"), (2, 1, 0, "zeros"),
+    (5, 3, 2, "reflect"), (2, 2, 1, "circular"), (3, 1, "same", "replicate"),
+])
+def test_conv1d_gemm_path(isa, k, s, p, mode):
+    """C_in * K >= 32, groups 1, dilation 1: one packed GEMM per image over channels-last
+    input (the result a channels-last view), also fed a channels-last input."""
+    tm, mm = _pair_modules("Conv1d", 16, 24, k, stride=s, padding=p, padding_mode=mode)
+    mm.initialize()
+    assert mm._packed.gemm
+    torch.manual_seed(11)
+    x = torch.randn(3, 16, 37)
+    y = _check(tm, mm, x)
+    _check(tm, mm, x[1])  # unbatched
+    xl = np.ascontiguousarray(x.numpy().transpose(0, 2, 1)).transpose(0, 2, 1)
+    np.testing.assert_allclose(mm(xl), y, rtol=RTOL, atol=ATOL)
+    # a stack of layers: each output is the next one's channels-last input
+    tm2, mm2 = _pair_modules("Conv1d", 24, 8, 3)
+    with torch.no_grad():
+        expected = tm2(tm(x)).numpy()
+    np.testing.assert_allclose(mm2(mm(x.numpy())), expected, rtol=RTOL, atol=ATOL)
+
+
+def test_conv1d_gemm_path_dtypes():
+    tm, mm = _pair_modules("Conv1d", 16, 8, 3, stride=2, padding=1, dtype=torch.float64)
+    assert mm(np.zeros((1, 16, 9))).dtype == np.float64 and mm._packed.gemm
+    _check(tm, mm, torch.randn(2, 16, 21, dtype=torch.float64), rtol=1e-10, atol=1e-12)
+    tm, mm = _pair_modules("Conv1d", 16, 8, 3)
+    _check(tm, mm, torch.randn(0, 16, 9))  # an empty batch
+    mm.to("bfloat16")
+    x = torch.randn(2, 16, 9)
+    with torch.no_grad():
+        expected = torch.nn.functional.conv1d(
+            x, tm.weight.bfloat16().float(), tm.bias.bfloat16().float()).numpy()
+    np.testing.assert_allclose(mm(x.numpy()), expected, rtol=RTOL, atol=ATOL)
+
+
 @pytest.mark.parametrize("nd", [1, 2, 3])
 @pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
 @pytest.mark.parametrize("padding", [1, 2, "same"])

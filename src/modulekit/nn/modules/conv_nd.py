@@ -3,8 +3,17 @@ and the input padding of ``padding_mode`` 'reflect', 'replicate' and 'circular' 
 
 How each runs on :class:`~modulekit._ext._conv.PackedConv2d` (weights packed once):
 
-- **Conv1d** is a 2-D convolution of height 1: the (N, C, L) input is viewed as (N, C, 1, L)
-  (no copy) and the (C_out, C_in/g, K) weight packed as (C_out, C_in/g, 1, K).
+- **Conv1d** without groups or dilation and with at least 32 multiply-adds per output (C_in·K)
+  is one packed GEMM per image (``PackedLinear``, weight packed as (C_out, K·C_in)) over the
+  input in channels-last order, where the im2col matrix is a strided view (row ``l`` is the
+  contiguous run of K·C_in values from position ``l·stride``): no im2col copy. The input is
+  copied to (N, L, C) once (not at all when it already is channels-last in memory and needs no
+  padding, e.g. the previous Conv1d's output) and the result is returned as an (N, C_out,
+  L_out) view of the (N, L_out, C_out) GEMM output. A stack of Conv1d layers therefore
+  transposes nothing between layers. (Measured against the height-1 implicit GEMM on
+  wav2vec2-base's 512->512 k3 s2 layer: 1.45-1.65x faster, ``bench/performance_notes.md``.)
+  Other Conv1d are a 2-D convolution of height 1: the (N, C, L) input is viewed as
+  (N, C, 1, L) (no copy) and the (C_out, C_in/g, K) weight packed as (C_out, C_in/g, 1, K).
 - **Conv3d** stacks the kernel's depth taps into the channels: for each output depth the KD
   input planes it reads (zeros in the depth padding) become KD x C channels of one image, so
   the whole convolution is one 2-D convolution over (N * OD) images of C·KD channels with the
@@ -27,7 +36,7 @@ import math
 
 import numpy as np
 
-from modulekit._ext import _conv
+from modulekit._ext import _conv, _gemm
 from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
 from modulekit.dtypes import as_dtype, float32
@@ -207,14 +216,19 @@ class _PackedConvNd:
 
     def __init__(self, conv, nd, kernel_size, stride, dilation, padding, groups):
         self.conv = conv
+        self.gemm = isinstance(conv, _gemm.PackedLinear)  # Conv1d as one GEMM per image
         self.nd = nd
         self.kernel_size = kernel_size
         self.stride = stride
         self.dilation = dilation
         self.padding = padding  # ((lo, hi), ...) per spatial axis
         self.groups = groups
-        self.in_channels = conv.in_channels // (kernel_size[0] if nd == 3 else 1)
-        self.out_channels = conv.out_channels
+        if self.gemm:
+            self.in_channels = conv.in_features // kernel_size[0]
+            self.out_channels = conv.out_features
+        else:
+            self.in_channels = conv.in_channels // (kernel_size[0] if nd == 3 else 1)
+            self.out_channels = conv.out_channels
 
     # --- the packing protocol
     @property
@@ -235,6 +249,9 @@ class _PackedConvNd:
 
     def unpack(self):
         w, b = self.conv.unpack()
+        if self.gemm:  # (C_out, K * C_in), k-major -> (C_out, C_in, K)
+            w = np.asarray(w).reshape(self.out_channels, self.kernel_size[0], self.in_channels)
+            return np.ascontiguousarray(w.transpose(0, 2, 1)), b
         shape = (self.out_channels, self.in_channels // self.groups) + self.kernel_size
         return w.reshape(shape), b
 
@@ -263,6 +280,9 @@ class _PackedConvNd:
         overrides the packed zero padding, ((lo, hi), ...) per axis."""
         conv = self.conv
         nd = self.nd
+        if self.gemm:
+            return self._forward_gemm(x, self.padding if padding is None else padding,
+                                      activation)
         if nd == 2:
             if padding is not None:
                 conv = conv.with_padding(
@@ -281,6 +301,30 @@ class _PackedConvNd:
         n = x.shape[0]
         y = y.reshape((n, od) + y.shape[1:])
         return np.ascontiguousarray(y.transpose(0, 2, 1, 3, 4))
+
+    def _forward_gemm(self, x: np.ndarray, padding, activation) -> np.ndarray:
+        """Conv1d as ``PackedLinear`` over the strided im2col view of channels-last input."""
+        n, c, length = x.shape
+        k, s = self.kernel_size[0], self.stride[0]
+        lo, hi = padding[0]
+        lout = (length + lo + hi - k) // s + 1
+        dt = self.compute_dtype
+        isz = dt.itemsize
+        xt = x.transpose(0, 2, 1)  # (N, L, C), a view
+        if (lo or hi or xt.dtype != dt or xt.strides[2] != isz
+                or (length > 1 and xt.strides[1] != c * isz)):
+            buf = np.empty((n, length + lo + hi, c), dt)
+            buf[:, :lo] = 0
+            buf[:, lo + length:] = 0
+            buf[:, lo:lo + length] = xt
+            xt = buf
+        out = np.empty((n, lout, self.out_channels), dt)
+        act = "none" if activation is None else activation
+        for i in range(n):
+            rows = np.lib.stride_tricks.as_strided(
+                xt[i], (lout, k * c), (s * c * isz, isz), writeable=False)
+            self.conv.forward(rows, act, out=out[i])
+        return out.transpose(0, 2, 1)
 
     def _stack_depth(self, x: np.ndarray, dpad):
         """(N * OD, C * KD, H, W): for output depth ``od`` the KD input planes it reads
@@ -321,7 +365,12 @@ def pack_conv_nd(weight, bias, stride, padding, dilation, groups, storage) -> _P
     w = np.asarray(weight)
     nd = w.ndim - 2
     kernel_size = tuple(int(k) for k in w.shape[2:])
-    if nd == 1:
+    if nd == 1 and groups == 1 and dilation[0] == 1 and w.shape[1] * kernel_size[0] >= 32:
+        # (C_out, C_in, K) -> (C_out, K * C_in): the rows of channels-last im2col
+        w2 = np.ascontiguousarray(np.asarray(w).transpose(0, 2, 1)).reshape(w.shape[0], -1)
+        b = None if bias is None else np.asarray(bias)
+        conv = _gemm.pack_linear(w2, b, storage=storage)
+    elif nd == 1:
         w4 = w.reshape(w.shape[0], w.shape[1], 1, kernel_size[0])
         conv = _conv.pack_conv2d(
             w4, bias, (1, stride[0]), (0, padding[0][0], 0, padding[0][1]), (1, dilation[0]),
