@@ -171,6 +171,27 @@ def test_conv_transpose_options(isa, nd, case, bias):
     assert repr(mm) == repr(tm)
 
 
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("size,padding,output_padding", [
+    (1, 0, 0), (1, 2, 1), (2, 3, 0), (4, 1, 1), (3, 4, 1),
+])
+def test_conv_transpose_merged_phases(isa, nd, size, padding, output_padding):
+    """kernel a multiple of the stride: every phase has the same sub-kernel and they run as
+    one convolution; tiny inputs, paddings that crop past the input, phases without output."""
+    tm, mm = _pair_modules(TRANSPOSE[nd], 4, 6, 4, stride=2, padding=padding,
+                           output_padding=output_padding, groups=2)
+    mm.initialize()
+    assert mm._packed.merged is not None
+    torch.manual_seed(12)
+    x = torch.randn((2, 4) + (size,) * nd)
+    with torch.no_grad():
+        expected = tm(x).numpy()
+    if 0 in expected.shape:
+        assert mm(x.numpy()).shape == expected.shape
+    else:
+        _check(tm, mm, x)
+
+
 def test_conv_transpose_mixed_axes(isa):
     tm, mm = _pair_modules("ConvTranspose3d", 4, 6, (2, 3, 4), stride=(1, 2, 3),
                            padding=(0, 1, 2), output_padding=(0, 1, 2), dilation=(2, 1, 1))

@@ -413,7 +413,7 @@ class _PackedConvTransposeNd:
     the module docstring). Built by :func:`pack_conv_transpose_nd`."""
 
     def __init__(self, phases, nd, in_channels, out_channels, kernel_size, stride, padding,
-                 dilation, groups, bias, storage):
+                 dilation, groups, bias, storage, merged=None):
         self.phases = phases
         self.nd = nd
         self.in_channels = in_channels
@@ -425,6 +425,7 @@ class _PackedConvTransposeNd:
         self.groups = groups
         self._bias = bias  # compute-dtype copy for tap-less phases (None: no bias)
         self._storage = storage
+        self.merged = merged  # every phase in one convolution (same sub-kernel shapes), or None
 
     @property
     def has_bias(self) -> bool:
@@ -440,7 +441,8 @@ class _PackedConvTransposeNd:
 
     @property
     def nbytes(self) -> int:
-        return sum(p.conv.nbytes for p in self.phases if p.conv is not None)
+        return sum(p.conv.nbytes for p in self.phases if p.conv is not None) + (
+            0 if self.merged is None else self.merged.nbytes)
 
     def unpack(self):
         """(weight (C_in, C_out/groups, *kernel), bias or None) in the storage dtype."""
@@ -448,10 +450,18 @@ class _PackedConvTransposeNd:
         cin_g, cout_g = self.in_channels // g, self.out_channels // g
         wc = None
         bias = None
-        for phase in self.phases:
-            if phase.conv is None:
+        subs = [None if p.conv is None else p.conv.unpack() for p in self.phases]
+        if self.merged is not None:
+            w, b = self.merged.unpack()  # (g * P * cout_g, cin_g, *sub): channel (g, phase, c)
+            w = w.reshape((g, len(self.phases), cout_g) + w.shape[1:])
+            if b is not None:
+                b = np.asarray(b).reshape(g, len(self.phases), cout_g)[:, 0].reshape(-1)
+            subs = [(np.ascontiguousarray(w[:, i]).reshape((-1,) + w.shape[3:]), b)
+                    for i in range(len(self.phases))]
+        for phase, sub in zip(self.phases, subs):
+            if sub is None:
                 continue
-            w, b = phase.conv.unpack()
+            w, b = sub
             if wc is None:
                 wc = np.zeros((self.out_channels, cin_g) + self.kernel_size, w.dtype)
                 bias = b
@@ -464,7 +474,8 @@ class _PackedConvTransposeNd:
 
     @property
     def is_shared(self) -> bool:
-        return all(p.conv.is_shared for p in self.phases if p.conv is not None)
+        return all(p.conv.is_shared for p in self.phases if p.conv is not None) and (
+            self.merged is None or self.merged.is_shared)
 
     def shared_copy(self):
         if self.is_shared:
@@ -476,7 +487,8 @@ class _PackedConvTransposeNd:
         ]
         return _PackedConvTransposeNd(
             phases, self.nd, self.in_channels, self.out_channels, self.kernel_size, self.stride,
-            self.padding, self.dilation, self.groups, self._bias, self._storage)
+            self.padding, self.dilation, self.groups, self._bias, self._storage,
+            None if self.merged is None else self.merged.shared_copy())
 
     def output_size(self, spatial, output_padding) -> tuple[int, ...]:
         return tuple(
@@ -492,15 +504,18 @@ class _PackedConvTransposeNd:
         n = x.shape[0]
         spatial = x.shape[2:]
         dtype = self.compute_dtype
+        geoms = [self._phase_geometry(p, spatial, out_size) for p in self.phases]
         if all(s == 1 for s in self.stride):
-            phase = self.phases[0]
-            run = self._run_phase(phase, x, spatial, out_size)
+            run = self._run_phase(self.phases[0], geoms[0], x)
             if run is not None and run[0] is not None:
                 return run[0]
         out = np.empty((n, self.out_channels) + tuple(out_size), dtype)
+        if self.merged is not None:
+            self._forward_merged(x, geoms, out)
+            return out
         bias_view = None
-        for phase in self.phases:
-            run = self._run_phase(phase, x, spatial, out_size)
+        for phase, geom in zip(self.phases, geoms):
+            run = self._run_phase(phase, geom, x)
             if run is None:
                 continue
             y, where = run
@@ -513,13 +528,11 @@ class _PackedConvTransposeNd:
                 out[where] = y
         return out
 
-    def _run_phase(self, phase, x, spatial, out_size):
-        """(phase output or None for bias-only, the output positions) or None when the phase
-        has no output position."""
-        crop = [slice(None), slice(None)]
-        pads = []
-        where = [slice(None), slice(None)]
-        empty = phase.conv is None
+    def _phase_geometry(self, phase, spatial, out_size):
+        """Per axis ``(n_out, o0, lo, hi)``: the phase's output count, its first output
+        position and the zero padding (negative: a crop) its stride-1 convolution needs; None
+        when the phase has no output position."""
+        geom = []
         for a in range(self.nd):
             s, p, r = self.stride[a], self.padding[a], phase.residue[a]
             q0 = -((r - p) // s)  # first q with o = q*s + r - p >= 0
@@ -527,24 +540,75 @@ class _PackedConvTransposeNd:
             n_out = q1 - q0 + 1
             if n_out <= 0:
                 return None
-            o0 = q0 * s + r - p
-            where.append(slice(o0, o0 + (n_out - 1) * s + 1, s))
-            if empty:
-                continue
-            size = spatial[a]
             lo = phase.m_max[a] - q0
             extent = (len(phase.taps[a]) - 1) * phase.sub_dilation[a] + 1
-            hi = n_out - 1 + extent - size - lo
+            hi = n_out - 1 + extent - spatial[a] - lo
+            geom.append((n_out, q0 * s + r - p, lo, hi))
+        return geom
+
+    @staticmethod
+    def _crop(geom_axes, spatial):
+        """(input slices, non-negative pads) for per-axis (lo, hi) paddings, or None when the
+        cropped input is empty (every tap reads padding)."""
+        crop = [slice(None), slice(None)]
+        pads = []
+        for (lo, hi), size in zip(geom_axes, spatial):
             start, stop = max(0, -lo), size + min(hi, 0)
             if stop <= start:
-                empty = True  # every tap reads padding
-                continue
+                return None
             crop.append(slice(start, stop))
             pads.append((max(lo, 0), max(hi, 0)))
-        where = tuple(where)
-        if empty:
+        return tuple(crop), tuple(pads)
+
+    def _run_phase(self, phase, geom, x):
+        """(phase output or None for bias-only, the output positions) or None when the phase
+        has no output position."""
+        if geom is None:
+            return None
+        where = (slice(None), slice(None)) + tuple(
+            slice(o0, o0 + (n_out - 1) * s + 1, s)
+            for (n_out, o0, _, _), s in zip(geom, self.stride))
+        if phase.conv is None:
             return None, where
-        return phase.conv.forward(x[tuple(crop)], tuple(pads)), where
+        cropped = self._crop([(lo, hi) for _, _, lo, hi in geom], x.shape[2:])
+        if cropped is None:
+            return None, where
+        crop, pads = cropped
+        return phase.conv.forward(x[crop], pads), where
+
+    def _forward_merged(self, x, geoms, out) -> None:
+        """Every phase as one convolution (``merged``: the phases' sub-kernels stacked along the
+        output channels) over the union of their paddings, each phase's outputs a window of
+        it: one pass over the input and one parallel region instead of one per phase. The
+        windows overlap by the spread of the phases' paddings (a 16x16 DCGAN map computes
+        17x17 per phase, 13% more multiply-adds, and still runs faster on 2 threads than four
+        calls). Phases without an output position are skipped."""
+        nd, nph = self.nd, len(self.phases)
+        live = [i for i, g in enumerate(geoms) if g is not None]
+        axes = []
+        for a in range(nd):
+            lo = max(geoms[i][a][2] for i in live)
+            offs = {i: lo - geoms[i][a][2] for i in live}
+            n_m = max(offs[i] + geoms[i][a][0] for i in live)
+            extent = (len(self.phases[0].taps[a]) - 1) * self.phases[0].sub_dilation[a] + 1
+            axes.append((lo, n_m - 1 + extent - x.shape[2 + a] - lo, offs))
+        cropped = self._crop([(lo, hi) for lo, hi, _ in axes], x.shape[2:])
+        g = self.groups
+        cout_g = self.out_channels // g
+        if cropped is None:  # every tap reads padding: the bias alone
+            out[...] = (0 if self._bias is None else self._bias.reshape((-1,) + (1,) * nd))
+            return
+        crop, pads = cropped
+        y = self.merged.forward(x[crop], pads)  # (N, g * P * cout_g, *n_m)
+        y = y.reshape((y.shape[0], g, nph, cout_g) + y.shape[2:])
+        for i in live:
+            geom = geoms[i]
+            where = (slice(None), slice(None)) + tuple(
+                slice(o0, o0 + (n_out - 1) * s + 1, s)
+                for (n_out, o0, _, _), s in zip(geom, self.stride))
+            window = tuple(slice(ax[2][i], ax[2][i] + geom[a][0]) for a, ax in enumerate(axes))
+            yi = y[(slice(None), slice(None), i, slice(None)) + window]
+            out[where] = yi.reshape((y.shape[0], self.out_channels) + yi.shape[3:])
 
 
 def pack_conv_transpose_nd(weight, bias, stride, padding, dilation, groups, storage):
@@ -577,8 +641,27 @@ def pack_conv_transpose_nd(weight, bias, stride, padding, dilation, groups, stor
         phases.append(_Phase(residue, taps, tuple(m_max), tuple(sub_dil), conv))
     compute = np.float64 if storage == "float64" else np.float32
     b = None if bias is None else np.ascontiguousarray(np.asarray(bias).astype(compute))
+    merged = None
+    if len(phases) > 1 and all(p.conv is not None for p in phases) and all(
+            [len(t) for t in p.taps] == [len(t) for t in phases[0].taps]
+            and p.sub_dilation == phases[0].sub_dilation for p in phases):
+        # the phases' flipped sub-kernels stacked along the output channels, group-major:
+        # channel (group, phase, c) so that each group still reads its own input channels
+        flip = (slice(None), slice(None)) + (slice(None, None, -1),) * nd
+        subs = [wc[(slice(None), slice(None)) + np.ix_(*p.taps)][flip] for p in phases]
+        stacked = np.stack([s.reshape((groups, cout_g) + s.shape[1:]) for s in subs], axis=1)
+        stacked = np.ascontiguousarray(stacked).reshape((-1,) + subs[0].shape[1:])
+        mb = None
+        if bias is not None:
+            bb = np.asarray(bias).reshape(groups, 1, cout_g)
+            mb = np.ascontiguousarray(np.broadcast_to(bb, (groups, len(phases), cout_g)))
+            mb = mb.reshape(-1)
+        merged = pack_conv_nd(stacked, mb, (1,) * nd, ((0, 0),) * nd, phases[0].sub_dilation,
+                              groups, storage)
+        for p in phases:  # packed once: the merged convolution holds every phase
+            p.conv = None
     return _PackedConvTransposeNd(phases, nd, cin, cout, kernel_size, tuple(stride),
-                                  tuple(padding), tuple(dilation), groups, b, storage)
+                                  tuple(padding), tuple(dilation), groups, b, storage, merged)
 
 
 # ---------------------------------------------------------------------------------------------
