@@ -451,6 +451,30 @@ def test_error_leaves_layer_usable():
     _check(tm, mm, torch.randn(1, 4, 5, 5))
 
 
+def test_compiled_module():
+    """A compiled forward with the layers and a functional conv: the same values, no
+    fallback warning."""
+    import warnings
+
+    class Net(mnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = mnn.Conv1d(16, 8, 3, padding=1, padding_mode="reflect")
+            self.b = mnn.ConvTranspose1d(8, 4, 4, 2, 1)
+
+        def forward(self, x):
+            return F.conv1d(self.b(self.a(x)), np.ones((2, 4, 3), np.float32))
+
+    net = Net()
+    x = np.random.default_rng(0).standard_normal((2, 16, 11)).astype(np.float32)
+    eager = net(x)
+    net.compile()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        net(x)
+        np.testing.assert_array_equal(net(x), eager)
+
+
 def test_public_names():
     for name in ("Conv1d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"):
         assert name in mnn.__all__ and getattr(mnn, name).__module__.endswith("conv_nd")
