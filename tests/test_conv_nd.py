@@ -336,9 +336,15 @@ def test_to_float64_and_pickle(name):
         np.testing.assert_allclose(got, tm.double()(x.double()).numpy(), rtol=1e-10, atol=1e-12)
 
 
-def test_share_memory_conv_transpose():
-    tm, mm = _pair_modules("ConvTranspose2d", 3, 4, 4, stride=2, padding=1)
-    x = torch.randn(1, 3, 5, 5)
+@pytest.mark.parametrize("name,args,shape", [
+    ("ConvTranspose2d", (3, 4, 4, 2, 1), (1, 3, 5, 5)),  # merged phases
+    ("ConvTranspose2d", (3, 4, 3, 2, 1), (1, 3, 5, 5)),  # separate phases
+    ("Conv1d", (16, 4, 3), (2, 16, 9)),  # the GEMM path
+    ("Conv3d", (3, 4, 3), (1, 3, 4, 5, 5)),
+])
+def test_share_memory(name, args, shape):
+    tm, mm = _pair_modules(name, *args)
+    x = torch.randn(*shape)
     mm.initialize()
     mm.share_memory()
     assert mm._packed.is_shared
