@@ -208,7 +208,8 @@ def _same_pads(kernel_size, dilation) -> tuple[tuple[int, int], ...]:
 
 
 class _PackedConvNd:
-    """A 1-, 2- or 3-D convolution over one :class:`PackedConv2d` (see the module docstring).
+    """A 1-, 2- or 3-D convolution over one ``PackedConv2d``, or for the GEMM-shaped Conv1d
+    one ``PackedLinear`` (``gemm``); see the module docstring.
 
     Offers the packing protocol's ``has_bias``, ``storage``, ``unpack()`` and the shared-memory
     hooks (``is_shared``, ``shared_copy``); built by :func:`pack_conv_nd`.
