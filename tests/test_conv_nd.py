@@ -70,11 +70,12 @@ def test_conv_options(isa, nd, case):
 
 
 @pytest.mark.parametrize("k,s,p,mode", [
-    (3, 2, 0, "zeros"), (3, 1, 1, "zeros"), (4, 1, "same", "zeros"), (2, 1, 0, "zeros"),
+    (3, 2, 0, "zeros"), (3, 1, 1, "zeros"), (4, 1, "same", "zeros"), (1, 1, 0, "zeros"),
+    (10, 5, 0, "zeros"),
     (5, 3, 2, "reflect"), (2, 2, 1, "circular"), (3, 1, "same", "replicate"),
 ])
 def test_conv1d_gemm_path(isa, k, s, p, mode):
-    """C_in * K >= 32, groups 1, dilation 1: one packed GEMM per image over channels-last
+    """groups 1, dilation 1: one packed GEMM per image over channels-last
     input (the result a channels-last view), also fed a channels-last input."""
     tm, mm = _pair_modules("Conv1d", 16, 24, k, stride=s, padding=p, padding_mode=mode)
     mm.initialize()
@@ -90,6 +91,17 @@ def test_conv1d_gemm_path(isa, k, s, p, mode):
     with torch.no_grad():
         expected = tm2(tm(x)).numpy()
     np.testing.assert_allclose(mm2(mm(x.numpy())), expected, rtol=RTOL, atol=ATOL)
+
+
+def test_conv1d_paths():
+    """Grouped or dilated Conv1d run as a height-1 2-D convolution; one input channel (as
+    wav2vec2's first layer) is a GEMM with K = kernel_size."""
+    for kwargs, gemm in (({"groups": 2}, False), ({"dilation": 2}, False), ({}, True)):
+        cin = 2 if kwargs else 1
+        tm, mm = _pair_modules("Conv1d", cin, 8, 10, stride=5, **kwargs)
+        mm.initialize()
+        assert mm._packed.gemm is gemm
+        _check(tm, mm, torch.randn(2, cin, 160))
 
 
 def test_conv1d_gemm_path_dtypes():

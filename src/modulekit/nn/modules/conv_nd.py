@@ -3,17 +3,17 @@ and the input padding of ``padding_mode`` 'reflect', 'replicate' and 'circular' 
 
 How each runs on :class:`~modulekit._ext._conv.PackedConv2d` (weights packed once):
 
-- **Conv1d** without groups or dilation and with at least 32 multiply-adds per output (C_in·K)
-  is one packed GEMM per image (``PackedLinear``, weight packed as (C_out, K·C_in)) over the
-  input in channels-last order, where the im2col matrix is a strided view (row ``l`` is the
-  contiguous run of K·C_in values from position ``l·stride``): no im2col copy. The input is
-  copied to (N, L, C) once (not at all when it already is channels-last in memory and needs no
-  padding, e.g. the previous Conv1d's output) and the result is returned as an (N, C_out,
-  L_out) view of the (N, L_out, C_out) GEMM output. A stack of Conv1d layers therefore
-  transposes nothing between layers. (Measured against the height-1 implicit GEMM on
-  wav2vec2-base's 512->512 k3 s2 layer: 1.45-1.65x faster, ``bench/performance_notes.md``.)
-  Other Conv1d are a 2-D convolution of height 1: the (N, C, L) input is viewed as
-  (N, C, 1, L) (no copy) and the (C_out, C_in/g, K) weight packed as (C_out, C_in/g, 1, K).
+- **Conv1d** without groups or dilation is one packed GEMM per image (``PackedLinear``,
+  weight packed as (C_out, K·C_in)) over the input in channels-last order, where the im2col
+  matrix is a strided view (row ``l`` is the contiguous run of K·C_in values from position
+  ``l·stride``): no im2col copy. The input is copied to (N, L, C) once (not at all when it
+  already is channels-last in memory and needs no padding, e.g. the previous Conv1d's output)
+  and the result is returned as an (N, C_out, L_out) view of the (N, L_out, C_out) GEMM
+  output, so a stack of Conv1d layers transposes nothing between layers. (Against the
+  height-1 implicit GEMM: 1.45-1.65x faster on wav2vec2-base's 512->512 k3 s2 layer, 1.8x on
+  its first layer, 1->512 k10 s5; ``bench/performance_notes.md``.) Grouped or dilated Conv1d
+  are a 2-D convolution of height 1: the (N, C, L) input viewed as (N, C, 1, L) (no copy),
+  the (C_out, C_in/g, K) weight packed as (C_out, C_in/g, 1, K).
 - **Conv3d** stacks the kernel's depth taps into the channels: for each output depth the KD
   input planes it reads (zeros in the depth padding) become KD x C channels of one image, so
   the whole convolution is one 2-D convolution over (N * OD) images of C·KD channels with the
@@ -366,7 +366,7 @@ def pack_conv_nd(weight, bias, stride, padding, dilation, groups, storage) -> _P
     w = np.asarray(weight)
     nd = w.ndim - 2
     kernel_size = tuple(int(k) for k in w.shape[2:])
-    if nd == 1 and groups == 1 and dilation[0] == 1 and w.shape[1] * kernel_size[0] >= 32:
+    if nd == 1 and groups == 1 and dilation[0] == 1:
         # (C_out, C_in, K) -> (C_out, K * C_in): the rows of channels-last im2col
         w2 = np.ascontiguousarray(np.asarray(w).transpose(0, 2, 1)).reshape(w.shape[0], -1)
         b = None if bias is None else np.asarray(bias)
