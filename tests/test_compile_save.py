@@ -103,6 +103,13 @@ def test_save_refusals(tmp_path):
     with pytest.raises(CompileError, match="only modulekit.nn layers"):
         w.save(tmp_path / "x")
 
+    # a padding_mode the file format does not record is refused, not saved as 'zeros'
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"))
+    conv.compile()
+    conv(np.ones((1, 3, 5, 5), np.float32))
+    with pytest.raises(CompileError, match="padding_mode='reflect'"):
+        conv.save(tmp_path / "x")
+
 
 # ------------------------------------------------------------------ hostile files
 def _rewrite(path, out, edit=None, tensors=None):

@@ -118,8 +118,9 @@ def test_conv2d_errors():
         conv(np.zeros((1, 3, 2, 2), np.float32))
     with pytest.raises(ValueError, match=r"Conv2d\(3, 8.*4-D"):
         conv(np.zeros((3, 8), np.float32))
-    with pytest.raises(NotImplementedError, match="reflect"):
-        nn.Conv2d(3, 8, 3, padding_mode="reflect")
+    # padding_mode='reflect' is implemented (tests/test_conv_nd.py); its limits are torch's
+    with pytest.raises(ValueError, match=r"Conv2d: padding_mode='reflect' needs each padding"):
+        nn.Conv2d(3, 8, 3, padding=2, padding_mode="reflect")(np.zeros((1, 3, 2, 8), np.float32))
     with pytest.raises(ValueError, match="padding_mode"):
         nn.Conv2d(3, 8, 3, padding_mode="mirror")
     with pytest.raises(ValueError, match="divisible by groups"):

@@ -62,6 +62,18 @@ def _layers():
                 nn.Identity, nn.Flatten, nn.Dropout):
         cases.append((cls.__name__, cls().eval(), (3, 4), plain))
     cases.append(("Softmax", nn.Softmax(dim=1), (3, 4), plain))
+    # ---- convolution layers (conv_nd.py)
+    cases += [
+        ("Conv1d", nn.Conv1d(2, 3, 3), (2, 2, 7), plain),
+        ("Conv1d(GEMM)", nn.Conv1d(16, 3, 3, padding=1), (2, 16, 7), plain),
+        ("Conv2d(reflect)", nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect"),
+         (1, 2, 5, 6), plain),
+        ("Conv3d", nn.Conv3d(2, 3, 3, padding=1), (1, 2, 3, 4, 5), plain),
+        ("ConvTranspose1d", nn.ConvTranspose1d(2, 3, 3, stride=2), (2, 2, 5), plain),
+        ("ConvTranspose2d", nn.ConvTranspose2d(2, 3, 4, stride=2, padding=1), (1, 2, 4, 5),
+         plain),
+        ("ConvTranspose3d", nn.ConvTranspose3d(2, 3, 3, stride=2), (1, 2, 2, 3, 4), plain),
+    ]
     return cases
 
 

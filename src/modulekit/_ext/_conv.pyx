@@ -505,6 +505,37 @@ cdef class PackedConv2d:
         out._bias = None if self._bias is None else _shared.copy_to_shared(self._bias)
         return out
 
+    def with_padding(self, padding):
+        """This convolution with another zero padding, ``(top, left, bottom, right)``: a new
+        PackedConv2d sharing this one's packed weights, bias and Winograd transforms (nothing
+        is re-packed or copied). ``ConvTranspose`` runs its stride phases with it, whose
+        paddings follow the input size.
+        """
+        try:
+            pads = tuple(padding)
+        except TypeError:
+            pads = ()
+        if len(pads) != 4 or not all(
+                isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in pads):
+            raise TypeError(
+                f"with_padding: padding must be 4 ints (top, left, bottom, right), got "
+                f"{padding!r}")
+        pads = tuple(_in_range(int(p), "padding", "with_padding") for p in pads)
+        if min(pads) < 0:
+            raise ValueError(f"with_padding: padding must be non-negative, got {pads}")
+        cdef PackedConv2d out = PackedConv2d.__new__(PackedConv2d)
+        out.in_channels, out.out_channels, out.groups = (
+            self.in_channels, self.out_channels, self.groups)
+        out.kernel_size, out.stride, out.dilation, out.padding = (
+            self.kernel_size, self.stride, self.dilation, pads)
+        out.storage, out.depthwise, out.has_bias = self.storage, self.depthwise, self.has_bias
+        out._wtype = self._wtype
+        out._algorithm = self._algorithm
+        out._wino = self._wino
+        out._packed = self._packed
+        out._bias = self._bias
+        return out
+
     def __reduce__(self):
         args = (self.in_channels, self.out_channels, self.groups, self.kernel_size,
                 self.stride, self.dilation, self.padding, self.storage, self.has_bias,

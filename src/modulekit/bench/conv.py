@@ -7,6 +7,11 @@
 - conv1x1 256->64 at 56x56;
 - conv3x3 256->256 at 14x14 and 512->512 at 7x7 (ResNet-18's deep layers: Winograd F(4x4)
   and F(2x2) at batch 1, weights streaming from memory);
+- layers (``modulekit.nn`` against ``torch.nn``, same weights, batch as stated, no bias as in
+  the models): ``Conv1d`` 512->512 k3 s2 over 3199 samples (wav2vec2-base's second feature
+  encoder layer on one second of 16 kHz audio: the first layer, k10 s5, leaves 3199) and
+  ``ConvTranspose2d`` 256->128 k4 s2 p1, 16x16 -> 32x32 at batch 8 (a DCGAN generator's
+  upsampling layer); target >= 1.0x torch for both;
 - one MobileNetV2 inverted-residual block at 112x112: 1x1 16->96 + ReLU6, depthwise 3x3
   stride 2 + ReLU6, 1x1 96->24 (``_conv.inverted_residual``, fused in row bands), the second
   block of the network and its heaviest; GFLOP/s counts the three convolutions.
@@ -162,6 +167,44 @@ def _invres_rows(rng, torch, quick):
     ]
 
 
+# case, torch.nn class, constructor args, input shape (layers: modulekit.nn vs torch.nn)
+LAYER_CASES = [
+    ("Conv1d 512->512 k3 s2 L3199 (wav2vec2)", "Conv1d", (512, 512, 3, 2, 0), (1, 512, 3199)),
+    ("ConvTranspose2d 256->128 k4 s2 p1 16x16 batch 8 (DCGAN)", "ConvTranspose2d",
+     (256, 128, 4, 2, 1), (8, 256, 16, 16)),
+]
+
+
+def _layer_rows(rng, torch, quick):
+    """``modulekit.nn`` layers against the same ``torch.nn`` layers (eval, bias=False)."""
+    import modulekit.nn as mnn
+
+    rows = []
+    for case, name, args, shape in LAYER_CASES:
+        x = rng.standard_normal(shape).astype(np.float32)
+        layer = getattr(mnn, name)(*args, bias=False)
+        layer.initialize()
+        weight = layer.state_dict(include_packed=True)["weight"].numpy()
+        ks = weight.shape[2:]
+        out = layer(x)
+        # multiply-adds: every (input pixel, weight) pair of a transposed convolution, every
+        # (output pixel, weight) pair of a convolution
+        pixels = np.prod(shape[2:]) if name.startswith("ConvT") else np.prod(out.shape[2:])
+        flops = 2.0 * shape[0] * pixels * weight.shape[0] * weight.shape[1] * np.prod(ks)
+        funcs = {"modulekit": lambda layer=layer, x=x: layer(x)}
+        if torch is not None:
+            tl = getattr(torch.nn, name)(*args, bias=False).eval()
+            tl.load_state_dict({"weight": torch.from_numpy(weight)})
+            xt = torch.from_numpy(x)
+            funcs["torch"] = lambda tl=tl, xt=xt: tl(xt)
+            np.testing.assert_allclose(out, tl(xt).numpy(), rtol=1e-3, atol=1e-3)
+        res = interleaved(funcs, rounds=3 if quick else 9, number=2 if quick else 5, pause=PAUSE)
+        for impl, stats in res.items():
+            rows.append(dict(suite=SUITE, case=case, impl=impl,
+                             gflops=flops / stats["seconds"] / 1e9, **stats))
+    return rows
+
+
 def run(quick=False):
     """Time every case for modulekit and each installed peer; returns the bench rows."""
     from modulekit._ext import _conv
@@ -208,6 +251,7 @@ def run(quick=False):
                 )
             )
     rows += _invres_rows(rng, torch, quick)
+    rows += _layer_rows(rng, torch, quick)
     return rows
 
 

@@ -256,6 +256,10 @@ def save_compiled(root, graph: Graph, f, **kwargs) -> None:
             raise CompileError(
                 f"save: module {path!r} is a {type(module).__module__}.{type(module).__qualname__}"
                 f": only modulekit.nn layers can be saved ({', '.join(sorted(layers))})")
+        if getattr(module, "padding_mode", "zeros") != "zeros":  # (conv: not in the format)
+            raise CompileError(
+                f"save: module {path!r} ({cls}) has padding_mode={module.padding_mode!r}: "
+                "only 'zeros' padding can be saved")
         modules[path] = {"class": cls, "args": entry[1](module), "training": module.training}
         for key, value in _module_state(module).items():
             tensors[f"{path}.{key}"] = value

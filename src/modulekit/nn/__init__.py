@@ -36,6 +36,13 @@ from modulekit.nn.modules import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from modulekit.nn.modules.conv_nd import (
+    Conv1d,
+    Conv3d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+)
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -199,3 +206,5 @@ from modulekit.nn.modules.transformer_decoder import (  # noqa: E402
 )
 
 __all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
+# ---- convolution layers (conv_nd.py)
+__all__ += ["Conv1d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]

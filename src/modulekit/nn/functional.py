@@ -614,3 +614,59 @@ __all__ += [  # noqa: PLE0604
     "upsample_nearest", "upsample_bilinear", "pad", "pixel_shuffle", "pixel_unshuffle",
     "channel_shuffle", "native_channel_shuffle", "unfold", "fold",
 ]
+# ---- convolution (conv1d, conv3d, conv_transpose1d/2d/3d: modulekit/nn/modules/conv_nd.py)
+__all__ += ["conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]
+
+
+@traceable
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
+    """``torch.nn.functional.conv1d`` over an (N, C_in, L) or (C_in, L) input; ``weight``
+    (C_out, C_in/groups, K), ``padding`` an int, a 1-tuple, 'valid' or 'same'. Packs
+    ``weight`` for this one call (a :class:`~modulekit.nn.Conv1d` packs once); float64
+    weights compute in float64, any other floating type in float32."""
+    from modulekit.nn.modules.conv_nd import conv_functional
+
+    return conv_functional(1, input, weight, bias, stride, padding, dilation, groups)
+
+
+@traceable
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
+    """``torch.nn.functional.conv3d`` over an (N, C_in, D, H, W) or (C_in, D, H, W) input;
+    ``weight`` (C_out, C_in/groups, KD, KH, KW). See :func:`conv1d`."""
+    from modulekit.nn.modules.conv_nd import conv_functional
+
+    return conv_functional(3, input, weight, bias, stride, padding, dilation, groups)
+
+
+@traceable
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1) -> np.ndarray:
+    """``torch.nn.functional.conv_transpose1d`` over an (N, C_in, L) or (C_in, L) input;
+    ``weight`` (C_in, C_out/groups, K); ``output_padding`` smaller than the stride or the
+    dilation. Packs ``weight`` into its stride phases for this one call."""
+    from modulekit.nn.modules.conv_nd import conv_transpose_functional
+
+    return conv_transpose_functional(1, input, weight, bias, stride, padding, output_padding,
+                                     groups, dilation)
+
+
+@traceable
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1) -> np.ndarray:
+    """``torch.nn.functional.conv_transpose2d``; ``weight`` (C_in, C_out/groups, KH, KW).
+    See :func:`conv_transpose1d`."""
+    from modulekit.nn.modules.conv_nd import conv_transpose_functional
+
+    return conv_transpose_functional(2, input, weight, bias, stride, padding, output_padding,
+                                     groups, dilation)
+
+
+@traceable
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1) -> np.ndarray:
+    """``torch.nn.functional.conv_transpose3d``; ``weight`` (C_in, C_out/groups, KD, KH, KW).
+    See :func:`conv_transpose1d`."""
+    from modulekit.nn.modules.conv_nd import conv_transpose_functional
+
+    return conv_transpose_functional(3, input, weight, bias, stride, padding, output_padding,
+                                     groups, dilation)

@@ -14,6 +14,13 @@ from modulekit.nn.modules.attention import MultiheadAttention
 from modulekit.nn.modules.batchnorm import BatchNorm1d, BatchNorm2d
 from modulekit.nn.modules.container import ModuleDict, ModuleList, Sequential
 from modulekit.nn.modules.conv import Conv2d
+from modulekit.nn.modules.conv_nd import (
+    Conv1d,
+    Conv3d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+)
 from modulekit.nn.modules.dropout import Dropout
 from modulekit.nn.modules.flatten import Flatten
 from modulekit.nn.modules.linear import Identity, Linear
@@ -180,3 +187,5 @@ from modulekit.nn.modules.transformer_decoder import (  # noqa: E402
 )
 
 __all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
+# ---- convolution layers (conv_nd.py)
+__all__ += ["Conv1d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]

@@ -43,8 +43,10 @@ class Conv2d(PackedWeightLayer):
         Divides both channel counts; ``groups == in_channels == out_channels`` runs the
         depthwise kernel.
     bias : bool
-    padding_mode : 'zeros'
-        Only zero padding is implemented; 'reflect', 'replicate' and 'circular' are refused.
+    padding_mode : {'zeros', 'reflect', 'replicate', 'circular'}
+        Other modes than 'zeros' pad the input in the forward ('reflect' needs each padding
+        smaller than the input's size, 'circular' at most that size, as torch) and run the
+        convolution unpadded; such a layer is not fused with a following norm or activation.
     device : must be the CPU
     dtype : floating DataType or name (default float32)
 
@@ -95,11 +97,6 @@ class Conv2d(PackedWeightLayer):
         if padding_mode not in _PADDING_MODES:
             raise ValueError(
                 f"Conv2d: padding_mode must be one of {_PADDING_MODES}, got {padding_mode!r}"
-            )
-        if padding_mode != "zeros":
-            raise NotImplementedError(
-                f"Conv2d: padding_mode={padding_mode!r} is not implemented in modulekit; "
-                "only 'zeros' is"
             )
         if device is not None:
             as_device(device)
@@ -157,13 +154,14 @@ class Conv2d(PackedWeightLayer):
         if not self._has_bias():
             s += ", bias=False"
         if self.padding_mode != "zeros":
-            s += f", padding_mode={self.padding_mode!r}"
+            s += f", padding_mode={self.padding_mode}"  # unquoted, as torch
         return s
 
     # ---------------------------------------------------------------- packing protocol
     def _pack_args(self):
+        padding = self.padding if self.padding_mode == "zeros" else 0  # padded in forward
         return dict(
-            stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups
+            stride=self.stride, padding=padding, dilation=self.dilation, groups=self.groups
         )
 
     def _pack_kernel(self, weight, bias, storage):
@@ -191,10 +189,29 @@ class Conv2d(PackedWeightLayer):
             self._pack()
             packed = self._packed
         x = as_input(input, "Conv2d")
+        if self.padding_mode != "zeros":
+            x = self._pad_input(x)
         try:
             return packed.forward(x)
         except ValueError as exc:
             raise self._error(exc) from None
+
+    def _pad_input(self, x: np.ndarray) -> np.ndarray:
+        """The input padded by ``padding_mode`` (conv_nd.pad_input), checked first."""
+        from modulekit.nn.modules.conv_nd import _same_pads, pad_input
+
+        if x.ndim not in (3, 4):
+            raise ValueError(
+                f"Conv2d: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape {x.shape}")
+        if self.padding == "same":
+            pads = _same_pads(self.kernel_size, self.dilation)
+        elif self.padding == "valid":
+            pads = ((0, 0), (0, 0))
+        else:
+            pads = tuple((p, p) for p in self.padding)
+        if x.ndim == 3:
+            return pad_input(x[None], pads, self.padding_mode, "Conv2d")[0]
+        return pad_input(x, pads, self.padding_mode, "Conv2d")
 
     # ---------------------------------------------------------------- fusion in containers
     _EPILOGUES = ("relu", "relu6", "silu", "hardswish")
@@ -203,7 +220,9 @@ class Conv2d(PackedWeightLayer):
         """In a Sequential: absorb a following BatchNorm2d (folded into the weights in eval
         mode) and/or a following ReLU/ReLU6/SiLU/Hardswish (the kernel's epilogue), and then
         a MaxPool2d (pooled straight from the convolution's row bands, see
-        ``PackedConv2d.forward_maxpool``)."""
+        ``PackedConv2d.forward_maxpool``). Not with a padding_mode other than 'zeros'."""
+        if self.padding_mode != "zeros":
+            return 0
         n = 0
         if following and isinstance(following[0], BatchNorm2d):
             n = 1
@@ -342,7 +361,8 @@ def _folded_activation(conv, bn, activation):
     ``activation`` is an activation module (ReLU, ReLU6, SiLU, Hardswish), its epilogue's name
     or None."""
     if (bn.training or conv._has_hooks or bn._has_hooks or type(conv) is not Conv2d
-            or type(bn) is not BatchNorm2d or bn._buffers.get("running_mean") is None):
+            or type(bn) is not BatchNorm2d or bn._buffers.get("running_mean") is None
+            or conv.padding_mode != "zeros"):
         return False
     if activation is None or type(activation) is str:
         return activation
