@@ -682,6 +682,10 @@ _pair_case("MarginRankingLoss",
 _pair_case("TripletMarginLoss",
            lambda draw: (nn.TripletMarginLoss(), torch.nn.TripletMarginLoss()), _rows_shape,
            lambda draw, shape: _normal_like(draw, shape) + _normal_like(draw, shape))
+_pair_case("TripletMarginWithDistanceLoss",
+           lambda draw: (nn.TripletMarginWithDistanceLoss(swap=True),
+                         torch.nn.TripletMarginWithDistanceLoss(swap=True)), _rows_shape,
+           lambda draw, shape: _normal_like(draw, shape) + _normal_like(draw, shape))
 _pair_case("CosineSimilarity", lambda draw: (nn.CosineSimilarity(), torch.nn.CosineSimilarity()),
            _rows_shape, lambda draw, shape: _normal_like(draw, shape))
 _pair_case("PairwiseDistance", lambda draw: (nn.PairwiseDistance(), torch.nn.PairwiseDistance()),

@@ -681,3 +681,17 @@ def test_compiled_save_and_load(tmp_path, rng):
     np.testing.assert_array_equal(m(x), want)
     m.save(tmp_path / "net.mk")
     np.testing.assert_array_equal(modulekit.load_module(tmp_path / "net.mk")(x), want)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("swap", [False, True])
+def test_triplet_margin_with_distance_loss(reduction, swap, rng):
+    a, p, n = (rng.standard_normal((6, 4)).astype(np.float32) for _ in range(3))
+    kw = dict(margin=0.7, swap=swap, reduction=reduction)
+    close(nn.TripletMarginWithDistanceLoss(**kw)(a, p, n),
+          torch.nn.TripletMarginWithDistanceLoss(**kw)(t(a), t(p), t(n)))
+    cos = nn.TripletMarginWithDistanceLoss(
+        distance_function=lambda x, y: 1 - F.cosine_similarity(x, y), **kw)
+    tcos = torch.nn.TripletMarginWithDistanceLoss(
+        distance_function=lambda x, y: 1 - TF.cosine_similarity(x, y), **kw)
+    close(cos(a, p, n), tcos(t(a), t(p), t(n)))

@@ -34,6 +34,7 @@ __all__ = [
     "SmoothL1Loss",
     "SoftMarginLoss",
     "TripletMarginLoss",
+    "TripletMarginWithDistanceLoss",
 ]
 
 
@@ -306,6 +307,25 @@ class TripletMarginLoss(_Loss):
         return self._call(FL.triplet_margin_loss, anchor, positive, negative,
                           margin=self.margin, p=self.p, eps=self.eps, swap=self.swap,
                           reduction=self.reduction)
+
+
+class TripletMarginWithDistanceLoss(_Loss):
+    """Triplet margin loss with any distance function (default: pairwise Euclidean), as
+    ``torch.nn.TripletMarginWithDistanceLoss``; ``distance_function`` receives the arrays in
+    the compute dtype and returns one distance per row."""
+
+    def __init__(self, *, distance_function=None, margin: float = 1.0, swap: bool = False,
+                 reduction: str = "mean") -> None:
+        super().__init__(reduction=reduction)
+        if margin <= 0:
+            raise ValueError(f"TripletMarginWithDistanceLoss: margin must be greater than 0, "
+                             f"got {margin}")
+        self.distance_function, self.margin, self.swap = distance_function, margin, swap
+
+    def forward(self, anchor, positive, negative):
+        return self._call(FL.triplet_margin_with_distance_loss, anchor, positive, negative,
+                          distance_function=self.distance_function, margin=self.margin,
+                          swap=self.swap, reduction=self.reduction)
 
 
 class CTCLoss(_Loss):
