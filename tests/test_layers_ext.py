@@ -695,3 +695,25 @@ def test_triplet_margin_with_distance_loss(reduction, swap, rng):
     tcos = torch.nn.TripletMarginWithDistanceLoss(
         distance_function=lambda x, y: 1 - TF.cosine_similarity(x, y), **kw)
     close(cos(a, p, n), tcos(t(a), t(p), t(n)))
+
+
+@pytest.mark.parametrize("head_bias", [False, True])
+def test_adaptive_log_softmax(head_bias, rng):
+    tm = torch.nn.AdaptiveLogSoftmaxWithLoss(8, 20, [4, 9, 15], div_value=2.0,
+                                             head_bias=head_bias)
+    m = load_from_torch(nn.AdaptiveLogSoftmaxWithLoss(8, 20, [4, 9, 15], div_value=2.0,
+                                                      head_bias=head_bias), tm)
+    x = rng.standard_normal((7, 8)).astype(np.float32)
+    y = np.array([0, 3, 4, 8, 9, 14, 19])
+    with torch.no_grad():
+        want = tm(t(x), t(y))
+        close(m(x, y).output, want.output)
+        close(m(x, y).loss, want.loss)
+        close(m(x[0], y[0]).output, tm(t(x[0]), torch.tensor(int(y[0]))).output)
+        close(m.log_prob(x), tm.log_prob(t(x)))
+        np.testing.assert_array_equal(m.predict(x), tm.predict(t(x)).numpy())
+    assert repr(m) == repr(tm)
+    with pytest.raises(IndexError, match="AdaptiveLogSoftmaxWithLoss: target values"):
+        m(x, np.array([0, 1, 2, 3, 4, 5, 20]))
+    with pytest.raises(ValueError, match="cutoffs should be"):
+        nn.AdaptiveLogSoftmaxWithLoss(8, 20, [4, 25])
