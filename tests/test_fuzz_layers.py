@@ -682,6 +682,16 @@ _pair_case("MarginRankingLoss",
 _pair_case("TripletMarginLoss",
            lambda draw: (nn.TripletMarginLoss(), torch.nn.TripletMarginLoss()), _rows_shape,
            lambda draw, shape: _normal_like(draw, shape) + _normal_like(draw, shape))
+_pair_case("TripletMarginWithDistanceLoss",
+           lambda draw: (nn.TripletMarginWithDistanceLoss(swap=True),
+                         torch.nn.TripletMarginWithDistanceLoss(swap=True)), _rows_shape,
+           lambda draw, shape: _normal_like(draw, shape) + _normal_like(draw, shape))
+_pair_case("AdaptiveLogSoftmaxWithLoss",
+           lambda draw: (nn.AdaptiveLogSoftmaxWithLoss(3, 6, [2, 4], div_value=1.0),
+                         torch.nn.AdaptiveLogSoftmaxWithLoss(3, 6, [2, 4], div_value=1.0)),
+           lambda draw: (draw(st.sampled_from(SIZES[1:])), 3),
+           lambda draw, shape: (np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+                                .integers(0, 6, shape[0]),))
 _pair_case("CosineSimilarity", lambda draw: (nn.CosineSimilarity(), torch.nn.CosineSimilarity()),
            _rows_shape, lambda draw, shape: _normal_like(draw, shape))
 _pair_case("PairwiseDistance", lambda draw: (nn.PairwiseDistance(), torch.nn.PairwiseDistance()),

@@ -27,7 +27,7 @@ def close(got, want, rtol=RTOL, atol=ATOL):
 
 
 def t(a):
-    return torch.from_numpy(np.ascontiguousarray(a))
+    return torch.from_numpy(np.array(a, order="C"))  # (ascontiguousarray makes 0-d 1-d)
 
 
 def load_from_torch(mk, tm):
@@ -554,8 +554,6 @@ def test_cross_entropy_and_nll(reduction, shape, weighted, smoothing, rng):
     y = np.where(rng.random(tshape) < 0.3, 1, y) if tshape else y
     w = rng.random(c).astype(np.float32) + 0.5 if weighted else None
     tw = None if w is None else t(w)
-    if smoothing and not tshape:
-        pytest.skip("torch raises for an unbatched class-index target with label_smoothing")
     kw = dict(weight=w, ignore_index=1, reduction=reduction, label_smoothing=smoothing)
     close(nn.CrossEntropyLoss(**kw)(x, y),
           torch.nn.CrossEntropyLoss(**dict(kw, weight=tw))(t(x), t(y)))
@@ -681,3 +679,39 @@ def test_compiled_save_and_load(tmp_path, rng):
     np.testing.assert_array_equal(m(x), want)
     m.save(tmp_path / "net.mk")
     np.testing.assert_array_equal(modulekit.load_module(tmp_path / "net.mk")(x), want)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("swap", [False, True])
+def test_triplet_margin_with_distance_loss(reduction, swap, rng):
+    a, p, n = (rng.standard_normal((6, 4)).astype(np.float32) for _ in range(3))
+    kw = dict(margin=0.7, swap=swap, reduction=reduction)
+    close(nn.TripletMarginWithDistanceLoss(**kw)(a, p, n),
+          torch.nn.TripletMarginWithDistanceLoss(**kw)(t(a), t(p), t(n)))
+    cos = nn.TripletMarginWithDistanceLoss(
+        distance_function=lambda x, y: 1 - F.cosine_similarity(x, y), **kw)
+    tcos = torch.nn.TripletMarginWithDistanceLoss(
+        distance_function=lambda x, y: 1 - TF.cosine_similarity(x, y), **kw)
+    close(cos(a, p, n), tcos(t(a), t(p), t(n)))
+
+
+@pytest.mark.parametrize("head_bias", [False, True])
+def test_adaptive_log_softmax(head_bias, rng):
+    tm = torch.nn.AdaptiveLogSoftmaxWithLoss(8, 20, [4, 9, 15], div_value=2.0,
+                                             head_bias=head_bias)
+    m = load_from_torch(nn.AdaptiveLogSoftmaxWithLoss(8, 20, [4, 9, 15], div_value=2.0,
+                                                      head_bias=head_bias), tm)
+    x = rng.standard_normal((7, 8)).astype(np.float32)
+    y = np.array([0, 3, 4, 8, 9, 14, 19])
+    with torch.no_grad():
+        want = tm(t(x), t(y))
+        close(m(x, y).output, want.output)
+        close(m(x, y).loss, want.loss)
+        close(m(x[0], y[0]).output, tm(t(x[0]), t(y[0])).output)
+        close(m.log_prob(x), tm.log_prob(t(x)))
+        np.testing.assert_array_equal(m.predict(x), tm.predict(t(x)).numpy())
+    assert repr(m) == repr(tm)
+    with pytest.raises(IndexError, match="AdaptiveLogSoftmaxWithLoss: target values"):
+        m(x, np.array([0, 1, 2, 3, 4, 5, 20]))
+    with pytest.raises(ValueError, match="cutoffs should be"):
+        nn.AdaptiveLogSoftmaxWithLoss(8, 20, [4, 25])

@@ -40,6 +40,7 @@ __all__ = [
     "smooth_l1_loss",
     "soft_margin_loss",
     "triplet_margin_loss",
+    "triplet_margin_with_distance_loss",
 ]
 
 
@@ -622,6 +623,30 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     d_an = _pdist(a, neg, p, eps, False)
     if swap:
         d_an = np.minimum(d_an, _pdist(pos, neg, p, eps, False))
+    return _reduce(np.maximum(margin + d_ap - d_an, 0), reduction, dt)
+
+
+@_public
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None,
+                                      margin: float = 1.0, swap: bool = False,
+                                      reduction: str = "mean") -> np.ndarray:
+    """``max(d(a, p) - d(a, n) + margin, 0)`` with any ``distance_function`` (default: the
+    pairwise Euclidean distance), ``swap`` as :func:`triplet_margin_loss`."""
+    op = "triplet_margin_with_distance_loss"
+    reduction = _check_reduction(reduction, op)
+    if margin <= 0:
+        raise ValueError(f"{op}: margin must be greater than 0, got {margin}")
+    arrs = [as_input(v, f"{op}({n})") for v, n in
+            ((anchor, "anchor"), (positive, "positive"), (negative, "negative"))]
+    dt = compute_dtype(_dtype(*arrs))
+    a, pos, neg = (v.astype(dt, copy=False) for v in arrs)
+    if distance_function is None:
+        def distance_function(x, y):
+            return _pdist(x.astype(np.float64), y.astype(np.float64), 2, 1e-6, False)
+    d_ap = np.asarray(distance_function(a, pos), dtype=np.float64)
+    d_an = np.asarray(distance_function(a, neg), dtype=np.float64)
+    if swap:
+        d_an = np.minimum(d_an, np.asarray(distance_function(pos, neg), dtype=np.float64))
     return _reduce(np.maximum(margin + d_ap - d_an, 0), reduction, dt)
 
 

@@ -362,6 +362,7 @@ from modulekit.nn._functional_loss import (  # noqa: E402
     smooth_l1_loss,
     soft_margin_loss,
     triplet_margin_loss,
+    triplet_margin_with_distance_loss,
 )
 
 __all__ += [
@@ -370,6 +371,7 @@ __all__ += [
     "kl_div", "l1_loss", "margin_ranking_loss", "mse_loss", "multi_margin_loss",
     "multilabel_margin_loss", "multilabel_soft_margin_loss", "nll_loss", "poisson_nll_loss",
     "smooth_l1_loss", "soft_margin_loss", "triplet_margin_loss",
+    "triplet_margin_with_distance_loss",
 ]
 from modulekit.nn._functional_norm import (  # noqa: E402
     batch_norm,

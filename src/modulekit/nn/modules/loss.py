@@ -5,14 +5,18 @@ Each ``forward`` calls its :mod:`modulekit.nn.functional` function; errors name 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from modulekit._ext._tensor import Tensor
 from modulekit.module import Module
 from modulekit.nn import _functional_loss as FL
+from modulekit.nn.modules.container import ModuleList, Sequential
 from modulekit.nn.modules.linear import Linear
 
 __all__ = [
+    "AdaptiveLogSoftmaxWithLoss",
     "BCELoss",
     "BCEWithLogitsLoss",
     "CTCLoss",
@@ -34,6 +38,7 @@ __all__ = [
     "SmoothL1Loss",
     "SoftMarginLoss",
     "TripletMarginLoss",
+    "TripletMarginWithDistanceLoss",
 ]
 
 
@@ -308,6 +313,25 @@ class TripletMarginLoss(_Loss):
                           reduction=self.reduction)
 
 
+class TripletMarginWithDistanceLoss(_Loss):
+    """Triplet margin loss with any distance function (default: pairwise Euclidean), as
+    ``torch.nn.TripletMarginWithDistanceLoss``; ``distance_function`` receives the arrays in
+    the compute dtype and returns one distance per row."""
+
+    def __init__(self, *, distance_function=None, margin: float = 1.0, swap: bool = False,
+                 reduction: str = "mean") -> None:
+        super().__init__(reduction=reduction)
+        if margin <= 0:
+            raise ValueError(f"TripletMarginWithDistanceLoss: margin must be greater than 0, "
+                             f"got {margin}")
+        self.distance_function, self.margin, self.swap = distance_function, margin, swap
+
+    def forward(self, anchor, positive, negative):
+        return self._call(FL.triplet_margin_with_distance_loss, anchor, positive, negative,
+                          distance_function=self.distance_function, margin=self.margin,
+                          swap=self.swap, reduction=self.reduction)
+
+
 class CTCLoss(_Loss):
     """Connectionist temporal classification loss, as ``torch.nn.CTCLoss``."""
 
@@ -369,3 +393,108 @@ class LinearCrossEntropyLoss(_WeightedLoss):
                 f"out_features={self.out_features}, bias={self.linear._has_bias()}, "
                 f"reduction={self.reduction}, ignore_index={self.ignore_index}, "
                 f"label_smoothing={self.label_smoothing}, options={self.options}")
+
+
+class _ASMoutput(NamedTuple):
+    output: np.ndarray
+    loss: np.ndarray
+
+
+def _log_softmax_rows(z: np.ndarray) -> np.ndarray:
+    m = z.max(axis=1, keepdims=True)
+    m = np.where(np.isneginf(m), 0, m)
+    s = z - m
+    with np.errstate(divide="ignore"):
+        return s - np.log(np.exp(s).sum(axis=1, keepdims=True))
+
+
+class AdaptiveLogSoftmaxWithLoss(Module):
+    """Efficient softmax over many classes (Grave et al.), as
+    ``torch.nn.AdaptiveLogSoftmaxWithLoss``: a ``head`` Linear over the shortlist and one
+    entry per cluster, and per cluster a ``tail`` of two bias-free Linears (``in_features`` to
+    ``in_features // div_value**(i + 1)`` to the cluster's size); state-dict keys as torch's.
+
+    ``forward(input, target)`` returns ``(output, loss)``: each target's log-probability and
+    their negated mean; :meth:`log_prob` gives every class's log-probability and
+    :meth:`predict` the most likely class.
+    """
+
+    def __init__(self, in_features: int, n_classes: int, cutoffs, div_value: float = 4.0,
+                 head_bias: bool = False, device=None, dtype=None) -> None:
+        super().__init__()
+        cutoffs = [int(c) for c in cutoffs]
+        if (len(cutoffs) == 0 or cutoffs != sorted(cutoffs) or min(cutoffs) <= 0
+                or max(cutoffs) > n_classes - 1 or len(set(cutoffs)) != len(cutoffs)):
+            raise ValueError("AdaptiveLogSoftmaxWithLoss: cutoffs should be a sequence of unique, "
+                             "positive integers sorted in an increasing order, where each value "
+                             f"is between 1 and n_classes-1 ({n_classes - 1}), got {cutoffs}")
+        self.in_features, self.n_classes = int(in_features), int(n_classes)
+        self.cutoffs = cutoffs + [self.n_classes]
+        self.div_value, self.head_bias = div_value, head_bias
+        self.shortlist_size = self.cutoffs[0]
+        self.n_clusters = len(self.cutoffs) - 1
+        self.head_size = self.shortlist_size + self.n_clusters
+        kw = dict(device=device, dtype=dtype)
+        self.head = Linear(self.in_features, self.head_size, bias=head_bias, **kw)
+        self.tail = ModuleList()
+        for i in range(self.n_clusters):
+            hsz = int(self.in_features // (div_value ** (i + 1)))
+            osz = self.cutoffs[i + 1] - self.cutoffs[i]
+            self.tail.append(Sequential(Linear(self.in_features, hsz, bias=False, **kw),
+                                        Linear(hsz, osz, bias=False, **kw)))
+
+    def _input(self, input) -> tuple[np.ndarray, bool]:
+        x = FL.as_input(input, "AdaptiveLogSoftmaxWithLoss")
+        if x.ndim not in (1, 2) or x.shape[-1] != self.in_features:
+            raise ValueError(f"AdaptiveLogSoftmaxWithLoss: expected an input of shape "
+                             f"({self.in_features},) or (N, {self.in_features}), got {x.shape}")
+        return (x, True) if x.ndim == 2 else (x[None], False)
+
+    def forward(self, input, target) -> _ASMoutput:
+        name = "AdaptiveLogSoftmaxWithLoss"
+        x, batched = self._input(input)
+        y = FL.as_indices(target, f"{name}(target)").astype(np.int64)
+        if y.ndim != (1 if batched else 0) or (batched and y.shape[0] != x.shape[0]):
+            raise ValueError(f"{name}: expected a target of shape ({x.shape[0]},) for input of "
+                             f"shape {x.shape[1:] if not batched else x.shape}, got {y.shape}")
+        y = y.reshape(-1)
+        if ((y < 0) | (y >= self.n_classes)).any():
+            bad = y[(y < 0) | (y >= self.n_classes)]
+            raise IndexError(f"{name}: target values should be in [0, {self.n_classes - 1}], "
+                             f"but values in range [{bad.min()}, {bad.max()}] were found")
+        h = np.asarray(self.head(x))
+        dt = h.dtype  # float64 for a float64 layer or input, else float32
+        head = _log_softmax_rows(h.astype(np.float64))
+        gather = y.copy()
+        output = np.zeros(y.shape[0], dtype=np.float64)
+        for i in range(self.n_clusters):
+            lo, hi = self.cutoffs[i], self.cutoffs[i + 1]
+            rows = np.nonzero((y >= lo) & (y < hi))[0]
+            if rows.size == 0:
+                continue
+            cluster = _log_softmax_rows(np.asarray(self.tail[i](x[rows]), dtype=np.float64))
+            output[rows] = cluster[np.arange(rows.size), y[rows] - lo]
+            gather[rows] = self.shortlist_size + i
+        output += head[np.arange(y.shape[0]), gather]
+        loss = np.asarray((-output).mean(), dtype=dt)
+        output = output.astype(dt)
+        return _ASMoutput(output if batched else output.reshape(()), loss)
+
+    def log_prob(self, input) -> np.ndarray:
+        """Log-probabilities of every class: (N, n_classes), or (n_classes,) for one input."""
+        x, batched = self._input(input)
+        head = np.asarray(self.head(x))
+        dt = head.dtype
+        head = _log_softmax_rows(head.astype(np.float64))
+        out = np.empty((x.shape[0], self.n_classes), dtype=np.float64)
+        out[:, : self.shortlist_size] = head[:, : self.shortlist_size]
+        for i in range(self.n_clusters):
+            cluster = _log_softmax_rows(np.asarray(self.tail[i](x), dtype=np.float64))
+            out[:, self.cutoffs[i]:self.cutoffs[i + 1]] = \
+                cluster + head[:, self.shortlist_size + i, None]
+        out = out.astype(dt)
+        return out if batched else out[0]
+
+    def predict(self, input) -> np.ndarray:
+        """The most likely class of each input (int64)."""
+        return np.argmax(self.log_prob(input), axis=-1).astype(np.int64)
