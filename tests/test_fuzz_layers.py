@@ -998,3 +998,59 @@ def test_every_layer_class_is_fuzzed():
     names -= {"ParameterList", "ParameterDict"}  # parameter containers: no forward
     names -= {"FractionalMaxPool2d", "FractionalMaxPool3d"}  # refused: random windows
     assert names <= covered, sorted(names - covered)
+
+
+# ---- convolutions of other ranks and transposed (issue #17, conv) ------------------------
+def _conv_nd_cases(d):
+    @case(f"Conv{d}d")
+    def _conv_nd(draw):
+        _seeded(draw)
+        groups = draw(st.sampled_from([1, 1, 2]))
+        cin, cout = groups * draw(st.sampled_from([1, 3])), groups * draw(st.sampled_from([1, 4]))
+        k = draw(st.sampled_from([1, 2, 3]))
+        padding = draw(st.sampled_from([0, 1, "same", "valid"]))
+        stride = 1 if padding == "same" else draw(st.sampled_from([1, 2]))
+        mode = draw(st.sampled_from(["zeros", "zeros", "reflect", "replicate", "circular"]))
+        kw = dict(stride=stride, padding=padding, dilation=draw(st.sampled_from([1, 2])),
+                  groups=groups, bias=draw(st.booleans()), padding_mode=mode)
+        tm = getattr(torch.nn, f"Conv{d}d")(cin, cout, k, **kw)
+        mk = getattr(nn, f"Conv{d}d")(cin, cout, k, **kw)
+        _copy_weights(mk, tm)
+        # padded modes need the input to be at least as large as the padding (torch refuses too)
+        x, v, _ = draw(inputs(_nd_shape(draw, d, cin, min_size=2 if mode != "zeros" else 1),
+                              FLOATS + INTS))
+        return mk, tm, x, v, {}
+
+    @case(f"ConvTranspose{d}d")
+    def _conv_t(draw):
+        _seeded(draw)
+        groups = draw(st.sampled_from([1, 1, 2]))
+        cin, cout = groups * draw(st.sampled_from([1, 3])), groups * draw(st.sampled_from([1, 2]))
+        k, stride = draw(st.sampled_from([1, 2, 3, 4])), draw(st.sampled_from([1, 2, 3]))
+        dilation = draw(st.sampled_from([1, 2]))
+        kw = dict(stride=stride, padding=draw(st.integers(0, 1)), dilation=dilation,
+                  groups=groups, bias=draw(st.booleans()),
+                  output_padding=draw(st.integers(0, max(stride, dilation) - 1)))
+        tm = getattr(torch.nn, f"ConvTranspose{d}d")(cin, cout, k, **kw)
+        mk = getattr(nn, f"ConvTranspose{d}d")(cin, cout, k, **kw)
+        _copy_weights(mk, tm)
+        x, v, _ = draw(inputs(_nd_shape(draw, d, cin), FLOATS + INTS))
+        return mk, tm, x, v, {}
+
+
+for _d in (1, 3):  # Conv2d has its case above; ConvTranspose2d's follows
+    _conv_nd_cases(_d)
+del _d
+
+
+@case("ConvTranspose2d")
+def _conv_t2(draw):
+    _seeded(draw)
+    cin, cout = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 3]))
+    k, stride = draw(st.sampled_from([1, 3, 4])), draw(st.sampled_from([1, 2]))
+    kw = dict(stride=stride, padding=draw(st.integers(0, 1)),
+              output_padding=draw(st.integers(0, stride - 1)), bias=draw(st.booleans()))
+    tm, mk = torch.nn.ConvTranspose2d(cin, cout, k, **kw), nn.ConvTranspose2d(cin, cout, k, **kw)
+    _copy_weights(mk, tm)
+    x, v, _ = draw(inputs(_nd_shape(draw, 2, cin), FLOATS + INTS))
+    return mk, tm, x, v, {}

@@ -479,7 +479,7 @@ def test_unflatten(dim, size, rng):
     x = rng.standard_normal((3, 8, 6)).astype(np.float32)
     close(nn.Unflatten(dim, size)(x), torch.nn.Unflatten(dim, size)(t(x)))
     assert repr(nn.Unflatten(dim, size)) == repr(torch.nn.Unflatten(dim, size))
-    with pytest.raises(ValueError, match="Unflatten: unflattened_size"):
+    with pytest.raises(ValueError, match="Unflatten: provided sizes"):
         nn.Unflatten(1, (3, 3))(x)
 
 

@@ -39,13 +39,14 @@ def _pad_pairs(pad, what) -> list[tuple[int, int]]:
 
 
 def _pad_index(size: int, left: int, right: int, mode: str, what: str, axis: int,
-               empty: bool = False) -> np.ndarray | None:
+               empty: bool = False, allow_zero: bool = False) -> np.ndarray | None:
     """Source positions of each output position along one axis (negative amounts crop); None
     for an empty input (nothing to read; the checks still run).
 
     As torch: reflect and replicate map output position ``o`` to input ``o - left`` reflected
     / clamped over the whole input and must leave at least one element; circular crops first
-    and wraps around what is left, at most once."""
+    and wraps around what is left, at most once. ``allow_zero``: an output of size 0 is
+    allowed (torch's 2-D and 3-D reflect/replicate padding allow it, the 1-D ones refuse)."""
     n_out = size + left + right
     if n_out < 0:
         raise ValueError(
@@ -68,10 +69,12 @@ def _pad_index(size: int, left: int, right: int, mode: str, what: str, axis: int
             return None
         i = np.arange(n_out, dtype=np.int64) - lpad
         return (np.mod(i, base) if base else i) + lo_crop
-    if n_out < 1:
+    if n_out < 1 and not (allow_zero and n_out == 0):
         raise ValueError(
             f"{what}: {mode} padding ({left}, {right}) leaves no element of dimension {axis} "
             f"(size {size})")
+    if n_out == 0:
+        return None if empty else np.empty(0, dtype=np.int64)
     if mode == "reflect" and (left >= size or right >= size):
         raise ValueError(
             f"{what}: reflect padding ({left}, {right}) must be smaller than the padded "
@@ -133,7 +136,7 @@ def pad(input, pad, mode="constant", value=None, *, what="pad"):
     out_shape = list(x.shape)
     for k, (lo, hi) in enumerate(pairs):
         ax = x.ndim - 1 - k
-        idx = _pad_index(x.shape[ax], lo, hi, mode, what, ax, empty)
+        idx = _pad_index(x.shape[ax], lo, hi, mode, what, ax, empty, allow_zero=npad > 1)
         out_shape[ax] = x.shape[ax] + lo + hi
         if not empty:
             y = np.take(y, idx, axis=ax)

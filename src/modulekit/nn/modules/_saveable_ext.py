@@ -68,8 +68,6 @@ SIGNATURES_EXT = {
                  "bias": _BOOL},
     "CosineSimilarity": {"dim": _dim, "eps": _real},
     "PairwiseDistance": {"p": _real, "eps": _real, "keepdim": _BOOL},
-    "Unflatten": {"dim": _dim, "unflattened_size": lambda v: type(v) is list and 0 < len(v) <= 8
-                  and all(type(e) is int and -1 <= e <= _MAX for e in v)},
     "EmbeddingBag": {"num_embeddings": _INT, "embedding_dim": _INT, "max_norm": _opt_real,
                      "norm_type": _real, "mode": lambda v: v in ("sum", "mean", "max"),
                      "include_last_offset": _BOOL,
@@ -134,8 +132,6 @@ def layers_ext() -> dict:
                    **({"bias": (a["out_features"],)} if a["bias"] else {})})
     table["PairwiseDistance"] = (nn.PairwiseDistance, lambda m: dict(
         p=m.norm, eps=m.eps, keepdim=m.keepdim), none)
-    table["Unflatten"] = (nn.Unflatten, lambda m: dict(
-        dim=m.dim, unflattened_size=list(m.unflattened_size)), none)
     table["EmbeddingBag"] = (nn.EmbeddingBag, _attrs(*sig["EmbeddingBag"]),
                              lambda a: {"weight": (a["num_embeddings"], a["embedding_dim"])})
     return table

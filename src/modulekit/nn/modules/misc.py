@@ -1,5 +1,5 @@
 """``EmbeddingBag``, ``Bilinear``, ``CosineSimilarity``, ``PairwiseDistance``, the dropout
-variants, ``Unflatten``, ``ParameterList`` and ``ParameterDict`` (issue 17): torch names,
+variants, ``ParameterList`` and ``ParameterDict`` (issue 17): torch names,
 constructor signatures and state-dict keys."""
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ __all__ = [
     "PairwiseDistance",
     "ParameterDict",
     "ParameterList",
-    "Unflatten",
 ]
 
 
@@ -243,44 +242,6 @@ class FeatureAlphaDropout(_DropoutNd):
     ``torch.nn.FeatureAlphaDropout``; identity in eval mode."""
 
     _fn = staticmethod(FM.feature_alpha_dropout)
-
-
-class Unflatten(Module):
-    """Expand dimension ``dim`` into ``unflattened_size`` (one entry may be -1), as
-    ``torch.nn.Unflatten``; returns a view when NumPy can."""
-
-    def __init__(self, dim: int, unflattened_size) -> None:
-        super().__init__()
-        if isinstance(unflattened_size, numbers.Integral) or not all(
-                isinstance(s, numbers.Integral) and not isinstance(s, bool)
-                for s in unflattened_size):
-            raise TypeError(f"Unflatten: unflattened_size must be a tuple or list of ints, got "
-                            f"{unflattened_size!r}")
-        if sum(1 for s in unflattened_size if s == -1) > 1:
-            raise ValueError("Unflatten: only one dimension of unflattened_size may be -1")
-        self.dim, self.unflattened_size = dim, tuple(int(s) for s in unflattened_size)
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
-
-    def forward(self, input) -> np.ndarray:
-        x = as_input(input, "Unflatten")
-        nd = max(x.ndim, 1)
-        if not -nd <= self.dim < nd or x.ndim == 0:
-            raise IndexError(f"Unflatten: dim {self.dim} is out of range for an input of shape "
-                             f"{x.shape}")
-        d = self.dim % nd
-        sizes = self.unflattened_size
-        known = math.prod(s for s in sizes if s != -1)
-        if -1 in sizes:
-            if known == 0 or x.shape[d] % known:
-                raise ValueError(f"Unflatten: cannot unflatten dimension {d} of size "
-                                 f"{x.shape[d]} into {sizes}")
-            sizes = tuple(x.shape[d] // known if s == -1 else s for s in sizes)
-        elif known != x.shape[d]:
-            raise ValueError(f"Unflatten: unflattened_size {sizes} has {known} elements, "
-                             f"dimension {d} of the input (shape {x.shape}) has {x.shape[d]}")
-        return x.reshape(x.shape[:d] + sizes + x.shape[d + 1:])
 
 
 def _as_parameter(value, name: str) -> Parameter:
