@@ -493,6 +493,32 @@ def test_compiled_module():
         np.testing.assert_array_equal(net(x), eager)
 
 
+def test_packed_conv2d_with_padding(isa):
+    """PackedConv2d.with_padding: another zero padding over the same packed weights."""
+    from modulekit._ext import _conv
+
+    torch.manual_seed(13)
+    w, b = torch.randn(6, 4, 3, 2), torch.randn(6)
+    x = torch.randn(2, 4, 7, 6)
+    packed = _conv.pack_conv2d(w.numpy(), b.numpy(), stride=(2, 1))
+    for pads in ((0, 0, 0, 0), (1, 2, 0, 3), (4, 0, 2, 1)):
+        other = packed.with_padding(pads)
+        assert other.padding == pads and other.stride == packed.stride
+        expected = torch.nn.functional.conv2d(
+            torch.nn.functional.pad(x, (pads[1], pads[3], pads[0], pads[2])), w, b, (2, 1))
+        np.testing.assert_allclose(other.forward(x.numpy()), expected.numpy(), rtol=RTOL,
+                                   atol=ATOL)
+        got_w, got_b = other.unpack()
+        np.testing.assert_array_equal(got_w, w.numpy())
+    assert packed.padding == (0, 0, 0, 0)  # unchanged
+    with pytest.raises(ValueError, match="with_padding: padding must be non-negative"):
+        packed.with_padding((0, -1, 0, 0))
+    with pytest.raises(TypeError, match="with_padding: padding must be 4 ints"):
+        packed.with_padding((1, 1))
+    with pytest.raises(ValueError, match="out of range"):
+        packed.with_padding((0, 2**40, 0, 0))
+
+
 def test_public_names():
     for name in ("Conv1d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"):
         assert name in mnn.__all__ and getattr(mnn, name).__module__.endswith("conv_nd")
