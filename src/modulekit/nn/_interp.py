@@ -52,7 +52,13 @@ def _area_scale(dt, in_size, out_size, align_corners, scale):
 def _source_index(dt, scale, o: np.ndarray, align_corners: bool, cubic: bool) -> np.ndarray:
     if align_corners:
         return scale * o.astype(dt)
-    src = scale * (o.astype(dt) + dt.type(0.5)) - dt.type(0.5)
+    if dt == _F32:
+        # torch's build contracts scale * (o + 0.5) - 0.5 into one fused multiply-add: the
+        # float64 product of two float32 values is exact, so one rounding to float32 after the
+        # subtraction gives the fused result (it decides the sign of a source index near 0)
+        src = (np.float64(scale) * (o + 0.5) - 0.5).astype(_F32)
+    else:
+        src = scale * (o.astype(dt) + dt.type(0.5)) - dt.type(0.5)
     return src if cubic else np.maximum(src, dt.type(0))
 
 

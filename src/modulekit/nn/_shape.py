@@ -68,15 +68,11 @@ def _pad_index(size: int, left: int, right: int, mode: str, what: str, axis: int
             return None
         i = np.arange(n_out, dtype=np.int64) - lpad
         return (np.mod(i, base) if base else i) + lo_crop
-    if n_out < 1:
-        raise ValueError(
-            f"{what}: {mode} padding ({left}, {right}) leaves no element of dimension {axis} "
-            f"(size {size})")
     if mode == "reflect" and (left >= size or right >= size):
         raise ValueError(
             f"{what}: reflect padding ({left}, {right}) must be smaller than the padded "
             f"dimension {axis} of size {size}")
-    if empty:
+    if empty or n_out == 0:
         return None
     i = np.arange(n_out, dtype=np.int64) - left
     if mode == "reflect":
@@ -135,9 +131,14 @@ def pad(input, pad, mode="constant", value=None, *, what="pad"):
         ax = x.ndim - 1 - k
         idx = _pad_index(x.shape[ax], lo, hi, mode, what, ax, empty)
         out_shape[ax] = x.shape[ax] + lo + hi
-        if not empty:
+        if idx is not None:
             y = np.take(y, idx, axis=ax)
-    if empty:
+    if mode != "circular" and all(out_shape[x.ndim - 1 - k] < 1 for k in range(npad)):
+        # torch's reflect / replicate: at least one padded dimension must keep an element
+        raise ValueError(
+            f"{what}: {mode} padding {tuple(pad)} leaves no element in any padded dimension "
+            f"of an input of shape {tuple(x.shape)}")
+    if empty or 0 in out_shape:
         return np.empty(out_shape, dtype=x.dtype)
     return np.ascontiguousarray(y)
 
