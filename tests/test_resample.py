@@ -488,6 +488,9 @@ def test_interpolate_bad_input():
         F.interpolate(x, scale_factor=-1.0)
     with pytest.raises(ValueError, match="must both be positive"):
         F.interpolate(x, scale_factor=0.1)
+    # area is adaptive average pooling: an empty output is allowed, as in torch
+    _check(F.interpolate(x, scale_factor=0.1, mode="area"),
+           TF.interpolate(_t(x), scale_factor=0.1, mode="area"))
     with pytest.raises(ValueError, match="recompute_scale_factor is not meaningful"):
         F.interpolate(x, size=3, recompute_scale_factor=True)
 

@@ -251,12 +251,12 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             f"{what}: anti-alias option is only supported for bilinear and bicubic modes "
             f"(got mode {mode!r})")
     outs, scales = output_size(x.shape, dim, size, scale_factor, recompute_scale_factor, what)
+    if mode == "area":  # adaptive average pooling: an output size of 0 is allowed, as torch
+        return _pool.adaptive_avg_pool(x, dim, outs, what=what)
     if min(outs) < 1 or min(x.shape[2:]) < 1:
         raise ValueError(
             f"{what}: input spatial size {tuple(x.shape[2:])} and output size {outs} must both "
             f"be positive")
-    if mode == "area":
-        return _pool.adaptive_avg_pool(x, dim, outs, what=what)
     # torch's antialiasing passes skip an axis whose size does not change (whatever the scale)
     keep = [bool(antialias) and outs[a] == x.shape[2 + a] for a in range(dim)]
     if dim == 2 and x.dtype == _F32 and not antialias and mode in ("nearest", "bilinear"):
