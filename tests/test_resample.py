@@ -605,6 +605,10 @@ def test_pixel_and_channel_shuffle(rng):
     xi = x.astype(np.int16)
     assert F.pixel_shuffle(xi, 3).dtype == np.int16
     _check(F.channel_shuffle(x[:, :, :, 0], 3), TF.channel_shuffle(_t(x[:, :, :, 0]), 3))
+    empty = np.zeros((0, 4, 2, 2), np.float32)  # torch's unshuffle hands it back unchanged
+    _check(F.pixel_unshuffle(empty, 2), TF.pixel_unshuffle(_t(empty), 2))
+    _check(F.pixel_shuffle(empty, 2), TF.pixel_shuffle(_t(empty), 2))
+    _check(F.channel_shuffle(empty, 2), TF.channel_shuffle(_t(empty), 2))
     with pytest.raises(ValueError, match="PixelShuffle: the channel dimension 18 must be"):
         nn.PixelShuffle(4)(x)
     with pytest.raises(ValueError, match="PixelUnshuffle: height 5 and width 7"):

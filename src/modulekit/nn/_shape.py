@@ -179,6 +179,8 @@ def pixel_unshuffle(input, downscale_factor, *, what="pixel_unshuffle"):
     if h % r or w % r:
         raise ValueError(
             f"{what}: height {h} and width {w} must be divisible by downscale_factor {r}")
+    if x.size == 0:  # torch's pixel_unshuffle returns an empty input as it is (shape too)
+        return x.copy()
     y = x.reshape(*lead, c, h // r, r, w // r, r)
     n = len(lead)
     y = y.transpose(*range(n), n, n + 2, n + 4, n + 1, n + 3)
