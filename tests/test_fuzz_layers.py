@@ -888,7 +888,7 @@ def _fold(draw):
     kk = k * k if isinstance(k, int) else k[0] * k[1]
     blocks = [((o + 2 * kw["padding"] - kw["dilation"] * (kq - 1) - 1) // kw["stride"] + 1)
               for o, kq in zip(out, (k, k) if isinstance(k, int) else k)]
-    n_blocks = blocks[0] * blocks[1] if draw(st.integers(0, 5)) else 2  # sometimes wrong
+    n_blocks = max(blocks[0], 0) * max(blocks[1], 0) if draw(st.integers(0, 5)) else 2
     lead = (draw(st.sampled_from(SIZES)),) if draw(st.booleans()) else ()
     x, v, _ = draw(inputs(lead + (2 * kk, n_blocks), FLOATS + INTS))
     return mk, tm, x, v, {}

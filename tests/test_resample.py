@@ -85,11 +85,19 @@ def test_max_pool_unbatched_float64_noncontiguous(d, rng):
     _check(ours(x[0]), theirs(_t(x[0])), rtol=1e-12, atol=1e-12)
 
 
-def test_max_pool_minus_inf_windows():
-    """A window of -inf values gives -inf and the index of its first in-bounds element."""
+def test_max_pool_minus_inf_windows(rng):
+    """A window of -inf values gives -inf and the index of its first in-bounds element; a
+    window with no element at all (dilation over padding) torch's start index."""
     x = np.full((1, 1, 5, 5), -np.inf, np.float32)
     _check(F.max_pool2d(x, 3, 2, 1, return_indices=True),
            TF.max_pool2d(_t(x), 3, 2, 1, return_indices=True))
+    for shape in ((1, 1, 5), (1, 1, 1), (1, 3, 1, 6)):
+        y = rng.standard_normal(shape).astype(np.float32)
+        _check(F.max_pool2d(y, 2, 2, 1, 2, return_indices=True),
+               TF.max_pool2d(_t(y), 2, 2, 1, 2, return_indices=True))
+    z = rng.standard_normal((1, 1, 1, 5)).astype(np.float32)
+    _check(F.max_pool3d(z, 2, 2, 1, 2, return_indices=True),
+           TF.max_pool3d(_t(z), 2, 2, 1, 2, return_indices=True))
 
 
 AVG_CASES = [  # kernel, stride, padding, ceil_mode, count_include_pad
@@ -480,6 +488,9 @@ def test_interpolate_bad_input():
         F.interpolate(x, scale_factor=-1.0)
     with pytest.raises(ValueError, match="must both be positive"):
         F.interpolate(x, scale_factor=0.1)
+    # area is adaptive average pooling: an empty output is allowed, as in torch
+    _check(F.interpolate(x, scale_factor=0.1, mode="area"),
+           TF.interpolate(_t(x), scale_factor=0.1, mode="area"))
     with pytest.raises(ValueError, match="recompute_scale_factor is not meaningful"):
         F.interpolate(x, size=3, recompute_scale_factor=True)
 
@@ -542,6 +553,8 @@ def test_pad_negative_and_empty_edge_cases():
         _check(F.pad(x, pad, mode), TF.pad(_t(x), pad, mode))
     with pytest.raises(ValueError, match="leaves no element"):
         F.pad(x, (0, -3), "reflect")
+    y = np.ones((1, 1, 2), np.float32)  # one of two padded dimensions emptied: torch answers
+    _check(F.pad(y, (0, 0, 0, -1), "replicate"), TF.pad(_t(y), (0, 0, 0, -1), "replicate"))
     with pytest.raises(ValueError, match="more than once"):
         F.pad(x, (4, 0), "circular")
     with pytest.raises(ValueError, match="left after cropping"):
@@ -592,6 +605,10 @@ def test_pixel_and_channel_shuffle(rng):
     xi = x.astype(np.int16)
     assert F.pixel_shuffle(xi, 3).dtype == np.int16
     _check(F.channel_shuffle(x[:, :, :, 0], 3), TF.channel_shuffle(_t(x[:, :, :, 0]), 3))
+    empty = np.zeros((0, 4, 2, 2), np.float32)  # torch's unshuffle hands it back unchanged
+    _check(F.pixel_unshuffle(empty, 2), TF.pixel_unshuffle(_t(empty), 2))
+    _check(F.pixel_shuffle(empty, 2), TF.pixel_shuffle(_t(empty), 2))
+    _check(F.channel_shuffle(empty, 2), TF.channel_shuffle(_t(empty), 2))
     with pytest.raises(ValueError, match="PixelShuffle: the channel dimension 18 must be"):
         nn.PixelShuffle(4)(x)
     with pytest.raises(ValueError, match="PixelUnshuffle: height 5 and width 7"):

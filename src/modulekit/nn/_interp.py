@@ -52,7 +52,13 @@ def _area_scale(dt, in_size, out_size, align_corners, scale):
 def _source_index(dt, scale, o: np.ndarray, align_corners: bool, cubic: bool) -> np.ndarray:
     if align_corners:
         return scale * o.astype(dt)
-    src = scale * (o.astype(dt) + dt.type(0.5)) - dt.type(0.5)
+    if dt == _F32:
+        # torch's build contracts scale * (o + 0.5) - 0.5 into one fused multiply-add: the
+        # float64 product of two float32 values is exact, so one rounding to float32 after the
+        # subtraction gives the fused result (it decides the sign of a source index near 0)
+        src = (np.float64(scale) * (o + 0.5) - 0.5).astype(_F32)
+    else:
+        src = scale * (o.astype(dt) + dt.type(0.5)) - dt.type(0.5)
     return src if cubic else np.maximum(src, dt.type(0))
 
 
@@ -245,12 +251,12 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             f"{what}: anti-alias option is only supported for bilinear and bicubic modes "
             f"(got mode {mode!r})")
     outs, scales = output_size(x.shape, dim, size, scale_factor, recompute_scale_factor, what)
+    if mode == "area":  # adaptive average pooling: an output size of 0 is allowed, as torch
+        return _pool.adaptive_avg_pool(x, dim, outs, what=what)
     if min(outs) < 1 or min(x.shape[2:]) < 1:
         raise ValueError(
             f"{what}: input spatial size {tuple(x.shape[2:])} and output size {outs} must both "
             f"be positive")
-    if mode == "area":
-        return _pool.adaptive_avg_pool(x, dim, outs, what=what)
     # torch's antialiasing passes skip an axis whose size does not change (whatever the scale)
     keep = [bool(antialias) and outs[a] == x.shape[2 + a] for a in range(dim)]
     if dim == 2 and x.dtype == _F32 and not antialias and mode in ("nearest", "bilinear"):

@@ -234,6 +234,25 @@ def _max_axis_fixed(val, idx, axis, out, s, p, dil, k, plane_stride):
     return cur, cidx
 
 
+def _empty_window_indices(idx, sizes, outs, k, s, p, dl, strides) -> None:
+    """Give the windows that hold no input element (all padding: possible with dilation)
+    torch's index, its first position past the padding on every axis, in place. The separable
+    pass would have taken an in-bounds position along the axes where the window is not
+    empty."""
+    d = len(sizes)
+    empty = np.zeros(outs, dtype=bool)
+    start = np.zeros(outs, dtype=np.int64)
+    for a in range(d):
+        starts = np.arange(outs[a], dtype=np.int64) * s[a] - p[a]
+        first = np.where(starts < 0, starts + (-starts + dl[a] - 1) // dl[a] * dl[a], starts)
+        shape = [1] * d
+        shape[a] = outs[a]
+        empty |= (first >= sizes[a]).reshape(shape)  # no position of the window is inside
+        start = start + (first * strides[a]).reshape(shape)
+    if empty.any():
+        np.copyto(idx, np.broadcast_to(start, idx.shape), where=np.broadcast_to(empty, idx.shape))
+
+
 def _sum_axis_fixed(val, axis, out, s, p, k):
     """Window sums over ``o * s - p .. + k`` on strided views of the zero-padded axis."""
     views = _window_views(val, axis, out, s, p, 1, k, 0)
@@ -285,6 +304,8 @@ def max_pool(input, d, kernel_size, stride=None, padding=0, dilation=1, ceil_mod
     for a in reversed(range(d)):
         val, idx = _max_axis_fixed(val, idx, a + 2, outs[a], s[a], p[a], dl[a], k[a],
                                    strides[a])
+    if idx is not None:
+        _empty_window_indices(idx, x.shape[2:], outs, k, s, p, dl, strides)
     if unbatched:
         val = val[0]
         idx = idx[0] if idx is not None else None

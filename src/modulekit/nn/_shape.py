@@ -39,14 +39,13 @@ def _pad_pairs(pad, what) -> list[tuple[int, int]]:
 
 
 def _pad_index(size: int, left: int, right: int, mode: str, what: str, axis: int,
-               empty: bool = False, allow_zero: bool = False) -> np.ndarray | None:
+               empty: bool = False) -> np.ndarray | None:
     """Source positions of each output position along one axis (negative amounts crop); None
     for an empty input (nothing to read; the checks still run).
 
     As torch: reflect and replicate map output position ``o`` to input ``o - left`` reflected
     / clamped over the whole input and must leave at least one element; circular crops first
-    and wraps around what is left, at most once. ``allow_zero``: an output of size 0 is
-    allowed (torch's 2-D and 3-D reflect/replicate padding allow it, the 1-D ones refuse)."""
+    and wraps around what is left, at most once."""
     n_out = size + left + right
     if n_out < 0:
         raise ValueError(
@@ -69,17 +68,11 @@ def _pad_index(size: int, left: int, right: int, mode: str, what: str, axis: int
             return None
         i = np.arange(n_out, dtype=np.int64) - lpad
         return (np.mod(i, base) if base else i) + lo_crop
-    if n_out < 1 and not (allow_zero and n_out == 0):
-        raise ValueError(
-            f"{what}: {mode} padding ({left}, {right}) leaves no element of dimension {axis} "
-            f"(size {size})")
-    if n_out == 0:
-        return None if empty else np.empty(0, dtype=np.int64)
     if mode == "reflect" and (left >= size or right >= size):
         raise ValueError(
             f"{what}: reflect padding ({left}, {right}) must be smaller than the padded "
             f"dimension {axis} of size {size}")
-    if empty:
+    if empty or n_out == 0:
         return None
     i = np.arange(n_out, dtype=np.int64) - left
     if mode == "reflect":
@@ -136,11 +129,16 @@ def pad(input, pad, mode="constant", value=None, *, what="pad"):
     out_shape = list(x.shape)
     for k, (lo, hi) in enumerate(pairs):
         ax = x.ndim - 1 - k
-        idx = _pad_index(x.shape[ax], lo, hi, mode, what, ax, empty, allow_zero=npad > 1)
+        idx = _pad_index(x.shape[ax], lo, hi, mode, what, ax, empty)
         out_shape[ax] = x.shape[ax] + lo + hi
-        if not empty:
+        if idx is not None:
             y = np.take(y, idx, axis=ax)
-    if empty:
+    if mode != "circular" and all(out_shape[x.ndim - 1 - k] < 1 for k in range(npad)):
+        # torch's reflect / replicate: at least one padded dimension must keep an element
+        raise ValueError(
+            f"{what}: {mode} padding {tuple(pad)} leaves no element in any padded dimension "
+            f"of an input of shape {tuple(x.shape)}")
+    if empty or 0 in out_shape:
         return np.empty(out_shape, dtype=x.dtype)
     return np.ascontiguousarray(y)
 
@@ -181,6 +179,8 @@ def pixel_unshuffle(input, downscale_factor, *, what="pixel_unshuffle"):
     if h % r or w % r:
         raise ValueError(
             f"{what}: height {h} and width {w} must be divisible by downscale_factor {r}")
+    if x.size == 0:  # torch's pixel_unshuffle returns an empty input as it is (shape too)
+        return x.copy()
     y = x.reshape(*lead, c, h // r, r, w // r, r)
     n = len(lead)
     y = y.transpose(*range(n), n, n + 2, n + 4, n + 1, n + 3)
