@@ -22,7 +22,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
 from modulekit._ext._align cimport aligned, check_aligned
-from modulekit._ext._isa cimport active_isa
+from modulekit._ext._isa cimport active_bf16, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads, omp_get_thread_num
 
 cnp.import_array()
@@ -174,6 +174,9 @@ cdef class PackedLinear:
     def __cinit__(self):
         self._packed = NULL
         self._cfg = NULL
+        self._packed16 = NULL
+        self._cfg16 = NULL
+        self._packed16_size = 0
         self._retired = []
 
     def __init__(self, *args, **kwargs):
@@ -184,6 +187,7 @@ cdef class PackedLinear:
     def __dealloc__(self):
         if self._shm is None:
             free(self._packed)
+        free(self._packed16)
         for addr in self._retired:
             if type(addr) is int:  # (a shared segment's holder array is just dropped)
                 free(<void *><uintptr_t>addr)
@@ -213,9 +217,12 @@ cdef class PackedLinear:
         return 0
 
     cdef int ensure_ready(self) except -1:
-        """Re-pack when the active instruction set uses another layout (tests switch it)."""
+        """Re-pack when the active instruction set uses another layout (tests switch it);
+        under "medium" precision, also pack the bfloat16 buffer if it is not there yet."""
         cdef const mk_gemm_config *cfg = mk_gemm_get_config(self._compute, self._storage,
                                                             <int>active_isa())
+        if mk_gemm_precision() == MK_PREC_MEDIUM:
+            self.ensure_bf16()
         if cfg == self._cfg:
             return 0
         if self._cfg == NULL:
@@ -231,8 +238,80 @@ cdef class PackedLinear:
 
     cdef int gemm(self, size_t m, const void *a, ptrdiff_t rsa, ptrdiff_t csa, void *c,
                   size_t ldc, const mk_epilogue *ep, int nthreads) noexcept nogil:
+        cdef const mk_gemm_config *cfg16 = self._bf16_now()
+        cdef const mk_gemm_config *have = self._cfg16
+        if cfg16 != NULL and have != NULL and _same_layout(cfg16, have):
+            return mk_gemm_run(cfg16, m, <size_t>self.out_features, <size_t>self.in_features,
+                               a, rsa, csa, self._packed16, c, ldc, ep, nthreads)
         return mk_gemm_run(self._cfg, m, <size_t>self.out_features, <size_t>self.in_features,
                            a, rsa, csa, self._packed, c, ldc, ep, nthreads)
+
+    cdef const mk_gemm_config *_bf16_now(self) noexcept nogil:
+        """The bfloat16-compute configuration a call from this thread uses now, or NULL:
+        float32 compute with float32 or bfloat16 weights, precision "medium" in this thread,
+        and a bfloat16 path on this machine (see ``_isa.get_bf16``). float16 weights keep
+        their float32 compute: rounding them to bfloat16 would drop 3 of their bits."""
+        if self._compute != MK_COMPUTE_F32 or self._storage == MK_STORAGE_F16:
+            return NULL
+        if mk_gemm_precision() != MK_PREC_MEDIUM:
+            return NULL
+        return mk_gemm_get_bf16_config(active_bf16())
+
+    cdef int ensure_bf16(self) except -1:
+        """Pack the bfloat16 buffer for the path in use, once (see :meth:`_bf16_now`).
+
+        Weights are rounded to bfloat16 (nearest even) from the packed source. A concurrent
+        forward may still read a buffer this replaces: the old one is kept until the object
+        dies, as for :meth:`_pack`."""
+        cdef const mk_gemm_config *cfg = self._bf16_now()
+        cdef size_t n = <size_t>self.out_features, k = <size_t>self.in_features, size
+        cdef void *buf
+        cdef const void *bptr = NULL
+        cdef const void *wptr
+        cdef cnp.ndarray w16, b
+        cdef int nthreads
+        if cfg == NULL or cfg == self._cfg16:
+            return 0
+        if self._cfg16 != NULL and _same_layout(cfg, self._cfg16):
+            self._cfg16 = cfg
+            return 0
+        if self._cfg == NULL:
+            raise ValueError("this PackedLinear holds no weights: create it with pack_linear")
+        w, bias = self.unpack()
+        w16 = np.ascontiguousarray(w.astype(bfloat16_numpy(), copy=False)).view(np.uint16)
+        if bias is not None:
+            b = bias
+            bptr = cnp.PyArray_DATA(b)
+        wptr = cnp.PyArray_DATA(w16)
+        size = mk_gemm_packed_size(cfg, n, k)
+        buf = aligned_alloc(64, size)
+        if buf == NULL:
+            raise MemoryError(f"cannot allocate {size} bytes for bfloat16 packed weights")
+        nthreads = effective_threads()
+        with nogil:
+            mk_gemm_pack(cfg, n, k, wptr, 1, <ptrdiff_t>k, bptr, buf, nthreads)
+        if self._packed16 != NULL:
+            self._retired.append(<uintptr_t>self._packed16)
+        self._packed16 = buf
+        self._packed16_size = size
+        self._cfg16 = cfg
+        return 0
+
+    @property
+    def bf16_nbytes(self):
+        """Bytes of the bfloat16-compute buffer (0 until a "medium" forward packs it)."""
+        return self._packed16_size if self._packed16 != NULL else 0
+
+    @property
+    def compute_kernel(self):
+        """Name of the configuration a forward from this thread runs now: the bfloat16 one
+        under "medium" precision where this machine has a bfloat16 path (packing its buffer
+        now if needed), else :attr:`kernel`'s."""
+        self.ensure_ready()
+        cdef const mk_gemm_config *cfg16 = self._bf16_now()
+        if cfg16 != NULL and self._cfg16 != NULL and _same_layout(cfg16, self._cfg16):
+            return cfg16.name.decode()
+        return self.kernel
 
     @property
     def nbytes(self):
@@ -272,6 +351,8 @@ cdef class PackedLinear:
         make_epilogue(activation, alpha, beta, &ep)
         if self._cfg != mk_gemm_get_config(self._compute, self._storage, <int>active_isa()):
             self.ensure_ready()
+        elif mk_gemm_precision() == MK_PREC_MEDIUM:
+            self.ensure_bf16()
         arr = _input_rows(x, self._typenum, self.compute_dtype, self.in_features)
         itemsize = cnp.PyArray_ITEMSIZE(arr)
         if not _elem_strides_ok(arr, itemsize):
@@ -392,6 +473,12 @@ cdef class PackedLinear:
             f"PackedLinear(in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.has_bias}, storage={self.storage!r}, kernel={self.kernel!r})"
         )
+
+
+cdef inline bint _same_layout(const mk_gemm_config *x, const mk_gemm_config *y) noexcept nogil:
+    """Whether a buffer packed for x can be read by y's kernels."""
+    return (x.nr == y.nr and x.esize == y.esize and x.wsize == y.wsize and x.kpad == y.kpad
+            and x.storage == y.storage)
 
 
 cdef object _storage_dtype(str storage):
@@ -705,6 +792,38 @@ cdef class PackedChain:
         return self._run(x)
 
     cdef object _run(self, object x):
+        cdef mk_gemm_chain_layer *spec
+        cdef mk_gemm_chain_layer *spec16 = NULL
+        cdef PackedLinear lin
+        cdef const mk_gemm_config *cfg16
+        cdef Py_ssize_t i
+        self._refresh()
+        spec = self._spec
+        if mk_gemm_precision() == MK_PREC_MEDIUM:
+            # bfloat16 compute for the layers that have it, in a private copy of the spec
+            # (another thread may run this chain at another precision at the same time)
+            spec16 = <mk_gemm_chain_layer *>malloc(<size_t>self._nl * sizeof(mk_gemm_chain_layer))
+            if spec16 == NULL:
+                raise MemoryError("cannot allocate the chain description")
+            memcpy(spec16, self._spec, <size_t>self._nl * sizeof(mk_gemm_chain_layer))
+            spec = spec16
+            try:
+                for i in range(self._nl):
+                    lin = <PackedLinear>self.layers[i]
+                    lin.ensure_bf16()
+                    cfg16 = lin._bf16_now()
+                    if cfg16 != NULL and lin._cfg16 != NULL and _same_layout(cfg16, lin._cfg16):
+                        spec16[i].cfg = cfg16
+                        spec16[i].packed = lin._packed16
+            except BaseException:
+                free(spec16)
+                raise
+        try:
+            return self._run_spec(x, spec)
+        finally:
+            free(spec16)
+
+    cdef object _run_spec(self, object x, mk_gemm_chain_layer *spec):
         cdef cnp.ndarray arr, res
         cdef cnp.npy_intp dims[2]
         cdef Py_ssize_t itemsize, m
@@ -712,7 +831,6 @@ cdef class PackedChain:
         cdef void *buf
         cdef void *tmp = NULL
         cdef int rc, nthreads
-        self._refresh()
         arr = _input_rows(x, self._typenum, self.compute_dtype, self.in_features)
         itemsize = cnp.PyArray_ITEMSIZE(arr)
         # the chain reads rows with unit stride
@@ -745,7 +863,7 @@ cdef class PackedChain:
         nthreads = effective_threads()
         try:
             with nogil:
-                rc = mk_gemm_chain_run(<size_t>self._nl, self._spec, <size_t>m,
+                rc = mk_gemm_chain_run(<size_t>self._nl, spec, <size_t>m,
                                        cnp.PyArray_DATA(arr),
                                        cnp.PyArray_STRIDE(arr, 0) // itemsize,
                                        cnp.PyArray_DATA(res), buf, <char *>buf + half, nthreads)
@@ -986,3 +1104,31 @@ def _planned_threads(PackedLinear packed, Py_ssize_t m):
     packed.ensure_ready()
     return mk_gemm_plan_threads(packed._cfg, <size_t>m, <size_t>packed.out_features,
                                 <size_t>packed.in_features, effective_threads())
+
+
+# ---------------------------------------------------------------- float32 matmul precision
+PRECISIONS = ("highest", "high", "medium")
+
+
+def _get_precision():
+    """The calling thread's effective float32 matmul precision (0 highest, 1 high, 2 medium)."""
+    return mk_gemm_precision()
+
+
+def _get_global_precision():
+    """The process-wide float32 matmul precision (0 highest, 1 high, 2 medium)."""
+    return mk_gemm_get_global_precision()
+
+
+def _set_precision(int p):
+    """Set the process-wide float32 matmul precision (0, 1 or 2)."""
+    if not 0 <= p <= 2:
+        raise ValueError(f"precision code must be 0, 1 or 2; got {p}")
+    mk_gemm_set_precision(p)
+
+
+def _set_thread_precision(int p):
+    """Set (0, 1, 2) or clear (-1) the calling thread's override; returns the previous one."""
+    if not -1 <= p <= 2:
+        raise ValueError(f"precision code must be -1, 0, 1 or 2; got {p}")
+    return mk_gemm_set_thread_precision(p)
