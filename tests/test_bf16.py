@@ -181,6 +181,9 @@ def test_global_setting_reaches_other_threads():
 def test_bf16_path_selection():
     assert _isa.detected_bf16() in _isa.BF16_NAMES
     assert _isa.available_bf16()[-1] == _isa.detected_bf16()
+    # the default: AMX where granted; AVX512-BF16 only where it beats float32 FMAs (AMD)
+    assert _isa.default_bf16() in _isa.available_bf16()
+    assert (_isa.default_bf16() == "amx") == (_isa.detected_bf16() == "amx")
     assert _isa.amx_status() in ("granted", "refused", "unsupported")
     # AMX is offered exactly when the OS granted the tile state
     assert ("amx" in _isa.available_bf16()) == (_isa.amx_status() == "granted")
@@ -232,7 +235,8 @@ SHAPES = [
     (33, 100, 70),
     (64, 257, 33),
     (130, 96, 97),  # more rows than one 128-row block
-    (40, 1100, 64),  # K over the 512 block: the accumulators continue from C
+    (40, 1100, 64),  # K over AVX512-BF16's 512 block: the accumulators continue from C
+    (9, 4500, 40),  # K over AMX's 4096 block
     (5, 0, 6),  # K = 0: the bias alone
 ]
 

@@ -7,6 +7,7 @@ cdef extern from "isa.h" nogil:
     mk_isa mk_isa_detect()
     int mk_cpu_has_avx512bf16()
     int mk_bf16_detect()
+    int mk_bf16_default()
     int mk_amx_status()
 
 # The instruction-set level every kernel dispatches on now (chosen once at import, forced by

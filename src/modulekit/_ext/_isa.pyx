@@ -60,7 +60,8 @@ def has_avx512bf16():
 BF16_NAMES = ("none", "avx512bf16", "amx")
 
 cdef int _bf16_detected = mk_bf16_detect()
-cdef int _bf16_chosen = _bf16_detected
+cdef int _bf16_default = mk_bf16_default()
+cdef int _bf16_chosen = _bf16_default
 
 
 cdef int active_bf16() noexcept nogil:
@@ -68,9 +69,16 @@ cdef int active_bf16() noexcept nogil:
 
 
 def detected_bf16():
-    """The best bfloat16-compute path this CPU and OS support: "amx" (AMX-BF16 tiles, the
+    """The best bfloat16-compute path this CPU and OS can run: "amx" (AMX-BF16 tiles, the
     kernel granted the tile state), "avx512bf16" (vdpbf16ps) or "none"."""
     return BF16_NAMES[_bf16_detected]
+
+
+def default_bf16():
+    """The bfloat16-compute path used unless another is chosen: "amx" where the OS granted
+    the tile state, else "avx512bf16" where it beats float32 FMAs (AMD CPUs; on Intel
+    vdpbf16ps runs at or below the float32 FMA rate), else "none"."""
+    return BF16_NAMES[_bf16_default]
 
 
 def available_bf16():

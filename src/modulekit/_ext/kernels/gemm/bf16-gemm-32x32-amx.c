@@ -5,8 +5,12 @@
  * mk_bf16_pack_w_pairs (a B tile is 16 pair rows of 64 bytes at a 128-byte stride); C, bias
  * and the epilogue float32 (the mk_gemm_ukernel contract of gemm.h).
  *
- * Every call loads its tile configuration (ldtilecfg): another library in the process (say
- * oneDNN) may have configured the tiles of this thread differently between two calls. The
+ * The tile configuration is loaded by mk_bf16_amx_begin (the configuration's begin hook),
+ * which the driver calls in each thread before each run of kernel calls (mk_gemm_range):
+ * another library in the process (oneDNN, say) may configure this thread's tiles differently
+ * between two of our GEMMs, but nothing else runs on the thread inside one run, and an
+ * ldtilecfg per call cost 15-30% of a 32 x 32 x 384 call. The kernel must not be called
+ * without it (a tile instruction on unconfigured tiles faults). The
  * accumulators start from the bias by a 0-stride tile load (every row the same 64 bytes).
  * Full 32x32 blocks are stored straight into C; partial ones go through a 4 KiB scratch.
  * Runs only once the OS granted this process the tile state (isa.c). Chosen in
@@ -31,8 +35,14 @@ static const mk_tilecfg mk_amx_cfg = {
     {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
+#ifndef MK_AMX_PF
+#define MK_AMX_PF 4 /* k blocks of weight prefetch distance */
+#endif
+
 #define MK_TARGET_AMX \
     __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq")))
+
+MK_TARGET_AMX void mk_bf16_amx_begin(void) { _tile_loadconfig(&mk_amx_cfg); }
 
 MK_TARGET_AMX void mk_bf16_gemm_32x32__amx(size_t mr, size_t nc, size_t kc, const void *a_,
                                            const void *w_, void *c_, size_t ldc,
@@ -44,7 +54,6 @@ MK_TARGET_AMX void mk_bf16_gemm_32x32__amx(size_t mr, size_t nc, size_t kc, cons
     const int full = mr == 32 && nc == 32;
     float *cb = full ? c : scratch;
     const size_t ldb = full ? ldc * sizeof(float) : 32 * sizeof(float); /* bytes */
-    _tile_loadconfig(&mk_amx_cfg);
     if (init_ != NULL) {
         const float *bias = (const float *)init_;
         _tile_loadd(0, bias, 0);
@@ -63,6 +72,12 @@ MK_TARGET_AMX void mk_bf16_gemm_32x32__amx(size_t mr, size_t nc, size_t kc, cons
     }
     const size_t nkb = (kc + 31) / 32;
     for (size_t kb = 0; kb < nkb; kb++) {
+        if (kb + MK_AMX_PF < nkb) {
+            /* the weights MK_AMX_PF k blocks ahead (2 KiB each): with few rows they stream
+             * from DRAM, and tile loads alone leave the hardware prefetchers behind */
+#pragma GCC unroll 32
+            for (int q = 0; q < 32; q++) _mm_prefetch((const char *)w + MK_AMX_PF * 2048 + q * 64, _MM_HINT_T0);
+        }
         _tile_loadd(4, a, 64);
         _tile_loadd(5, a + 1024, 64);
         _tile_loadd(6, w, 128);

@@ -180,6 +180,7 @@ int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t p0, si
     const size_t kc_max = (mk_min(KC, pr->k ? pr->k : 1) + kq - 1) / kq * kq;
     unsigned char *abuf = (unsigned char *)mk_tl_buffer(mc_max * kc_max * as);
     if (abuf == NULL) return -1;
+    if (cfg->begin != NULL) cfg->begin(); /* AMX: this thread's tile configuration */
 
     for (size_t jc = p0; jc < p1; jc += NCP) {
         const size_t jend = mk_min(jc + NCP, p1);

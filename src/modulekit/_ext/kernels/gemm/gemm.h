@@ -111,6 +111,9 @@ typedef struct {
     size_t kpad, asize;
     void (*pack_w)(size_t ncols, size_t k, size_t nr, const void *b, ptrdiff_t rs,
                    ptrdiff_t cs, void *w);
+    /* when set, called by a thread before each run of its ukernel calls (mk_gemm_range):
+     * AMX loads its tile configuration there once instead of in every call */
+    void (*begin)(void);
 } mk_gemm_config;
 
 /* The configuration for (compute, storage, isa); NULL for an unsupported pair
