@@ -1,7 +1,7 @@
 """modulekit's benchmark suites and their runner: ``python -m modulekit.bench --help``.
 
 Each suite module (``overhead``, ``casts``, ``gemm``, ``conv``, ``models``, ``bert``,
-``checkpoint_io``, ``pipeline``, ``application``) has ``run(quick=False) -> list[dict]``
+``checkpoint_io``, ``pipeline``, ``application``, ``bf16``) has ``run(quick=False) -> list[dict]``
 timing modulekit against every installed peer (NumPy, torch, onnxruntime, ...) in one run,
 interleaved, and a
 ``main()`` for ``python -m modulekit.bench.<suite>``; ``bench/<suite>.py`` in the source tree
@@ -10,3 +10,4 @@ runs the same thing as a plain script.
 
 SUITES = ("overhead", "casts", "gemm", "conv", "models", "bert", "checkpoint_io", "pipeline",
           "application")
+SUITES += ("bf16",)  # bfloat16 compute (float32_matmul_precision("medium")) vs torch bf16
