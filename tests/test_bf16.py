@@ -9,7 +9,10 @@ Linear (oneDNN, output rounded to bfloat16) the bound is that plus torch's outpu
 Every test that runs a kernel runs on every bfloat16 path this machine has (``bf16_path``).
 """
 
+import os
 import pickle
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -20,6 +23,7 @@ import modulekit
 from modulekit import nn
 from modulekit._ext import _gemm, _isa
 
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 BF16_PATHS = _isa.available_bf16()[1:]  # "avx512bf16", "amx" where the machine has them
 
 # float32 accumulation of K products (relative to the sum of magnitudes): K * 2^-24 would be
@@ -194,6 +198,56 @@ def test_bf16_path_selection():
         assert _isa.get_bf16() == "none"
     finally:
         _isa.set_bf16(prev)
+
+
+def test_amx_refused_falls_back_cleanly():
+    """A kernel that refuses the AMX tile state (simulated by the test hook): no AMX path,
+    a clear refusal when asked for it, and "medium" still computes correctly."""
+    if _isa.detected_bf16() != "amx":
+        pytest.skip("no AMX here: nothing to refuse")
+    code = """
+import numpy as np
+import modulekit
+from modulekit._ext import _gemm, _isa
+assert _isa.amx_status() == "refused", _isa.amx_status()
+assert _isa.detected_bf16() == "avx512bf16" and "amx" not in _isa.available_bf16()
+assert _isa.default_bf16() in ("none", "avx512bf16")
+try:
+    _isa.set_bf16("amx")
+except ValueError as exc:
+    assert "refused the AMX tile state" in str(exc), exc
+else:
+    raise AssertionError("set_bf16('amx') was accepted")
+rng = np.random.default_rng(0)
+x = rng.standard_normal((40, 64)).astype(np.float32)
+w = rng.standard_normal((48, 64)).astype(np.float32)
+p = _gemm.pack_linear(w)
+with modulekit.float32_matmul_precision("medium"):
+    y = p.forward(x)
+    kernel = p.compute_kernel
+assert "amx" not in kernel, kernel
+ref = x.astype(np.float64) @ w.T.astype(np.float64)
+assert np.abs(y - ref).max() < 2.0**-7 * (np.abs(x) @ np.abs(w).T).max()
+print("ok", kernel)
+"""
+    env = dict(os.environ, MODULEKIT_TEST_AMX_REFUSED="1", PYTHONPATH=SRC)
+    env.pop("MODULEKIT_BF16", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("ok")
+
+
+def test_bf16_path_forced_by_environment():
+    env = dict(os.environ, MODULEKIT_BF16="none", PYTHONPATH=SRC)
+    code = "from modulekit._ext import _isa; print(_isa.get_bf16())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "none", out.stderr
+    env["MODULEKIT_BF16"] = "tiles"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode != 0 and "unknown bfloat16 path 'tiles'" in out.stderr
 
 
 def test_bf16_needs_the_avx512_level(rng):

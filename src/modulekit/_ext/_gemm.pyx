@@ -169,6 +169,16 @@ cdef class PackedLinear:
     nbytes : int
         Bytes of the packed buffer (weights, bias, padding).
     has_bias : bool
+    compute_kernel : str
+        The kernel a forward from this thread runs now (a bfloat16 one under "medium").
+    bf16_nbytes : int
+        Bytes of the bfloat16-compute copy (0 until a forward under "medium" packs it).
+
+    Under ``set_float32_matmul_precision("medium")`` (or inside a
+    ``float32_matmul_precision("medium")`` block in the calling thread) a layer with float32
+    or bfloat16 weights computes in bfloat16 with float32 accumulation on the machine's
+    bfloat16 path (``_isa.get_bf16``), from a second buffer packed once at the first such
+    forward (see ``modulekit/precision.py``).
     """
 
     def __cinit__(self):

@@ -16,6 +16,9 @@ batch 256 (MiniLM's FFN), float32 NumPy input and output on every side:
 - ``torch bf16 in/out``: the bfloat16 Linear on a bfloat16 tensor, no conversions (torch's
   floor).
 
+Each case runs again with one thread on each side (``... one thread``): on a busy machine a
+thread team waits for a descheduled worker, which costs the libraries differently.
+
 Before timing, every side's output is checked against float32 within bfloat16's rounding.
 The peers' repeats are interleaved (see ``_timing.interleaved``). ``run(quick=False)``
 returns the rows.
@@ -109,20 +112,43 @@ def run(quick=False):
             err = np.max(np.abs(got - want) / (scale + 1e-30))
             if not err < 2.0**-6:
                 raise AssertionError(f"bf16 bench: {name} is off by {err:.3g} (relative)")
-        res = interleaved(funcs, rounds=repeats, min_time=min_time, setup=funcs, pause=gap,
-                          wait_idle=True)
         flops = 2.0 * m * n * k
-        case = case_name(k, n, m)
-        base = res["modulekit"]["seconds"]
-        cells = []
-        for name, st in res.items():
-            row = {"suite": "bf16", "case": case, "impl": name, **st,
-                   "gflops": flops / st["seconds"] / 1e9}
-            results.append(row)
-            cells.append(f"{name} {fmt_time(st['seconds'])} {row['gflops']:.0f} GF/s "
-                         f"(x{st['seconds'] / base:.2f})")
-        print(f"{case}: " + " | ".join(cells))
+        report(results, case_name(k, n, m), flops,
+               interleaved(funcs, rounds=repeats, min_time=min_time, setup=funcs, pause=gap,
+                           wait_idle=True))
+        # one thread each: the kernels compared without thread-team effects (on a busy
+        # machine a team waits for a descheduled worker, which costs the peers differently)
+        one = {name: fn for name, fn in funcs.items()
+               if name in ("modulekit", "torch bf16 weights", "torch bf16 in/out")}
+        user = _openmp_helpers.user_threads()
+        _openmp_helpers.set_num_threads(1)
+        if torch is not None:
+            torch.set_num_threads(1)
+        try:
+            res = interleaved(one, rounds=repeats, min_time=min_time, setup=one, pause=gap,
+                              wait_idle=True)
+        finally:
+            if user:
+                _openmp_helpers.set_num_threads(user)
+            else:
+                _openmp_helpers.reset_num_threads()
+            if torch is not None:
+                torch.set_num_threads(nthreads)
+        report(results, case_name(k, n, m) + " one thread", flops, res)
     return results
+
+
+def report(results, case, flops, res):
+    """Record one row per implementation of ``case`` and print them."""
+    base = res["modulekit"]["seconds"]
+    cells = []
+    for name, st in res.items():
+        row = {"suite": "bf16", "case": case, "impl": name, **st,
+               "gflops": flops / st["seconds"] / 1e9}
+        results.append(row)
+        cells.append(f"{name} {fmt_time(st['seconds'])} {row['gflops']:.0f} GF/s "
+                     f"(x{st['seconds'] / base:.2f})")
+    print(f"{case}: " + " | ".join(cells))
 
 
 def main(argv=None):

@@ -54,6 +54,7 @@ int mk_cpu_has_avx512bf16(void) {
 }
 
 /* ---- bfloat16 compute paths (see isa.h) */
+#include <stdlib.h>
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -73,6 +74,9 @@ static int mk_amx_request(void) {
     if (!amx_bf16 || !amx_tile || !mk_cpu_has_avx512bf16()) return 0;
     /* the OS must manage the tile state: XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA) */
     if ((mk_xgetbv0() & 0x60000ULL) != 0x60000ULL) return 0;
+    /* test hook: behave as a kernel that refuses the request (tests/test_bf16.py) */
+    const char *deny = getenv("MODULEKIT_TEST_AMX_REFUSED");
+    if (deny != NULL && deny[0] != '\0' && deny[0] != '0') return -1;
 #if defined(__linux__) && defined(SYS_arch_prctl)
     if (syscall(SYS_arch_prctl, MK_ARCH_REQ_XCOMP_PERM, MK_XFEATURE_XTILEDATA) != 0) return -1;
     unsigned long long perm = 0;

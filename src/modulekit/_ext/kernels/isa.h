@@ -41,7 +41,8 @@ int mk_cpu_has_avx512bf16(void);
  * it asks Linux once for the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)) and
  * falls back to AVX512-BF16 when the kernel refuses it (or is older than 5.16).
  * mk_amx_status() says what happened: 0 no AMX-BF16 on this CPU or OS, 1 granted, -1 the
- * request was refused. Both run the request at most once per process. */
+ * request was refused. Both run the request at most once per process.
+ * MODULEKIT_TEST_AMX_REFUSED=1 makes the request fail as a refusing kernel would (tests). */
 int mk_bf16_detect(void);
 int mk_amx_status(void);
 /* The path used unless another is chosen: AMX where granted, else AVX512-BF16 where it beats
