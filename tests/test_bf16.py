@@ -458,6 +458,21 @@ def test_module_precision_and_state_changes(bf16_path, rng):
     np.testing.assert_array_equal(layer._packed.unpack()[0], w2)
 
 
+def test_initialize_under_medium_packs_the_bfloat16_copy(bf16_path, rng):
+    x, w, b = _data(rng, 6, 40, 24)
+    layer = nn.Linear(40, 24)
+    layer.load_state_dict({"weight": w, "bias": b})
+    with modulekit.float32_matmul_precision("medium"):
+        layer.initialize()
+    assert layer._packed.bf16_nbytes > 0
+    plain = nn.Linear(40, 24)
+    plain.load_state_dict({"weight": w, "bias": b})
+    plain.initialize()
+    assert plain._packed.bf16_nbytes == 0
+    with modulekit.float32_matmul_precision("medium"):
+        np.testing.assert_array_equal(layer(x), plain(x))
+
+
 def test_bfloat16_weights_compute_in_bfloat16_under_medium(bf16_path, rng):
     x, w, b = _data(rng, 20, 96, 40)
     layer = nn.Linear(96, 40)
@@ -538,7 +553,10 @@ def test_pickle_and_fresh_packing(bf16_path, rng):
     p = _gemm.pack_linear(w, b)
     with modulekit.float32_matmul_precision("medium"):
         y = p.forward(x)
-        q = pickle.loads(pickle.dumps(p))
-        assert q.bf16_nbytes == 0  # the bfloat16 copy is not pickled: rebuilt on use
+        data = pickle.dumps(p)
+    q = pickle.loads(data)
+    assert q.bf16_nbytes == 0  # the bfloat16 copy is not pickled: rebuilt on use
+    assert len(data) < p.nbytes + 4096
+    with modulekit.float32_matmul_precision("medium"):
         np.testing.assert_array_equal(q.forward(x), y)
         assert q.bf16_nbytes == p.bf16_nbytes

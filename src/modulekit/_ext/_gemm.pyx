@@ -563,6 +563,11 @@ def pack_linear(weight, bias=None, storage="float32"):
     Returns
     -------
     PackedLinear
+
+    Notes
+    -----
+    Called while the calling thread's float32 matmul precision is "medium", it also packs
+    the bfloat16-compute copy (see :class:`PackedLinear`).
     """
     if not isinstance(storage, str) or storage not in _STORAGE_CODES:
         raise ValueError(f"unknown storage {storage!r}: expected one of {', '.join(STORAGES)}")
@@ -599,6 +604,8 @@ def pack_linear(weight, bias=None, storage="float32"):
     if cfg == NULL:  # pragma: no cover
         raise RuntimeError("no GEMM kernel for this storage and instruction set")
     self._pack(cfg, w, b)
+    if mk_gemm_precision() == MK_PREC_MEDIUM:
+        self.ensure_bf16()  # packed under "medium" (initialize()): the bfloat16 copy too
     return self
 
 
