@@ -560,3 +560,38 @@ def test_pickle_and_fresh_packing(bf16_path, rng):
     with modulekit.float32_matmul_precision("medium"):
         np.testing.assert_array_equal(q.forward(x), y)
         assert q.bf16_nbytes == p.bf16_nbytes
+
+
+# ---------------------------------------------------------------- matmul
+@pytest.mark.parametrize(
+    "sa,sb",
+    [((1, 1), (1, 1)), ((7, 33), (33, 5)), ((70, 130), (130, 90)), ((300, 64), (64, 200)),
+     ((3, 17, 40), (3, 40, 9)), ((4, 40, 64), (64, 33)), ((40, 64), (5, 64, 33)),
+     ((2, 9, 0), (2, 0, 4))],
+)
+def test_matmul_medium_against_torch(bf16_path, rng, sa, sb):
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    with modulekit.float32_matmul_precision("medium"):
+        y = modulekit.matmul(a, b)
+        # non-contiguous operands: the same result
+        np.testing.assert_array_equal(
+            modulekit.matmul(np.asfortranarray(a), np.swapaxes(np.swapaxes(b, -1, -2).copy(),
+                                                               -1, -2)), y)
+    at, bt = _bf16_round(a).double(), _bf16_round(b).double()
+    ref = torch.matmul(at, bt).numpy()
+    scale = torch.matmul(at.abs(), bt.abs()).numpy()
+    _check(y, ref, scale, _ACC_TOL, f"matmul {sa} @ {sb}")
+    y32 = modulekit.matmul(a, b)  # "highest": float32 again
+    np.testing.assert_allclose(y32, np.matmul(a.astype(np.float64), b), rtol=1e-4, atol=1e-4)
+    if ref.size and sa[-1] > 8:
+        assert not np.array_equal(y, y32)
+
+
+def test_matmul_float64_ignores_medium(bf16_path, rng):
+    a = rng.standard_normal((20, 30))
+    b = rng.standard_normal((30, 10))
+    with modulekit.float32_matmul_precision("medium"):
+        y = modulekit.matmul(a, b)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, a @ b, rtol=1e-12, atol=1e-12)

@@ -633,13 +633,16 @@ def linear(x, weight, bias=None, activation="none"):
 def matmul(a, b):
     """``a @ b`` for 2-D (M, K) @ (K, N) and batched 3-D (B, M, K) @ (B, K, N), a 2-D (or
     batch-1) operand broadcast over the batch. Any strides. float32 unless either operand is
-    float64 (float16/bfloat16 are promoted to float32). Returns a C-contiguous ndarray."""
+    float64 (float16/bfloat16 are promoted to float32). Returns a C-contiguous ndarray.
+    A float32 product under "medium" precision (``modulekit.float32_matmul_precision``)
+    computes in bfloat16 with float32 accumulation on the machine's bfloat16 path."""
     cdef cnp.ndarray out
     A = np.asarray(a)
     Bm = np.asarray(b)
     cdef const mk_gemm_config *cfg
+    cdef const mk_gemm_config *cfg16 = NULL
     cdef mk_epilogue ep
-    cdef Py_ssize_t batch, ba, bb, i, M, K, N, es
+    cdef Py_ssize_t batch, ba, bb, i, M, K, N, es, bes
     cdef void *packed = NULL
     cdef int nthreads
     adt = _float_dtype(A.dtype, "a")
@@ -666,6 +669,16 @@ def matmul(a, b):
         A = cnp.PyArray_NewCopy(A, cnp.NPY_CORDER)
     if not _elem_strides_ok(Bm, es):
         Bm = cnp.PyArray_NewCopy(Bm, cnp.NPY_CORDER)
+    bes = es
+    if cdt == _F32 and mk_gemm_precision() == MK_PREC_MEDIUM:
+        # "medium": bfloat16 multiplies, float32 accumulation. b is rounded to bfloat16 here
+        # (the cast kernels, nearest even) and packed into the bfloat16 layout by the engine;
+        # a is rounded while it is packed.
+        cfg16 = mk_gemm_get_bf16_config(active_bf16())
+        if cfg16 != NULL:
+            from modulekit._ext._cast import cast
+            Bm = cast(Bm, "bfloat16").view(np.uint16)
+            bes = 2
     M = A.shape[A.ndim - 2]
     K = A.shape[A.ndim - 1]
     N = Bm.shape[Bm.ndim - 1]
@@ -680,6 +693,8 @@ def matmul(a, b):
     cfg = mk_gemm_get_config(MK_COMPUTE_F64 if cdt == _F64 else MK_COMPUTE_F32,
                              MK_STORAGE_F64 if cdt == _F64 else MK_STORAGE_F32,
                              <int>active_isa())
+    if cfg16 != NULL:
+        cfg = cfg16
     make_epilogue("none", 0.0, 0.0, &ep)
     A3 = A if A.ndim == 3 else A[None]
     B3 = Bm if Bm.ndim == 3 else Bm[None]
@@ -689,8 +704,8 @@ def matmul(a, b):
     # strides in elements; a broadcast operand has batch stride 0
     cdef Py_ssize_t sab = A3.strides[0] // es if ba > 1 else 0
     cdef Py_ssize_t rsa = A3.strides[1] // es, csa = A3.strides[2] // es
-    cdef Py_ssize_t sbb = B3.strides[0] // es if bb > 1 else 0
-    cdef Py_ssize_t rsb = B3.strides[1] // es, csb = B3.strides[2] // es
+    cdef Py_ssize_t sbb = B3.strides[0] // bes if bb > 1 else 0
+    cdef Py_ssize_t rsb = B3.strides[1] // bes, csb = B3.strides[2] // bes
     cdef size_t size = mk_gemm_packed_size(cfg, <size_t>N, <size_t>K)
     cdef int nt = 1, r, rcsum = 0
     nthreads = effective_threads()
@@ -705,12 +720,12 @@ def matmul(a, b):
             if nt > 1:
                 for i in prange(batch, num_threads=nt, schedule="static"):
                     rcsum += mk_gemm_matmul(cfg, <size_t>M, <size_t>N, <size_t>K,
-                                            pa + i * sab * es, rsa, csa, pb + i * sbb * es,
+                                            pa + i * sab * es, rsa, csa, pb + i * sbb * bes,
                                             rsb, csb, po + i * M * N * es, <size_t>N, 1)
             else:
                 for i in range(batch):
                     rcsum += mk_gemm_matmul(cfg, <size_t>M, <size_t>N, <size_t>K,
-                                            pa + i * sab * es, rsa, csa, pb + i * sbb * es,
+                                            pa + i * sab * es, rsa, csa, pb + i * sbb * bes,
                                             rsb, csb, po + i * M * N * es, <size_t>N, nthreads)
         if rcsum != 0:
             raise MemoryError("cannot allocate the GEMM packing buffer")
