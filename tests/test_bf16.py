@@ -595,3 +595,25 @@ def test_matmul_float64_ignores_medium(bf16_path, rng):
         y = modulekit.matmul(a, b)
     assert y.dtype == np.float64
     np.testing.assert_allclose(y, a @ b, rtol=1e-12, atol=1e-12)
+
+
+def test_compiled_plan_follows_the_precision(bf16_path, rng):
+    """A compiled model reads the precision at each call, as eager modules do."""
+    import warnings
+
+    def build():
+        nn.manual_seed(3)
+        return nn.Sequential(nn.Linear(64, 96), nn.GELU(), nn.Linear(96, 32), nn.ReLU(),
+                             nn.Linear(32, 8))
+
+    eager, comp = build(), build()
+    comp.compile()
+    x = rng.standard_normal((17, 64)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the plan must not fall back to eager
+        for precision in ("highest", "medium", "highest", "medium"):
+            with modulekit.float32_matmul_precision(precision):
+                np.testing.assert_array_equal(comp(x), eager(x))
+    with modulekit.float32_matmul_precision("medium"):
+        y16 = comp(x)
+    assert not np.array_equal(y16, comp(x))
