@@ -1,9 +1,10 @@
 """bfloat16 compute: ``nn.Linear`` under ``float32_matmul_precision("medium")`` against torch's
 bfloat16 Linear (oneDNN; AMX where the CPU has it).
 
-Run ``python -m modulekit.bench bf16`` or ``python bench/bf16.py`` (``--quick`` for fewer,
-shorter repeats). Cases: Linear 4096->4096 batch 64, 1024->1024 batch 1024 and 384->1536
-batch 256 (MiniLM's FFN), float32 NumPy input and output on every side:
+Run ``python -m modulekit.bench bf16`` or ``python bench/bf16.py`` (``--quick``: fewer,
+shorter repeats of ``modulekit``, ``modulekit float32`` and ``torch bf16 weights`` only).
+Cases: Linear 4096->4096 batch 64, 1024->1024 batch 1024 and 384->1536 batch 256 (MiniLM's
+FFN), float32 NumPy input and output on every side:
 
 - ``modulekit``: a float32 ``nn.Linear`` called inside ``float32_matmul_precision("medium")``
   (bfloat16 multiplies, float32 accumulation; its bfloat16 weights packed once, beforehand);
@@ -103,6 +104,9 @@ def run(quick=False):
 
             funcs.update({"torch bf16 weights": torch_bf16, "torch autocast": torch_autocast,
                           "torch bf16 in/out": torch_bf16_io})
+        if quick:  # the bar's pair and the float32 reference only
+            funcs = {name: fn for name, fn in funcs.items()
+                     if name in ("modulekit", "modulekit float32", "torch bf16 weights")}
         # every side computes the same layer: within bfloat16's rounding of float32
         want = x.astype(np.float64) @ w.T.astype(np.float64) + b
         scale = np.abs(x) @ np.abs(w).T + np.abs(b)
@@ -116,6 +120,8 @@ def run(quick=False):
         report(results, case_name(k, n, m), flops,
                interleaved(funcs, rounds=repeats, min_time=min_time, setup=funcs, pause=gap,
                            wait_idle=True))
+        if quick:
+            continue
         # one thread each: the kernels compared without thread-team effects (on a busy
         # machine a team waits for a descheduled worker, which costs the peers differently)
         one = {name: fn for name, fn in funcs.items()
