@@ -6,7 +6,8 @@
  * and the epilogue float32 (the mk_gemm_ukernel contract of gemm.h).
  *
  * The tile configuration is loaded by mk_bf16_amx_begin (the configuration's begin hook),
- * which the driver calls in each thread before each run of kernel calls (mk_gemm_range):
+ * which the driver calls in each thread before each run of kernel calls (mk_gemm_range; the
+ * end hook, mk_bf16_amx_end, releases the tiles after it):
  * another library in the process (oneDNN, say) may configure this thread's tiles differently
  * between two of our GEMMs, but nothing else runs on the thread inside one run, and an
  * ldtilecfg per call cost 15-30% of a 32 x 32 x 384 call. The kernel must not be called
@@ -43,6 +44,8 @@ static const mk_tilecfg mk_amx_cfg = {
     __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq")))
 
 MK_TARGET_AMX void mk_bf16_amx_begin(void) { _tile_loadconfig(&mk_amx_cfg); }
+
+MK_TARGET_AMX void mk_bf16_amx_end(void) { _tile_release(); }
 
 MK_TARGET_AMX void mk_bf16_gemm_32x32__amx(size_t mr, size_t nc, size_t kc, const void *a_,
                                            const void *w_, void *c_, size_t ldc,

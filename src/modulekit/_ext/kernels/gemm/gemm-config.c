@@ -220,6 +220,7 @@ void mk_bf16_gemm_32x32__amx(size_t, size_t, size_t, const void *, const void *,
 void mk_bf16_pack_a_pairs__avx512bf16(size_t, size_t, size_t, const void *, ptrdiff_t, ptrdiff_t, void *);
 void mk_bf16_pack_a_tiles__amx(size_t, size_t, size_t, const void *, ptrdiff_t, ptrdiff_t, void *);
 void mk_bf16_amx_begin(void);
+void mk_bf16_amx_end(void);
 void mk_bf16_pack_w_pairs(size_t, size_t, size_t, const void *, ptrdiff_t, ptrdiff_t, void *);
 
 static const mk_gemm_config mk_gemm_bf16_configs[MK_BF16_COUNT] = {
@@ -238,7 +239,8 @@ static const mk_gemm_config mk_gemm_bf16_configs[MK_BF16_COUNT] = {
         .ukernel = mk_bf16_gemm_32x32__amx,
         .pack_a = mk_bf16_pack_a_tiles__amx,
         .act_tile = mk_act_tile_f32_avx512,
-        .kpad = 32, .asize = 2, .pack_w = mk_bf16_pack_w_pairs, .begin = mk_bf16_amx_begin,
+        .kpad = 32, .asize = 2, .pack_w = mk_bf16_pack_w_pairs,
+        .begin = mk_bf16_amx_begin, .end = mk_bf16_amx_end,
     },
 #endif
 };

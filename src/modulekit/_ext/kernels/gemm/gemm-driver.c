@@ -207,6 +207,7 @@ int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t p0, si
             pc += kc;
         } while (pc < pr->k);
     }
+    if (cfg->end != NULL) cfg->end(); /* AMX: release the tiles */
     return 0;
 }
 

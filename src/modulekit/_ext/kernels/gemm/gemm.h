@@ -111,9 +111,12 @@ typedef struct {
     size_t kpad, asize;
     void (*pack_w)(size_t ncols, size_t k, size_t nr, const void *b, ptrdiff_t rs,
                    ptrdiff_t cs, void *w);
-    /* when set, called by a thread before each run of its ukernel calls (mk_gemm_range):
-     * AMX loads its tile configuration there once instead of in every call */
+    /* when set, called by a thread before / after each run of its ukernel calls
+     * (mk_gemm_range): AMX loads its tile configuration once there instead of in every call,
+     * and releases the tiles after (their state back to init: context switches stop saving
+     * 8 KiB of tile data for the thread) */
     void (*begin)(void);
+    void (*end)(void);
 } mk_gemm_config;
 
 /* The configuration for (compute, storage, isa); NULL for an unsupported pair
