@@ -17,6 +17,13 @@ from modulekit.dtypes import (
 )
 from modulekit.module import LoadResult, Module, StateDictError
 from modulekit.nn.functional import matmul
+
+# float32 matmul precision (bfloat16 compute under "medium")
+from modulekit.precision import (
+    float32_matmul_precision,
+    get_float32_matmul_precision,
+    set_float32_matmul_precision,
+)
 from modulekit.threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"  # the one place: pyproject.toml reads it (setuptools dynamic version)
@@ -78,4 +85,9 @@ __all__ = [
     "StateDictError",
     "Tensor",
     "uint8",
+]
+__all__ += [
+    "float32_matmul_precision",
+    "get_float32_matmul_precision",
+    "set_float32_matmul_precision",
 ]

@@ -5,7 +5,8 @@
 #     from modulekit._ext._gemm cimport PackedLinear, mk_epilogue, make_epilogue
 #     cdef mk_epilogue ep
 #     make_epilogue("relu", 0.0, 0.0, &ep)         # validates, raises ValueError
-#     packed.ensure_ready()                          # (re)packs for the active ISA if needed
+#     packed.ensure_ready()                          # (re)packs for the active ISA if needed,
+#                                                    # and for bfloat16 under "medium" precision
 #     with nogil:
 #         rc = packed.gemm(m, a, rsa, csa, c, ldc, &ep, nthreads)   # 0, or -1: out of memory
 # a: M x K activations in the compute dtype (element (i, k) at a[i * rsa + k * csa], strides
@@ -52,8 +53,19 @@ cdef extern from "gemm/gemm.h" nogil:
         int storage
         size_t mr, nr, kc, mc, nc
         size_t esize, wsize
+        size_t kpad, asize
 
     const mk_gemm_config *mk_gemm_get_config(int compute, int storage, int isa)
+    # bfloat16 compute and the float32 matmul precision (gemm.h)
+    ctypedef enum mk_precision:
+        MK_PREC_HIGHEST
+        MK_PREC_HIGH
+        MK_PREC_MEDIUM
+    const mk_gemm_config *mk_gemm_get_bf16_config(int bf16_isa)
+    int mk_gemm_precision()
+    void mk_gemm_set_precision(int p)
+    int mk_gemm_get_global_precision()
+    int mk_gemm_set_thread_precision(int p)
     size_t mk_gemm_panel_stride(const mk_gemm_config *cfg, size_t k)
     size_t mk_gemm_packed_size(const mk_gemm_config *cfg, size_t n, size_t k)
     void mk_gemm_pack(const mk_gemm_config *cfg, size_t n, size_t k, const void *b,
@@ -107,6 +119,13 @@ cdef class PackedLinear:
     cdef list _retired                 # buffers replaced by a re-pack (freed at dealloc)
     cdef object _shm                   # uint8 ndarray over the shared segment holding
                                        # _packed (share_memory), or None: _packed is malloc'd
+    # bfloat16 compute (precision "medium"): a second buffer in the bf16 layout, packed once
+    # at the first such forward and kept (private: never shared or pickled)
+    cdef const mk_gemm_config *_cfg16
+    cdef void *_packed16
+    cdef size_t _packed16_size
+    cdef int ensure_bf16(self) except -1
+    cdef const mk_gemm_config *_bf16_now(self) noexcept nogil
 
     cdef int _pack(self, const mk_gemm_config *cfg, object w, object b) except -1
     cdef object _check_out(self, object out, Py_ssize_t m, object x)
@@ -142,3 +161,4 @@ cdef class PackedChain:
 
     cdef int _refresh(self) except -1
     cdef object _run(self, object x)
+    cdef object _run_spec(self, object x, mk_gemm_chain_layer *spec)

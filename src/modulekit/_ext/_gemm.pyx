@@ -22,7 +22,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
 from modulekit._ext._align cimport aligned, check_aligned
-from modulekit._ext._isa cimport active_isa
+from modulekit._ext._isa cimport active_bf16, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads, omp_get_thread_num
 
 cnp.import_array()
@@ -176,11 +176,24 @@ cdef class PackedLinear:
     nbytes : int
         Bytes of the packed buffer (weights, bias, padding).
     has_bias : bool
+    compute_kernel : str
+        The kernel a forward from this thread runs now (a bfloat16 one under "medium").
+    bf16_nbytes : int
+        Bytes of the bfloat16-compute copy (0 until a forward under "medium" packs it).
+
+    Under ``set_float32_matmul_precision("medium")`` (or inside a
+    ``float32_matmul_precision("medium")`` block in the calling thread) a layer with float32
+    or bfloat16 weights computes in bfloat16 with float32 accumulation on the machine's
+    bfloat16 path (``_isa.get_bf16``), from a second buffer packed once at the first such
+    forward (see ``modulekit/precision.py``).
     """
 
     def __cinit__(self):
         self._packed = NULL
         self._cfg = NULL
+        self._packed16 = NULL
+        self._cfg16 = NULL
+        self._packed16_size = 0
         self._retired = []
 
     def __init__(self, *args, **kwargs):
@@ -191,6 +204,7 @@ cdef class PackedLinear:
     def __dealloc__(self):
         if self._shm is None:
             free(self._packed)
+        free(self._packed16)
         for addr in self._retired:
             if type(addr) is int:  # (a shared segment's holder array is just dropped)
                 free(<void *><uintptr_t>addr)
@@ -220,9 +234,12 @@ cdef class PackedLinear:
         return 0
 
     cdef int ensure_ready(self) except -1:
-        """Re-pack when the active instruction set uses another layout (tests switch it)."""
+        """Re-pack when the active instruction set uses another layout (tests switch it);
+        under "medium" precision, also pack the bfloat16 buffer if it is not there yet."""
         cdef const mk_gemm_config *cfg = mk_gemm_get_config(self._compute, self._storage,
                                                             <int>active_isa())
+        if mk_gemm_precision() == MK_PREC_MEDIUM:
+            self.ensure_bf16()
         if cfg == self._cfg:
             return 0
         if self._cfg == NULL:
@@ -238,8 +255,80 @@ cdef class PackedLinear:
 
     cdef int gemm(self, size_t m, const void *a, ptrdiff_t rsa, ptrdiff_t csa, void *c,
                   size_t ldc, const mk_epilogue *ep, int nthreads) noexcept nogil:
+        cdef const mk_gemm_config *cfg16 = self._bf16_now()
+        cdef const mk_gemm_config *have = self._cfg16
+        if cfg16 != NULL and have != NULL and _same_layout(cfg16, have):
+            return mk_gemm_run(cfg16, m, <size_t>self.out_features, <size_t>self.in_features,
+                               a, rsa, csa, self._packed16, c, ldc, ep, nthreads)
         return mk_gemm_run(self._cfg, m, <size_t>self.out_features, <size_t>self.in_features,
                            a, rsa, csa, self._packed, c, ldc, ep, nthreads)
+
+    cdef const mk_gemm_config *_bf16_now(self) noexcept nogil:
+        """The bfloat16-compute configuration a call from this thread uses now, or NULL:
+        float32 compute with float32 or bfloat16 weights, precision "medium" in this thread,
+        and a bfloat16 path on this machine (see ``_isa.get_bf16``). float16 weights keep
+        their float32 compute: rounding them to bfloat16 would drop 3 of their bits."""
+        if self._compute != MK_COMPUTE_F32 or self._storage == MK_STORAGE_F16:
+            return NULL
+        if mk_gemm_precision() != MK_PREC_MEDIUM:
+            return NULL
+        return mk_gemm_get_bf16_config(active_bf16())
+
+    cdef int ensure_bf16(self) except -1:
+        """Pack the bfloat16 buffer for the path in use, once (see :meth:`_bf16_now`).
+
+        Weights are rounded to bfloat16 (nearest even) from the packed source. A concurrent
+        forward may still read a buffer this replaces: the old one is kept until the object
+        dies, as for :meth:`_pack`."""
+        cdef const mk_gemm_config *cfg = self._bf16_now()
+        cdef size_t n = <size_t>self.out_features, k = <size_t>self.in_features, size
+        cdef void *buf
+        cdef const void *bptr = NULL
+        cdef const void *wptr
+        cdef cnp.ndarray w16, b
+        cdef int nthreads
+        if cfg == NULL or cfg == self._cfg16:
+            return 0
+        if self._cfg16 != NULL and _same_layout(cfg, self._cfg16):
+            self._cfg16 = cfg
+            return 0
+        if self._cfg == NULL:
+            raise ValueError("this PackedLinear holds no weights: create it with pack_linear")
+        w, bias = self.unpack()
+        w16 = np.ascontiguousarray(w.astype(bfloat16_numpy(), copy=False)).view(np.uint16)
+        if bias is not None:
+            b = bias
+            bptr = cnp.PyArray_DATA(b)
+        wptr = cnp.PyArray_DATA(w16)
+        size = mk_gemm_packed_size(cfg, n, k)
+        buf = aligned_alloc(64, size)
+        if buf == NULL:
+            raise MemoryError(f"cannot allocate {size} bytes for bfloat16 packed weights")
+        nthreads = effective_threads()
+        with nogil:
+            mk_gemm_pack(cfg, n, k, wptr, 1, <ptrdiff_t>k, bptr, buf, nthreads)
+        if self._packed16 != NULL:
+            self._retired.append(<uintptr_t>self._packed16)
+        self._packed16 = buf
+        self._packed16_size = size
+        self._cfg16 = cfg
+        return 0
+
+    @property
+    def bf16_nbytes(self):
+        """Bytes of the bfloat16-compute buffer (0 until a "medium" forward packs it)."""
+        return self._packed16_size if self._packed16 != NULL else 0
+
+    @property
+    def compute_kernel(self):
+        """Name of the configuration a forward from this thread runs now: the bfloat16 one
+        under "medium" precision where this machine has a bfloat16 path (packing its buffer
+        now if needed), else :attr:`kernel`'s."""
+        self.ensure_ready()
+        cdef const mk_gemm_config *cfg16 = self._bf16_now()
+        if cfg16 != NULL and self._cfg16 != NULL and _same_layout(cfg16, self._cfg16):
+            return cfg16.name.decode()
+        return self.kernel
 
     @property
     def nbytes(self):
@@ -279,6 +368,8 @@ cdef class PackedLinear:
         make_epilogue(activation, alpha, beta, &ep)
         if self._cfg != mk_gemm_get_config(self._compute, self._storage, <int>active_isa()):
             self.ensure_ready()
+        elif mk_gemm_precision() == MK_PREC_MEDIUM:
+            self.ensure_bf16()
         arr = _input_rows(x, self._typenum, self.compute_dtype, self.in_features)
         itemsize = cnp.PyArray_ITEMSIZE(arr)
         if not _elem_strides_ok(arr, itemsize):
@@ -401,6 +492,12 @@ cdef class PackedLinear:
         )
 
 
+cdef inline bint _same_layout(const mk_gemm_config *x, const mk_gemm_config *y) noexcept nogil:
+    """Whether a buffer packed for x can be read by y's kernels."""
+    return (x.nr == y.nr and x.esize == y.esize and x.wsize == y.wsize and x.kpad == y.kpad
+            and x.storage == y.storage)
+
+
 cdef object _storage_dtype(str storage):
     if storage == "bfloat16":
         return bfloat16_numpy()
@@ -473,6 +570,11 @@ def pack_linear(weight, bias=None, storage="float32"):
     Returns
     -------
     PackedLinear
+
+    Notes
+    -----
+    Called while the calling thread's float32 matmul precision is "medium", it also packs
+    the bfloat16-compute copy (see :class:`PackedLinear`).
     """
     if not isinstance(storage, str) or storage not in _STORAGE_CODES:
         raise ValueError(f"unknown storage {storage!r}: expected one of {', '.join(STORAGES)}")
@@ -509,6 +611,8 @@ def pack_linear(weight, bias=None, storage="float32"):
     if cfg == NULL:  # pragma: no cover
         raise RuntimeError("no GEMM kernel for this storage and instruction set")
     self._pack(cfg, w, b)
+    if mk_gemm_precision() == MK_PREC_MEDIUM:
+        self.ensure_bf16()  # packed under "medium" (initialize()): the bfloat16 copy too
     return self
 
 
@@ -536,13 +640,16 @@ def linear(x, weight, bias=None, activation="none"):
 def matmul(a, b):
     """``a @ b`` for 2-D (M, K) @ (K, N) and batched 3-D (B, M, K) @ (B, K, N), a 2-D (or
     batch-1) operand broadcast over the batch. Any strides. float32 unless either operand is
-    float64 (float16/bfloat16 are promoted to float32). Returns a C-contiguous ndarray."""
+    float64 (float16/bfloat16 are promoted to float32). Returns a C-contiguous ndarray.
+    A float32 product under "medium" precision (``modulekit.float32_matmul_precision``)
+    computes in bfloat16 with float32 accumulation on the machine's bfloat16 path."""
     cdef cnp.ndarray out
     A = np.asarray(a)
     Bm = np.asarray(b)
     cdef const mk_gemm_config *cfg
+    cdef const mk_gemm_config *cfg16 = NULL
     cdef mk_epilogue ep
-    cdef Py_ssize_t batch, ba, bb, i, M, K, N, es
+    cdef Py_ssize_t batch, ba, bb, i, M, K, N, es, bes
     cdef void *packed = NULL
     cdef int nthreads
     adt = _float_dtype(A.dtype, "a")
@@ -569,6 +676,16 @@ def matmul(a, b):
         A = cnp.PyArray_NewCopy(A, cnp.NPY_CORDER)
     if not _elem_strides_ok(Bm, es):
         Bm = cnp.PyArray_NewCopy(Bm, cnp.NPY_CORDER)
+    bes = es
+    if cdt == _F32 and mk_gemm_precision() == MK_PREC_MEDIUM:
+        # "medium": bfloat16 multiplies, float32 accumulation. b is rounded to bfloat16 here
+        # (the cast kernels, nearest even) and packed into the bfloat16 layout by the engine;
+        # a is rounded while it is packed.
+        cfg16 = mk_gemm_get_bf16_config(active_bf16())
+        if cfg16 != NULL:
+            from modulekit._ext._cast import cast
+            Bm = cast(Bm, "bfloat16").view(np.uint16)
+            bes = 2
     M = A.shape[A.ndim - 2]
     K = A.shape[A.ndim - 1]
     N = Bm.shape[Bm.ndim - 1]
@@ -583,6 +700,8 @@ def matmul(a, b):
     cfg = mk_gemm_get_config(MK_COMPUTE_F64 if cdt == _F64 else MK_COMPUTE_F32,
                              MK_STORAGE_F64 if cdt == _F64 else MK_STORAGE_F32,
                              <int>active_isa())
+    if cfg16 != NULL:
+        cfg = cfg16
     make_epilogue("none", 0.0, 0.0, &ep)
     A3 = A if A.ndim == 3 else A[None]
     B3 = Bm if Bm.ndim == 3 else Bm[None]
@@ -592,8 +711,8 @@ def matmul(a, b):
     # strides in elements; a broadcast operand has batch stride 0
     cdef Py_ssize_t sab = A3.strides[0] // es if ba > 1 else 0
     cdef Py_ssize_t rsa = A3.strides[1] // es, csa = A3.strides[2] // es
-    cdef Py_ssize_t sbb = B3.strides[0] // es if bb > 1 else 0
-    cdef Py_ssize_t rsb = B3.strides[1] // es, csb = B3.strides[2] // es
+    cdef Py_ssize_t sbb = B3.strides[0] // bes if bb > 1 else 0
+    cdef Py_ssize_t rsb = B3.strides[1] // bes, csb = B3.strides[2] // bes
     cdef size_t size = mk_gemm_packed_size(cfg, <size_t>N, <size_t>K)
     cdef int nt = 1, r, rcsum = 0
     nthreads = effective_threads()
@@ -608,12 +727,12 @@ def matmul(a, b):
             if nt > 1:
                 for i in prange(batch, num_threads=nt, schedule="static"):
                     rcsum += mk_gemm_matmul(cfg, <size_t>M, <size_t>N, <size_t>K,
-                                            pa + i * sab * es, rsa, csa, pb + i * sbb * es,
+                                            pa + i * sab * es, rsa, csa, pb + i * sbb * bes,
                                             rsb, csb, po + i * M * N * es, <size_t>N, 1)
             else:
                 for i in range(batch):
                     rcsum += mk_gemm_matmul(cfg, <size_t>M, <size_t>N, <size_t>K,
-                                            pa + i * sab * es, rsa, csa, pb + i * sbb * es,
+                                            pa + i * sab * es, rsa, csa, pb + i * sbb * bes,
                                             rsb, csb, po + i * M * N * es, <size_t>N, nthreads)
         if rcsum != 0:
             raise MemoryError("cannot allocate the GEMM packing buffer")
@@ -712,6 +831,38 @@ cdef class PackedChain:
         return self._run(x)
 
     cdef object _run(self, object x):
+        cdef mk_gemm_chain_layer *spec
+        cdef mk_gemm_chain_layer *spec16 = NULL
+        cdef PackedLinear lin
+        cdef const mk_gemm_config *cfg16
+        cdef Py_ssize_t i
+        self._refresh()
+        spec = self._spec
+        if mk_gemm_precision() == MK_PREC_MEDIUM:
+            # bfloat16 compute for the layers that have it, in a private copy of the spec
+            # (another thread may run this chain at another precision at the same time)
+            spec16 = <mk_gemm_chain_layer *>malloc(<size_t>self._nl * sizeof(mk_gemm_chain_layer))
+            if spec16 == NULL:
+                raise MemoryError("cannot allocate the chain description")
+            memcpy(spec16, self._spec, <size_t>self._nl * sizeof(mk_gemm_chain_layer))
+            spec = spec16
+            try:
+                for i in range(self._nl):
+                    lin = <PackedLinear>self.layers[i]
+                    lin.ensure_bf16()
+                    cfg16 = lin._bf16_now()
+                    if cfg16 != NULL and lin._cfg16 != NULL and _same_layout(cfg16, lin._cfg16):
+                        spec16[i].cfg = cfg16
+                        spec16[i].packed = lin._packed16
+            except BaseException:
+                free(spec16)
+                raise
+        try:
+            return self._run_spec(x, spec)
+        finally:
+            free(spec16)
+
+    cdef object _run_spec(self, object x, mk_gemm_chain_layer *spec):
         cdef cnp.ndarray arr, res
         cdef cnp.npy_intp dims[2]
         cdef Py_ssize_t itemsize, m
@@ -719,7 +870,6 @@ cdef class PackedChain:
         cdef void *buf
         cdef void *tmp = NULL
         cdef int rc, nthreads
-        self._refresh()
         arr = _input_rows(x, self._typenum, self.compute_dtype, self.in_features)
         itemsize = cnp.PyArray_ITEMSIZE(arr)
         # the chain reads rows with unit stride
@@ -752,7 +902,7 @@ cdef class PackedChain:
         nthreads = effective_threads()
         try:
             with nogil:
-                rc = mk_gemm_chain_run(<size_t>self._nl, self._spec, <size_t>m,
+                rc = mk_gemm_chain_run(<size_t>self._nl, spec, <size_t>m,
                                        cnp.PyArray_DATA(arr),
                                        cnp.PyArray_STRIDE(arr, 0) // itemsize,
                                        cnp.PyArray_DATA(res), buf, <char *>buf + half, nthreads)
@@ -993,3 +1143,31 @@ def _planned_threads(PackedLinear packed, Py_ssize_t m):
     packed.ensure_ready()
     return mk_gemm_plan_threads(packed._cfg, <size_t>m, <size_t>packed.out_features,
                                 <size_t>packed.in_features, effective_threads())
+
+
+# ---------------------------------------------------------------- float32 matmul precision
+PRECISIONS = ("highest", "high", "medium")
+
+
+def _get_precision():
+    """The calling thread's effective float32 matmul precision (0 highest, 1 high, 2 medium)."""
+    return mk_gemm_precision()
+
+
+def _get_global_precision():
+    """The process-wide float32 matmul precision (0 highest, 1 high, 2 medium)."""
+    return mk_gemm_get_global_precision()
+
+
+def _set_precision(int p):
+    """Set the process-wide float32 matmul precision (0, 1 or 2)."""
+    if not 0 <= p <= 2:
+        raise ValueError(f"precision code must be 0, 1 or 2; got {p}")
+    mk_gemm_set_precision(p)
+
+
+def _set_thread_precision(int p):
+    """Set (0, 1, 2) or clear (-1) the calling thread's override; returns the previous one."""
+    if not -1 <= p <= 2:
+        raise ValueError(f"precision code must be -1, 0, 1 or 2; got {p}")
+    return mk_gemm_set_thread_precision(p)

@@ -3,6 +3,8 @@
 The level is chosen once at import from the CPU's flags and the OS's register-state support.
 ``MODULEKIT_ISA=generic|avx2|avx512`` forces a path (refused if this CPU lacks it);
 :func:`set_isa` switches at run time, which the tests use to run every path this CPU has.
+The bfloat16-compute path is chosen beside it: ``MODULEKIT_BF16=none|avx512bf16|amx``,
+:func:`set_bf16`.
 Kernels read the level through :func:`active_isa` when they are dispatched.
 """
 import os
@@ -52,6 +54,75 @@ def has_avx512bf16():
     return bool(mk_cpu_has_avx512bf16())
 
 
+# ---- bfloat16 compute paths (set_float32_matmul_precision("medium")): a second selector
+# beside the level, since both bf16 paths need the avx512 level and every other kernel family
+# indexes its tables by level. "none" makes "medium" compute in float32.
+BF16_NAMES = ("none", "avx512bf16", "amx")
+
+cdef int _bf16_detected = mk_bf16_detect()
+cdef int _bf16_default = mk_bf16_default()
+cdef int _bf16_chosen = _bf16_default
+
+
+cdef int active_bf16() noexcept nogil:
+    return _bf16_chosen if _active == MK_ISA_AVX512 else 0
+
+
+def detected_bf16():
+    """The best bfloat16-compute path this CPU and OS can run: "amx" (AMX-BF16 tiles, the
+    kernel granted the tile state), "avx512bf16" (vdpbf16ps) or "none"."""
+    return BF16_NAMES[_bf16_detected]
+
+
+def default_bf16():
+    """The bfloat16-compute path used unless another is chosen: "amx" where the OS granted
+    the tile state, else "avx512bf16" where it beats float32 FMAs (AMD CPUs; on Intel
+    vdpbf16ps runs at or below the float32 FMA rate), else "none"."""
+    return BF16_NAMES[_bf16_default]
+
+
+def available_bf16():
+    """Every bfloat16-compute path this machine can run, "none" first."""
+    return BF16_NAMES[: _bf16_detected + 1]
+
+
+def get_bf16():
+    """The bfloat16-compute path the kernels dispatch on now: the one chosen (see
+    :func:`set_bf16`) while the active level is "avx512", else "none"."""
+    return BF16_NAMES[active_bf16()]
+
+
+def set_bf16(name):
+    """Make bfloat16 compute run on path ``name`` ("none", "avx512bf16", "amx"); returns
+    the previously chosen path's name. Refused when this machine lacks it."""
+    global _bf16_chosen
+    if name not in BF16_NAMES:
+        raise ValueError(
+            f"unknown bfloat16 path {name!r}: expected one of {', '.join(BF16_NAMES)}"
+        )
+    level = BF16_NAMES.index(name)
+    if level > _bf16_detected:
+        reason = ""
+        if name == "amx" and mk_amx_status() == -1:
+            reason = " (the operating system refused the AMX tile state)"
+        raise ValueError(
+            f"bfloat16 path {name!r} is not supported on this machine{reason} "
+            f"(best available: {BF16_NAMES[_bf16_detected]!r})"
+        )
+    previous = BF16_NAMES[_bf16_chosen]
+    _bf16_chosen = level
+    return previous
+
+
+def amx_status():
+    """What the AMX tile-state request gave: "granted", "refused" (the kernel said no:
+    bfloat16 compute then runs on AVX512-BF16) or "unsupported" (no AMX-BF16 here)."""
+    return {1: "granted", -1: "refused"}.get(mk_amx_status(), "unsupported")
+
+
 _forced = os.environ.get("MODULEKIT_ISA", "").strip().lower()
 if _forced:
     set_isa(_forced)
+_forced_bf16 = os.environ.get("MODULEKIT_BF16", "").strip().lower()
+if _forced_bf16:
+    set_bf16(_forced_bf16)

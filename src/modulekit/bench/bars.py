@@ -61,6 +61,11 @@ BARS += [
     ("bilinear x2 upsampling 8x64x128x128 >= 1.0x torch", "resample",
      "bilinear x2 8x64x128x128", "torch", 1.0),
 ]
+#: bfloat16 compute (``bf16`` suite): Linear under "medium" against torch's bfloat16 Linear
+#: with the same float32 input and output (issue #20: >= 1.2x on an AMX machine).
+for _k, _n, _m in ((4096, 4096, 64), (1024, 1024, 1024), (384, 1536, 256)):
+    BARS.append((f"bfloat16 Linear {_k}->{_n} batch {_m} >= 1.2x torch bf16", "bf16",
+                 f"linear {_k}->{_n} batch {_m} bf16", "torch bf16 weights", 1.2))
 
 #: Applications (``application`` suite): beside another thread pool within 1.15x of modulekit's
 #: latency alone; the first call after idle and the serving percentiles no slower than

@@ -36,6 +36,19 @@ mk_isa mk_isa_detect(void);
 /* Individual feature flags (for reports): nonzero when usable. */
 int mk_cpu_has_avx512bf16(void);
 
+/* ---- bfloat16 compute paths (values of mk_bf16_isa in gemm/gemm.h): 0 none, 1 AVX512-BF16
+ * (vdpbf16ps), 2 AMX-BF16. mk_bf16_detect() returns the best this CPU and OS can run; for AMX
+ * it asks Linux once for the tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)) and
+ * falls back to AVX512-BF16 when the kernel refuses it (or is older than 5.16).
+ * mk_amx_status() says what happened: 0 no AMX-BF16 on this CPU or OS, 1 granted, -1 the
+ * request was refused. Both run the request at most once per process.
+ * MODULEKIT_TEST_AMX_REFUSED=1 makes the request fail as a refusing kernel would (tests). */
+int mk_bf16_detect(void);
+int mk_amx_status(void);
+/* The path used unless another is chosen: AMX where granted, else AVX512-BF16 where it beats
+ * float32 FMAs (AMD), else none ("medium" then computes in float32). */
+int mk_bf16_default(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -175,15 +175,19 @@ int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t p0, si
         return 0;
     }
 
+    /* packed A: asize bytes per element, K rounded up to kpad (bfloat16 configurations) */
+    const size_t as = cfg->asize ? cfg->asize : es, kq = cfg->kpad > 1 ? cfg->kpad : 1;
     const size_t mc_max = (mk_min(MC, m1 - m0) + mr - 1) / mr * mr;
-    unsigned char *abuf = (unsigned char *)mk_tl_buffer(mc_max * mk_min(KC, pr->k ? pr->k : 1) * es);
+    const size_t kc_max = (mk_min(KC, pr->k ? pr->k : 1) + kq - 1) / kq * kq;
+    unsigned char *abuf = (unsigned char *)mk_tl_buffer(mc_max * kc_max * as);
     if (abuf == NULL) return -1;
+    if (cfg->begin != NULL) cfg->begin(); /* AMX: this thread's tile configuration */
 
     for (size_t jc = p0; jc < p1; jc += NCP) {
         const size_t jend = mk_min(jc + NCP, p1);
         size_t pc = 0;
         do {
-            const size_t kc = mk_min(KC, pr->k - pc);
+            const size_t kc = mk_min(KC, pr->k - pc), kcp = (kc + kq - 1) / kq * kq;
             const int first = pc == 0, last = pc + kc >= pr->k;
             for (size_t ic = m0; ic < m1; ic += MC) {
                 const size_t mc = mk_min(MC, m1 - ic);
@@ -195,7 +199,7 @@ int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t p0, si
                     const size_t ncols = mk_min(nr, pr->n - jr * nr);
                     unsigned char *cblk = pr->c + (ic * pr->ldc + jr * nr) * es;
                     for (size_t ir = 0; ir < mc; ir += mr) {
-                        cfg->ukernel(mk_min(mr, mc - ir), ncols, kc, abuf + ir * kc * es, w,
+                        cfg->ukernel(mk_min(mr, mc - ir), ncols, kc, abuf + ir * kcp * as, w,
                                      cblk + ir * pr->ldc * es, pr->ldc, first ? panel : NULL,
                                      last ? pr->ep : NULL);
                     }
@@ -204,6 +208,7 @@ int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t p0, si
             pc += kc;
         } while (pc < pr->k);
     }
+    if (cfg->end != NULL) cfg->end(); /* AMX: release the tiles */
     return 0;
 }
 

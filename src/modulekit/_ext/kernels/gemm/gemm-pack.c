@@ -11,6 +11,7 @@ static size_t mk_min(size_t a, size_t b) { return a < b ? a : b; }
 static size_t mk_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 size_t mk_gemm_panel_stride(const mk_gemm_config *cfg, size_t k) {
+    if (cfg->kpad > 1) k = mk_round_up(k, cfg->kpad); /* bfloat16 pair / tile layouts */
     return mk_round_up(cfg->nr * cfg->esize + k * cfg->nr * cfg->wsize, 64);
 }
 
@@ -56,7 +57,8 @@ void mk_gemm_pack(const mk_gemm_config *cfg, size_t n, size_t k, const void *b, 
                   ptrdiff_t cs, const void *bias, void *dst, int nthreads) {
     const size_t nr = cfg->nr, ps = mk_gemm_panel_stride(cfg, k);
     const size_t panels = (n + nr - 1) / nr;
-    const size_t used = nr * cfg->esize + k * nr * cfg->wsize;
+    const size_t kp = cfg->kpad > 1 ? mk_round_up(k, cfg->kpad) : k;
+    const size_t used = nr * cfg->esize + kp * nr * cfg->wsize;
     if (panels == 0) {
         memset(dst, 0, ps);
         return;
@@ -70,6 +72,11 @@ void mk_gemm_pack(const mk_gemm_config *cfg, size_t n, size_t k, const void *b, 
         if (bias != NULL)
             memcpy(panel, (const unsigned char *)bias + n0 * cfg->esize, ncols * cfg->esize);
         if (ps > used) memset(panel + used, 0, ps - used);
+        if (cfg->pack_w != NULL) { /* bfloat16 pair layout (bf16-gemm-pack.c) */
+            cfg->pack_w(ncols, k, nr, (const unsigned char *)b + (ptrdiff_t)n0 * cs * (ptrdiff_t)cfg->wsize,
+                        rs, cs, panel + nr * cfg->esize);
+            continue;
+        }
         switch (cfg->wsize) {
             case 2:
                 MK_PACK_LOOP(uint16_t);

@@ -105,11 +105,48 @@ typedef struct {
     mk_gemm_smallm_ukernel smallm[MK_SMALLM_MAX + 1]; /* [m], m = 1..MK_SMALLM_MAX */
     size_t smallm_np[MK_SMALLM_MAX + 1];              /* panels per smallm[m] call */
     mk_act_tile_fn act_tile; /* transcendental activations on a stored tile */
+    /* bfloat16 compute (zero in the float32/float64 entries): the packed layouts round K up
+     * to a multiple of kpad (0: no rounding), packed activations have asize bytes per
+     * element (0: esize) and pack_w, when set, writes a panel's weights instead of the
+     * row-copy of mk_gemm_pack (a configuration with pack_w has no mk_gemm_unpack). */
+    size_t kpad, asize;
+    void (*pack_w)(size_t ncols, size_t k, size_t nr, const void *b, ptrdiff_t rs,
+                   ptrdiff_t cs, void *w);
+    /* when set, called by a thread before / after each run of its ukernel calls
+     * (mk_gemm_range): AMX loads its tile configuration once there instead of in every call,
+     * and releases the tiles after (their state back to init: context switches stop saving
+     * 8 KiB of tile data for the thread) */
+    void (*begin)(void);
+    void (*end)(void);
 } mk_gemm_config;
 
 /* The configuration for (compute, storage, isa); NULL for an unsupported pair
  * (float64 compute needs float64 storage and vice versa). */
 const mk_gemm_config *mk_gemm_get_config(int compute, int storage, int isa);
+
+/* ---- bfloat16 compute: float32 inputs, outputs, bias and accumulation; weights and
+ * activations rounded to bfloat16 (round to nearest even) for the multiplies. Weights are
+ * packed once into [bias[NR] f32][ceil(K / 32) * 16 pair rows x NR x 2 bf16] panels (VNNI
+ * pairs: element (k, n) at ((k / 2) * NR + n) * 2 + k % 2), zero-padded to a multiple of 32 in
+ * K, the layout both the AVX512-BF16 (vdpbf16ps) and the AMX (tdpbf16ps) kernels stream, so
+ * switching between them needs no re-pack. Activations are rounded while they are packed. */
+typedef enum {
+    MK_BF16_NONE = 0,       /* no bfloat16 kernels: "medium" computes in float32 */
+    MK_BF16_AVX512BF16 = 1, /* AVX512-BF16 vdpbf16ps */
+    MK_BF16_AMX = 2,        /* AMX-BF16 tiles (the OS granted the tile state) */
+    MK_BF16_COUNT = 3
+} mk_bf16_isa;
+
+/* The bfloat16-compute configuration for a bf16 path, or NULL (MK_BF16_NONE). */
+const mk_gemm_config *mk_gemm_get_bf16_config(int bf16_isa);
+
+/* float32 matmul precision (torch's set_float32_matmul_precision): a process-wide value and
+ * a per-thread override (-1: none), read by the caller of the engine before it dispatches. */
+typedef enum { MK_PREC_HIGHEST = 0, MK_PREC_HIGH = 1, MK_PREC_MEDIUM = 2 } mk_precision;
+int mk_gemm_precision(void);              /* the calling thread's effective value */
+void mk_gemm_set_precision(int p);        /* the process-wide value */
+int mk_gemm_get_global_precision(void);
+int mk_gemm_set_thread_precision(int p);  /* the calling thread's override; returns the old */
 
 /* Bytes of one packed panel and of the whole packed buffer for K and N. */
 size_t mk_gemm_panel_stride(const mk_gemm_config *cfg, size_t k);
