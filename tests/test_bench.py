@@ -52,10 +52,13 @@ def test_bars_name_real_cases(quick_run):
     _, result = quick_run
     cases = {(r["suite"], r["case"]) for r in result["rows"]}
     suites_run = {r["suite"] for r in result["rows"]}
+    # a model without an onnxruntime session (its ONNX export failed) has no cases beside one
+    ort = {r["case"].split(" batch")[0] for r in result["rows"] if r["impl"] == "onnxruntime"}
     for _text, suite, case, _peer, _need, *_floor in BARS:
         # quick runs use smaller sizes for some cases; the rest must match a row exactly
         if suite in suites_run and "MB" not in case and "batch 32" not in case \
-                and "seq 128" not in case and "MiB" not in case:
+                and "seq 128" not in case and "MiB" not in case \
+                and ("onnxruntime" not in case or case.split(" batch")[0] in ort):
             assert (suite, case) in cases, (_text, suite, case)
 
 
