@@ -307,8 +307,14 @@ class StateDictMixin:
                 return None
             return arr
 
+        hooked: list[tuple] = []  # modules whose pre-hooks ran: undone if the load fails
+
         def visit(module: Module, prefix: str) -> None:
             local_metadata = {} if metadata is None else metadata.get(prefix[:-1], {})
+            if module._load_state_dict_pre_hooks:
+                # a pre-hook may rebind the module's tensors (a lazy layer materialises its
+                # parameters from the checkpoint's shapes): a refused load puts them back
+                hooked.append(_snapshot(module))
             for hook in tuple(module._load_state_dict_pre_hooks.values()):
                 hook(module, state, prefix, local_metadata, strict, missing, unexpected, errors)
             params, buffers = module._parameters, module._buffers
@@ -363,32 +369,36 @@ class StateDictMixin:
                     visit(child, prefix + name + ".")
             post_hooks.extend((module, h) for h in module._load_state_dict_post_hooks.values())
 
-        visit(self, "")
-        unexpected.extend(k for k in state if k not in consumed)
-        result = LoadResult(missing, unexpected)
-        if errors:
-            self._refuse_load(result, errors, strict, bad_type)
-        if not post_hooks:
-            if strict and (missing or unexpected):
-                self._refuse_load(result, [], strict, False)
-            self._commit_load(copies, repacks, extras, assign, backup=False)
-            return result
-
-        undo = self._commit_load(copies, repacks, extras, assign, backup=True)
         try:
-            for module, hook in post_hooks:
-                out = hook(module, result)
-                if out is not None:
-                    raise RuntimeError(
-                        "load_state_dict post hooks must return None, got "
-                        f"{type(out).__name__} from {hook!r}"
-                    )
-            if strict and (result.missing_keys or result.unexpected_keys):
-                self._refuse_load(result, [], strict, False)
+            visit(self, "")
+            unexpected.extend(k for k in state if k not in consumed)
+            result = LoadResult(missing, unexpected)
+            if errors:
+                self._refuse_load(result, errors, strict, bad_type)
+            if not post_hooks:
+                if strict and (missing or unexpected):
+                    self._refuse_load(result, [], strict, False)
+                self._commit_load(copies, repacks, extras, assign, backup=False)
+                return result
+
+            undo = self._commit_load(copies, repacks, extras, assign, backup=True)
+            try:
+                for module, hook in post_hooks:
+                    out = hook(module, result)
+                    if out is not None:
+                        raise RuntimeError(
+                            "load_state_dict post hooks must return None, got "
+                            f"{type(out).__name__} from {hook!r}"
+                        )
+                if strict and (result.missing_keys or result.unexpected_keys):
+                    self._refuse_load(result, [], strict, False)
+            except BaseException:
+                undo()
+                raise
+            return result
         except BaseException:
-            undo()
+            _restore(hooked)  # (after the commit's own undo, when it ran)
             raise
-        return result
 
     def _refuse_load(self, result: LoadResult, errors: list, strict: bool, bad_type: bool):
         messages = []
