@@ -207,7 +207,9 @@ class StateDictMixin:
         """``hook(module, state_dict, prefix, local_metadata, strict, missing_keys,
         unexpected_keys, error_msgs)`` runs before this module's keys are matched. It gets a
         shallow copy of the caller's dict and may rewrite it; a message appended to
-        ``error_msgs`` refuses the load."""
+        ``error_msgs`` refuses the load. What it rebinds on ``module`` (attributes, registered
+        tensors, as a lazy layer materialising from the checkpoint's shapes) is put back if
+        the load is refused or raises; writes into a tensor's memory are not."""
         handle = RemovableHandle(self, "_load_state_dict_pre_hooks")
         self._load_state_dict_pre_hooks[handle.id] = hook
         return handle
