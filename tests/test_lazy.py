@@ -314,3 +314,29 @@ def test_in_a_sequential_with_hooks(rng):
     np.testing.assert_allclose(model(x), want, rtol=RTOL, atol=ATOL)
     assert seen == ["Conv1d"]
     assert [type(m).__name__ for m in model] == ["Conv1d", "ReLU", "ConvTranspose1d"]
+
+
+def test_concurrent_first_calls_materialise_once(rng):
+    import threading
+
+    mk = nn.LazyConv2d(4, 3, padding=1)
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    outs, errors = [None] * 4, []
+    barrier = threading.Barrier(4)
+
+    def run(i):
+        try:
+            barrier.wait()
+            outs[i] = mk(x)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and type(mk) is nn.Conv2d
+    for y in outs[1:]:
+        np.testing.assert_array_equal(y, outs[0])  # one set of weights
+    np.testing.assert_array_equal(mk(x), outs[0])

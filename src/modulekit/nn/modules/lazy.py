@@ -202,23 +202,33 @@ class _LazyConvMixin:
     def forward(self, input, *args, **kwargs):
         """Materialise (if not loaded), become ``cls_to_become`` and run its forward. If that
         first call raises, the module is put back as it was (lazy, unmaterialised unless
-        loaded)."""
+        loaded). Concurrent first calls: one materialises, under the layer's lock."""
         lazy_cls = type(self)
-        saved = _snapshot(self)
-        self.initialize_parameters(input)
+        in_channels = None
+        if self.has_uninitialized_params():  # checked before anything changes
+            in_channels = self._in_channels_of_input(as_input(input, self._get_name()).shape)
+        saved = None
         with self._pack_lock:
-            if type(self) is lazy_cls:
+            if type(self) is lazy_cls:  # (not switched by another thread meanwhile)
+                saved = _snapshot(self)
+                if self.has_uninitialized_params():
+                    if in_channels is None:  # (un-materialised by another thread's rollback)
+                        in_channels = self._in_channels_of_input(
+                            as_input(input, self._get_name()).shape)
+                    self._materialize(in_channels, initialize=True)
                 self.__class__ = self.cls_to_become
         try:
             out = self.forward(input, *args, **kwargs)
         except BaseException:
-            with self._pack_lock:
-                _restore([saved])
-                self.__class__ = lazy_cls
+            if saved is not None:  # this call switched the class: undo it
+                with self._pack_lock:
+                    _restore([saved])
+                    self.__class__ = lazy_cls
             raise
-        hooks = self._load_state_dict_pre_hooks  # (a no-op once materialised: dropped)
-        for key in [k for k, h in hooks.items() if h is _lazy_load_hook]:
-            del hooks[key]
+        if saved is not None:
+            hooks = self._load_state_dict_pre_hooks  # (a no-op once materialised: dropped)
+            for key in [k for k, h in hooks.items() if h is _lazy_load_hook]:
+                del hooks[key]
         return out
 
     def _cast_pending(self, dtype) -> None:
