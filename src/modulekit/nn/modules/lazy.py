@@ -197,7 +197,6 @@ class _LazyConvMixin:
         d.pop("_lazy_dtype", None)
         d.pop("_lazy_bias", None)
 
-
     # ---------------------------------------------------------------- Module protocols
     def forward(self, input, *args, **kwargs):
         """Materialise (if not loaded), become ``cls_to_become`` and run its forward. If that
