@@ -340,3 +340,21 @@ def test_concurrent_first_calls_materialise_once(rng):
     for y in outs[1:]:
         np.testing.assert_array_equal(y, outs[0])  # one set of weights
     np.testing.assert_array_equal(mk(x), outs[0])
+
+
+def test_a_refused_load_undoes_what_any_pre_hook_rebound():
+    """The mechanism the lazy layers rely on, for any module: ``load_state_dict`` snapshots a
+    module before its pre-hooks run and restores it when the load is refused."""
+    lin = nn.Linear(2, 2)
+    old = lin.weight
+
+    def hook(module, state, prefix, *rest):
+        module.weight = nn.Parameter(np.zeros((2, 2), np.float32))  # rebinds
+        module.tag = "changed"
+
+    lin.register_load_state_dict_pre_hook(hook)
+    with pytest.raises(StateDictError, match="size mismatch for bias"):
+        lin.load_state_dict({"weight": np.ones((2, 2)), "bias": np.ones(3)})
+    assert lin.weight is old and not hasattr(lin, "tag")
+    lin.load_state_dict({"weight": np.ones((2, 2)), "bias": np.ones(2)})
+    assert lin.weight is not old and lin.tag == "changed"
