@@ -266,6 +266,17 @@ class StateDictMixin:
             return self._load_state_dict(state, strict, assign)
 
     def _load_state_dict(self, state: Mapping[str, Any], strict: bool, assign: bool):
+        hooked: list[tuple] = []  # modules whose pre-hooks ran: undone if the load fails
+        try:
+            return self._load_checked(state, strict, assign, hooked)
+        except BaseException:
+            _restore(hooked)  # (after the commit's own undo, when it ran)
+            raise
+
+    def _load_checked(self, state: Mapping[str, Any], strict: bool, assign: bool,
+                      hooked: list):
+        """:meth:`_load_state_dict`'s work; ``hooked`` collects a :func:`_snapshot` of every
+        module before its pre-hooks run."""
         if not isinstance(state, Mapping):
             raise TypeError(f"Expected state to be a mapping (dict), got {type(state).__name__}")
         metadata = getattr(state, "_metadata", None)
@@ -308,8 +319,6 @@ class StateDictMixin:
                 )
                 return None
             return arr
-
-        hooked: list[tuple] = []  # modules whose pre-hooks ran: undone if the load fails
 
         def visit(module: Module, prefix: str) -> None:
             local_metadata = {} if metadata is None else metadata.get(prefix[:-1], {})
@@ -371,36 +380,32 @@ class StateDictMixin:
                     visit(child, prefix + name + ".")
             post_hooks.extend((module, h) for h in module._load_state_dict_post_hooks.values())
 
-        try:
-            visit(self, "")
-            unexpected.extend(k for k in state if k not in consumed)
-            result = LoadResult(missing, unexpected)
-            if errors:
-                self._refuse_load(result, errors, strict, bad_type)
-            if not post_hooks:
-                if strict and (missing or unexpected):
-                    self._refuse_load(result, [], strict, False)
-                self._commit_load(copies, repacks, extras, assign, backup=False)
-                return result
-
-            undo = self._commit_load(copies, repacks, extras, assign, backup=True)
-            try:
-                for module, hook in post_hooks:
-                    out = hook(module, result)
-                    if out is not None:
-                        raise RuntimeError(
-                            "load_state_dict post hooks must return None, got "
-                            f"{type(out).__name__} from {hook!r}"
-                        )
-                if strict and (result.missing_keys or result.unexpected_keys):
-                    self._refuse_load(result, [], strict, False)
-            except BaseException:
-                undo()
-                raise
+        visit(self, "")
+        unexpected.extend(k for k in state if k not in consumed)
+        result = LoadResult(missing, unexpected)
+        if errors:
+            self._refuse_load(result, errors, strict, bad_type)
+        if not post_hooks:
+            if strict and (missing or unexpected):
+                self._refuse_load(result, [], strict, False)
+            self._commit_load(copies, repacks, extras, assign, backup=False)
             return result
+
+        undo = self._commit_load(copies, repacks, extras, assign, backup=True)
+        try:
+            for module, hook in post_hooks:
+                out = hook(module, result)
+                if out is not None:
+                    raise RuntimeError(
+                        "load_state_dict post hooks must return None, got "
+                        f"{type(out).__name__} from {hook!r}"
+                    )
+            if strict and (result.missing_keys or result.unexpected_keys):
+                self._refuse_load(result, [], strict, False)
         except BaseException:
-            _restore(hooked)  # (after the commit's own undo, when it ran)
+            undo()
             raise
+        return result
 
     def _refuse_load(self, result: LoadResult, errors: list, strict: bool, bad_type: bool):
         messages = []
