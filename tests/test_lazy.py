@@ -307,12 +307,15 @@ def test_in_a_sequential_with_hooks(rng):
                                  torch.nn.LazyConvTranspose1d(2, 3, stride=2))
     model = nn.Sequential(nn.LazyConv1d(4, 3), nn.ReLU(), nn.LazyConvTranspose1d(2, 3, stride=2))
     seen = []
+    # as torch, the pre-hooks see the materialised concrete layer (and can fail the call)
+    model[0].register_forward_pre_hook(lambda m, args: seen.append((type(m).__name__,
+                                                                   m.in_channels)))
     model[0].register_forward_hook(lambda m, args, out: seen.append(type(m).__name__))
     x = rng.standard_normal((2, 3, 9)).astype(np.float32)
     want = _torch_out(tmodel, x)
     model.load_state_dict(_state(tmodel))
     np.testing.assert_allclose(model(x), want, rtol=RTOL, atol=ATOL)
-    assert seen == ["Conv1d"]
+    assert seen == [("Conv1d", 3), "Conv1d"]
     assert [type(m).__name__ for m in model] == ["Conv1d", "ReLU", "ConvTranspose1d"]
 
 
@@ -358,3 +361,17 @@ def test_a_refused_load_undoes_what_any_pre_hook_rebound():
     assert lin.weight is old and not hasattr(lin, "tag")
     lin.load_state_dict({"weight": np.ones((2, 2)), "bias": np.ones(2)})
     assert lin.weight is not old and lin.tag == "changed"
+
+
+def test_a_pre_hook_that_raises_on_the_first_call_leaves_the_layer_lazy():
+    mk = nn.LazyConv1d(2, 3)
+
+    def refuse(module, args):
+        raise RuntimeError("not now")
+
+    handle = mk.register_forward_pre_hook(refuse)
+    with pytest.raises(RuntimeError, match="not now"):
+        mk(np.ones((1, 4, 5), np.float32))
+    assert type(mk) is nn.LazyConv1d and mk.has_uninitialized_params()
+    handle.remove()
+    assert mk(np.ones((1, 4, 5), np.float32)).shape == (1, 2, 3)

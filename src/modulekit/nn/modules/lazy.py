@@ -19,6 +19,7 @@ import numpy as np
 
 from modulekit._ext._tensor import Parameter
 from modulekit._state_dict import _as_array, _restore, _snapshot
+from modulekit.module import Module
 from modulekit.nn._input import as_input
 from modulekit.nn.modules.conv import Conv2d
 from modulekit.nn.modules.conv_nd import (
@@ -198,10 +199,10 @@ class _LazyConvMixin:
         d.pop("_lazy_bias", None)
 
     # ---------------------------------------------------------------- Module protocols
-    def forward(self, input, *args, **kwargs):
-        """Materialise (if not loaded), become ``cls_to_become`` and run its forward. If that
-        first call raises, the module is put back as it was (lazy, unmaterialised unless
-        loaded). Concurrent first calls: one materialises, under the layer's lock."""
+    def _first_call(self, input, run):
+        """Materialise for ``input`` (if not loaded), become ``cls_to_become`` and ``run()``
+        the call. If that raises, the module is put back as it was (lazy, unmaterialised
+        unless loaded). Concurrent first calls: one materialises, under the layer's lock."""
         lazy_cls = type(self)
         in_channels = None
         if self.has_uninitialized_params():  # checked before anything changes
@@ -217,7 +218,7 @@ class _LazyConvMixin:
                     self._materialize(in_channels, initialize=True)
                 self.__class__ = self.cls_to_become
         try:
-            out = self.forward(input, *args, **kwargs)
+            out = run()
         except BaseException:
             if saved is not None:  # this call switched the class: undo it
                 with self._pack_lock:
@@ -229,6 +230,18 @@ class _LazyConvMixin:
             for key in [k for k, h in hooks.items() if h is _lazy_load_hook]:
                 del hooks[key]
         return out
+
+    def forward(self, input, *args, **kwargs):
+        """The first call: see :meth:`_first_call`; then the concrete class's forward."""
+        return self._first_call(input, lambda: self.forward(input, *args, **kwargs))
+
+    def _call_with_hooks(self, args, kwargs, forward=None):
+        # with forward hooks: materialise before the pre-hooks run, as torch (whose own
+        # materialising pre-hook is registered first), so they see the concrete layer
+        if forward is not None or not (args or "input" in kwargs):
+            return super()._call_with_hooks(args, kwargs, forward)
+        input = args[0] if args else kwargs["input"]
+        return self._first_call(input, lambda: Module._call_with_hooks(self, args, kwargs))
 
     def _cast_pending(self, dtype) -> None:
         if self.has_uninitialized_params():
