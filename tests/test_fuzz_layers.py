@@ -974,6 +974,48 @@ def _decoder(draw):
     return mk, tm, x, v, {"call": lambda m, a: m(a, a), "torch_call": lambda m, t: m(t, t)}
 
 
+def _lazy_conv_case(name, nd, transposed):
+    """A Lazy convolution: torch's materialised by a first call, its weights loaded into the
+    modulekit layer either before its first call (the shapes come from the checkpoint) or
+    after a first call that materialised it."""
+
+    def build(draw):
+        _seeded(draw)
+        groups = draw(st.sampled_from([1, 1, 2]))
+        cin = groups * draw(st.sampled_from([1, 2, 3]))
+        cout = groups * draw(st.sampled_from([1, 2, 3]))
+        k = draw(st.sampled_from([1, 2, 3]))
+        kw = dict(stride=draw(st.sampled_from([1, 2])), padding=draw(st.sampled_from([0, 1])),
+                  dilation=draw(st.sampled_from([1, 2])), groups=groups,
+                  bias=draw(st.booleans()))
+        if not transposed and kw["padding"] == 0 and draw(st.booleans()):
+            kw["padding_mode"] = draw(st.sampled_from(["reflect", "replicate", "circular"]))
+            kw["padding"] = 1
+        tm = getattr(torch.nn, name)(cout, k, **kw)
+        mk = getattr(nn, name)(cout, k, **kw)
+        spatial = tuple(draw(st.sampled_from([s for s in SIZES if s] + [8])) for _ in range(nd))
+        first = torch.randn((2, cin) + tuple(max(s, 2 * 2 + 1) for s in spatial))
+        with torch.no_grad():
+            tm(first)  # materialise torch's layer (and become its concrete class)
+        if draw(st.booleans()):
+            mk(first.numpy())  # materialised by its own first call, then reloaded
+        _copy_weights(mk, tm)
+        batched = draw(st.integers(0, 4))
+        channels = cin if draw(st.integers(0, 9)) else draw(st.sampled_from([1, 4]))
+        shape = ((draw(st.sampled_from(SIZES)),) if batched else ()) + (channels,) + spatial
+        x, v, _ = draw(inputs(shape, FLOATS + INTS))
+        return mk, tm, x, v, {}
+
+    build.__name__ = f"_{name.lower()}"
+    case(name)(build)
+
+
+for _name, _nd, _tr in (("LazyConv1d", 1, False), ("LazyConv2d", 2, False),
+                        ("LazyConv3d", 3, False), ("LazyConvTranspose1d", 1, True),
+                        ("LazyConvTranspose2d", 2, True), ("LazyConvTranspose3d", 3, True)):
+    _lazy_conv_case(_name, _nd, _tr)
+
+
 # ---------------------------------------------------------------------------------------------
 # the test
 

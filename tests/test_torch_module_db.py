@@ -23,9 +23,7 @@ import torch_parity  # noqa: E402
 import modulekit.nn as mnn  # noqa: E402
 
 #: torch.nn classes of the module database that modulekit.nn does not have yet.
-NOT_YET = frozenset("""
-    LazyConv1d LazyConv2d LazyConv3d LazyConvTranspose1d LazyConvTranspose2d LazyConvTranspose3d
-""".split())
+NOT_YET: frozenset[str] = frozenset()
 
 CLASSES = torch_parity.class_names()
 PRESENT = [name for name in CLASSES if hasattr(mnn, name)]

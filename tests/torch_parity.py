@@ -197,6 +197,8 @@ def _run_one(name, info, mk_cls, cargs, ckw, fargs, fkw, tdtype, weights):
             warnings.simplefilter("ignore")
             tm = info.module_cls(*cargs, **ckw).to(tdtype).eval()
             if weights == "random":
+                if getattr(tm, "has_uninitialized_params", lambda: False)():
+                    tm(*fargs, **fkw)  # a lazy module: its first call creates what to randomise
                 _randomize(tm, 1)
             torch.manual_seed(0)
             want = tm(*fargs, **fkw)

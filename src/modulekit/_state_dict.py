@@ -207,7 +207,9 @@ class StateDictMixin:
         """``hook(module, state_dict, prefix, local_metadata, strict, missing_keys,
         unexpected_keys, error_msgs)`` runs before this module's keys are matched. It gets a
         shallow copy of the caller's dict and may rewrite it; a message appended to
-        ``error_msgs`` refuses the load."""
+        ``error_msgs`` refuses the load. What it rebinds on ``module`` (attributes, registered
+        tensors, as a lazy layer materialising from the checkpoint's shapes) is put back if
+        the load is refused or raises; writes into a tensor's memory are not."""
         handle = RemovableHandle(self, "_load_state_dict_pre_hooks")
         self._load_state_dict_pre_hooks[handle.id] = hook
         return handle
@@ -264,6 +266,17 @@ class StateDictMixin:
             return self._load_state_dict(state, strict, assign)
 
     def _load_state_dict(self, state: Mapping[str, Any], strict: bool, assign: bool):
+        hooked: list[tuple] = []  # modules whose pre-hooks ran: undone if the load fails
+        try:
+            return self._load_checked(state, strict, assign, hooked)
+        except BaseException:
+            _restore(hooked)  # (after the commit's own undo, when it ran)
+            raise
+
+    def _load_checked(self, state: Mapping[str, Any], strict: bool, assign: bool,
+                      hooked: list):
+        """:meth:`_load_state_dict`'s work; ``hooked`` collects a :func:`_snapshot` of every
+        module before its pre-hooks run."""
         if not isinstance(state, Mapping):
             raise TypeError(f"Expected state to be a mapping (dict), got {type(state).__name__}")
         metadata = getattr(state, "_metadata", None)
@@ -309,6 +322,10 @@ class StateDictMixin:
 
         def visit(module: Module, prefix: str) -> None:
             local_metadata = {} if metadata is None else metadata.get(prefix[:-1], {})
+            if module._load_state_dict_pre_hooks:
+                # a pre-hook may rebind the module's tensors (a lazy layer materialises its
+                # parameters from the checkpoint's shapes): a refused load puts them back
+                hooked.append(_snapshot(module))
             for hook in tuple(module._load_state_dict_pre_hooks.values()):
                 hook(module, state, prefix, local_metadata, strict, missing, unexpected, errors)
             params, buffers = module._parameters, module._buffers

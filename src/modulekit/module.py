@@ -710,8 +710,10 @@ class Module(StateDictMixin):
         # allocation (the cast copies, the re-packed kernel objects), then the commit, which
         # cannot fail (rebinding arrays, narrowing casts done in a tensor's own memory).
         with _exclusive("to()"):
-            tensors, packed = {}, []
+            tensors, packed, pending = {}, [], []
             for module in self.modules():
+                if type(module)._cast_pending is not Module._cast_pending:
+                    pending.append(module)  # (a lazy layer: the dtype of its future tensors)
                 for registry in (module._parameters, module._buffers):
                     for tensor in registry.values():
                         if tensor is not None and tensor.dtype.is_floating:
@@ -730,6 +732,8 @@ class Module(StateDictMixin):
                 raise
             for tensor, arr in plans:
                 tensor._cast_commit_(dtype, arr)
+            for module in pending:
+                module._cast_pending(dtype)
 
     def half(self) -> Module:
         """Cast floating parameters and buffers to float16 (``to(modulekit.float16)``)."""
@@ -880,6 +884,11 @@ class Module(StateDictMixin):
                 "and rebuild the module in Python"
             )
         compiled.save(f, **kwargs)
+
+    def _cast_pending(self, dtype: DataType) -> None:
+        """Record ``dtype`` for tensors not created yet (a lazy layer's parameters); called by
+        ``to(dtype)`` in its commit, so it must not fail. Only modules that override it are
+        called."""
 
     # ------------------------------------------------------------------ packing protocol
     def _pack(self) -> None:

@@ -208,3 +208,18 @@ from modulekit.nn.modules.transformer_decoder import (  # noqa: E402
 __all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
 # ---- convolution layers (conv_nd.py)
 __all__ += ["Conv1d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
+
+# ---- lazy convolutions (lazy.py)
+from modulekit.nn.modules.lazy import (  # noqa: E402
+    LazyConv1d,
+    LazyConv2d,
+    LazyConv3d,
+    LazyConvTranspose1d,
+    LazyConvTranspose2d,
+    LazyConvTranspose3d,
+)
+
+__all__ += [
+    "LazyConv1d", "LazyConv2d", "LazyConv3d",
+    "LazyConvTranspose1d", "LazyConvTranspose2d", "LazyConvTranspose3d",
+]

@@ -129,6 +129,11 @@ class Conv2d(PackedWeightLayer):
                 raise ValueError(f"Conv2d: padding must be non-negative, got {padding!r}")
         self.groups = int(groups)
         self.padding_mode = padding_mode
+        self._reset_parameters(dtype, bias)
+
+    def _reset_parameters(self, dtype, bias: bool) -> None:
+        """Create ``weight`` (and ``bias``, or register it as None) as torch initialises them
+        (``LazyConv2d`` calls this when it materialises)."""
         kh, kw = self.kernel_size
         fan_in = self.in_channels // self.groups * kh * kw
         bound = 1.0 / math.sqrt(fan_in)
@@ -136,7 +141,8 @@ class Conv2d(PackedWeightLayer):
         shape = (self.out_channels, self.in_channels // self.groups, kh, kw)
         self.weight = Parameter(rng.uniform(-bound, bound, shape).astype(dtype.numpy))
         if bias:
-            self.bias = Parameter(rng.uniform(-bound, bound, out_channels).astype(dtype.numpy))
+            self.bias = Parameter(
+                rng.uniform(-bound, bound, self.out_channels).astype(dtype.numpy))
         else:
             self.register_parameter("bias", None)
 

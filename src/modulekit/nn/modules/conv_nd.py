@@ -726,6 +726,11 @@ class _ConvNd(PackedWeightLayer):
         self.groups = int(groups)
         self.padding_mode = padding_mode
         self.transposed = self._transposed
+        self._reset_parameters(dtype, bias)
+
+    def _reset_parameters(self, dtype, bias: bool) -> None:
+        """Create ``weight`` (and ``bias``, or register it as None) as torch initialises them
+        (the lazy layers call this when they materialise)."""
         shape = self._weight_shape()
         # kaiming_uniform(a=sqrt(5)) as torch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in =
         # weight.shape[1] * prod(kernel_size), the bias the same bound
