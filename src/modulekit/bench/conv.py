@@ -8,7 +8,7 @@
 - conv3x3 256->256 at 14x14 and 512->512 at 7x7 (ResNet-18's deep layers: Winograd F(4x4)
   and F(2x2) at batch 1, weights streaming from memory);
 - one MobileNetV2 inverted-residual block at 112x112: 1x1 16->96 + ReLU6, depthwise 3x3
-  stride 2 + ReLU6, 1x1 96->24 (``_conv.inverted_residual``, fused in row bands), the second
+  stride 2 + ReLU6, 1x1 96->24 (``_conv.depthwise_chain``, fused in row bands), the second
   block of the network and its heaviest; GFLOP/s counts the three convolutions.
 
 Bias and a ReLU are fused for modulekit and included for the peers. GFLOP/s counts
@@ -130,7 +130,8 @@ def _invres_rows(rng, torch, quick):
     )
     oh = (h - 1) // s + 1
     flops = 2.0 * (chid * h * h * cin + chid * oh * oh * 9 + cout * oh * oh * chid)
-    funcs = {"modulekit": lambda: _conv.inverted_residual(x, pe, pd, pp, False)}
+    acts = ("relu6", "relu6", None)
+    funcs = {"modulekit": lambda: _conv.depthwise_chain(x, pe, pd, pp, acts, False)}
     if torch is not None:
         F = torch.nn.functional
         t = {

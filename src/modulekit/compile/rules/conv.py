@@ -24,7 +24,7 @@ import operator
 
 import numpy as np
 
-from modulekit.compile.graph import Graph, Node
+from modulekit.compile.graph import Graph, Node, iter_nodes
 from modulekit.compile.passes import Context
 
 __all__ = [
@@ -45,6 +45,9 @@ __all__ = [
 #: epilogue differs from ``nn.functional.silu``'s by an ulp today; it joins this set when both
 #: use one math layer.
 CONV_EXACT_EPILOGUES = frozenset(("relu", "relu6", "hardswish"))
+
+#: ``nn.functional`` activations (by the graph's target name) and their epilogues
+_FUNCTIONAL_EPILOGUES = {f"modulekit.nn.functional.{n}": n for n in CONV_EXACT_EPILOGUES}
 
 _CONV_RULES = frozenset(("conv_bn_fold", "conv_residual_add", "conv_activation"))
 
@@ -141,7 +144,7 @@ def _sole_user(node: Node, ctx: Context) -> Node | None:
     user = ctx.only_user(node)
     if user is None or not user.args or user.args[0] is not node:
         return None
-    if sum(1 for a in user.args if a is node) != 1 or node in user.kwargs.values():
+    if sum(1 for a in iter_nodes((user.args, user.kwargs)) if a is node) != 1:
         return None
     return user
 
@@ -175,9 +178,7 @@ def _activation_name(node: Node, ctx: Context) -> str | None:
         name, alpha, beta = ep
         return name if name in CONV_EXACT_EPILOGUES else None
     if node.op == "call_function" and len(node.args) == 1:
-        from modulekit.nn import functional as F
-
-        name = {F.relu: "relu", F.relu6: "relu6", F.hardswish: "hardswish"}.get(node.fn)
+        name = _FUNCTIONAL_EPILOGUES.get(node.target)
         if name is not None and set(node.kwargs) <= {"inplace"}:
             return name
     return None
