@@ -252,9 +252,10 @@ def test_inverted_residual(isa, r):
     e = _conv.pack_conv2d(r(24, 8, 1, 1), r(24))
     d = _conv.pack_conv2d(r(24, 1, 3, 3), r(24), padding=1, groups=24)
     p = _conv.pack_conv2d(r(8, 24, 1, 1), r(8))
-    plan = _conv.InvertedResidualPlan(e, d, p, residual=True)
+    R6 = ("relu6", "relu6", None)
+    plan = _conv.DepthwiseChain(e, d, p, R6, residual=True)
     check(plan, r(1, 8, 11, 13))
-    check(lambda x: _conv.inverted_residual(x, e, d, p, residual=True), r(1, 8, 11, 13))
+    check(lambda x: _conv.depthwise_chain(x, e, d, p, R6, residual=True), r(1, 8, 11, 13))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -137,6 +137,9 @@ def _torch_block(x, e, d, p, stride, residual):
     return (y + xt if residual else y).numpy()
 
 
+#: MobileNetV2's epilogues: ReLU6 after the expand and depthwise steps, none after project
+R6 = ("relu6", "relu6", None)
+
 # (batch, C_in, expand ratio, C_out, H, W, stride, band rows (0: automatic))
 INVRES_CASES = [
     (1, 8, 1, 8, 11, 13, 1, 0),  # no expansion, residual
@@ -158,7 +161,7 @@ def test_inverted_residual(isa, rng, case):
     residual = s == 1 and cin == cout
     e, d, p, (pe, pd, pp) = _block(rng, cin, t, cout, s)
     x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
-    y = _conv.inverted_residual(x, pe, pd, pp, residual, band_rows=band)
+    y = _conv.depthwise_chain(x, pe, pd, pp, R6, residual, band_rows=band)
     # the unfused layers, bit for bit
     u = x if pe is None else pe.forward(x, "relu6")
     u = pp.forward(pd.forward(u, "relu6"), None, x if residual else None)
@@ -168,23 +171,47 @@ def test_inverted_residual(isa, rng, case):
     xv = np.repeat(x, 2, axis=3)[:, :, :, ::2]
     for b in (1, 2, 5):
         np.testing.assert_array_equal(
-            _conv.inverted_residual(xv, pe, pd, pp, residual, band_rows=b), u
+            _conv.depthwise_chain(xv, pe, pd, pp, R6, residual, band_rows=b), u
         )
+
+
+@pytest.mark.parametrize("acts", [("hardswish", "relu", None), (None, "hardswish", "relu"),
+                                  ("relu", None, "relu6")])
+@pytest.mark.parametrize("case", [(1, 8, 3, 8, 9, 11, 1, 0), (2, 5, 6, 7, 13, 11, 2, 3)])
+def test_depthwise_chain_other_epilogues(isa, rng, acts, case):
+    """The chain kernel takes any epilogue for each of its three steps (the project's after
+    the residual), bit for bit the three convolutions one after the other."""
+    n, cin, t, cout, h, w, s, band = case
+    residual = s == 1 and cin == cout
+    _, _, _, (pe, pd, pp) = _block(rng, cin, t, cout, s)
+    x = rng.standard_normal((n, cin, h, w)).astype(np.float32) * 4
+    chain = _conv.DepthwiseChain(pe, pd, pp, acts, residual)
+    assert chain.activations == acts
+    u = pp.forward(pd.forward(pe.forward(x, acts[0]), acts[1]), acts[2],
+                   x if residual else None)
+    np.testing.assert_array_equal(chain(x, band), u)
+    assert _conv.DepthwiseChain.fusable(pe, pd, pp, acts, residual)
+    with pytest.raises(ValueError, match="unknown activation|activation"):
+        _conv.DepthwiseChain(pe, pd, pp, ("gelu", None, None))
+    with pytest.raises(ValueError, match="three"):
+        _conv.DepthwiseChain(pe, pd, pp, ("relu6", None))
+    assert not _conv.DepthwiseChain.fusable(pe, pd, pp, ("gelu", None, None))
+    assert not _conv.DepthwiseChain.fusable(pe, pe, pp, acts)  # not depthwise in the middle
 
 
 def test_inverted_residual_float64_and_errors(rng):
     e, d, p, (pe, pd, pp) = _block(rng, 4, 6, 4, 1, np.float64)
     x = rng.standard_normal((2, 4, 9, 10))
-    y = _conv.inverted_residual(x, pe, pd, pp, True)
+    y = _conv.depthwise_chain(x, pe, pd, pp, R6, True)
     assert y.dtype == np.float64
     np.testing.assert_allclose(y, _torch_block(x, e, d, p, 1, True), rtol=1e-10, atol=1e-10)
     _, _, _, (pe, pd, pp) = _block(rng, 4, 6, 8, 2)
     with pytest.raises(ValueError, match="residual needs stride 1"):
-        _conv.inverted_residual(x.astype(np.float32), pe, pd, pp, True)
+        _conv.depthwise_chain(x.astype(np.float32), pe, pd, pp, R6, True)
     with pytest.raises(ValueError, match="do not chain"):
-        _conv.inverted_residual(x.astype(np.float32), pe, pd, pe, False)
+        _conv.depthwise_chain(x.astype(np.float32), pe, pd, pe, R6, False)
     with pytest.raises(ValueError, match="expected input with 4 channels"):
-        _conv.inverted_residual(np.zeros((1, 5, 8, 8), np.float32), pe, pd, pp, False)
+        _conv.depthwise_chain(np.zeros((1, 5, 8, 8), np.float32), pe, pd, pp, R6, False)
 
 
 def test_inverted_residual_plan_reuse(isa, rng):
@@ -194,7 +221,7 @@ def test_inverted_residual_plan_reuse(isa, rng):
     import modulekit
 
     _, _, _, (pe, pd, pp) = _block(rng, 6, 6, 6, 1)
-    plan = _conv.InvertedResidualPlan(pe, pd, pp, True)
+    plan = _conv.DepthwiseChain(pe, pd, pp, R6, True)
     assert plan.residual and plan.expand is pe and plan.dw is pd and plan.project is pp
     before = modulekit.get_num_threads()
     try:
@@ -206,7 +233,7 @@ def test_inverted_residual_plan_reuse(isa, rng):
             x = rng.standard_normal((n, 6, h, w)).astype(np.float32)
             u = pp.forward(pd.forward(pe.forward(x, "relu6"), "relu6"), None, x)
             np.testing.assert_array_equal(plan(x), u)
-            np.testing.assert_array_equal(plan(x), _conv.inverted_residual(x, pe, pd, pp, True))
+            np.testing.assert_array_equal(plan(x), _conv.depthwise_chain(x, pe, pd, pp, R6, True))
             # a strided view, float64 and a nested list of the same values, band rows forced
             xv = np.repeat(x, 2, axis=3)[:, :, :, ::2]
             np.testing.assert_array_equal(plan(xv), u)
@@ -219,7 +246,7 @@ def test_inverted_residual_plan_reuse(isa, rng):
     with pytest.raises(ValueError, match="expected input with 6 channels"):
         plan(np.zeros((1, 5, 9, 11), np.float32))
     with pytest.raises(ValueError, match="do not chain"):
-        _conv.InvertedResidualPlan(pe, pd, pe)
+        _conv.DepthwiseChain(pe, pd, pe, R6)
 
 
 def _random_state(model, rng):
@@ -234,106 +261,6 @@ def _random_state(model, rng):
     return state
 
 
-def test_mobilenetv2_block_plan_follows_changes(rng):
-    """A block's fused plan is checked on every call: a norm losing its running statistics,
-    a replaced layer or a hook on a layer after fused calls make the block run layer by
-    layer (or re-plan), as the unfused model does."""
-    from modulekit import nn
-    from modulekit.models import mobilenetv2 as mm
-
-    model = mm.MobileNetV2(num_classes=10)
-    model.load_state_dict(_random_state(model, rng), strict=False)
-    model.eval().initialize()
-    x = rng.standard_normal((1, 3, 40, 40)).astype(np.float32)
-    saved = mm.FUSE_MIN_BYTES
-
-    def features():  # every block's output
-        y, out = x, []
-        for block in model.features:
-            y = block(y)
-            out.append(y)
-        return out
-
-    def both():
-        mm.FUSE_MIN_BYTES = 0
-        fused = features()
-        fused_again = features()
-        mm.FUSE_MIN_BYTES = 1 << 62
-        unfused = features()
-        for a, b, c in zip(fused, fused_again, unfused):
-            np.testing.assert_array_equal(a, c)
-            np.testing.assert_array_equal(b, c)
-        # the whole model: its blocks checked up front (MobileNetV2._fused_features)
-        whole = model(x)
-        mm.FUSE_MIN_BYTES = 0
-        np.testing.assert_array_equal(model(x), whole)
-        return fused[4]
-
-    try:
-        first = both()
-        # a new projection layer (other weights) in block 4
-        old = model.features[4].conv[2]
-        new = nn.Conv2d(old.in_channels, old.out_channels, 1, bias=False)
-        shape = (old.out_channels, old.in_channels, 1, 1)
-        new.load_state_dict({"weight": rng.standard_normal(shape).astype(np.float32)})
-        model.features[4].conv[2] = new
-        assert not np.array_equal(both(), first)
-        # block 5's depthwise norm without running statistics: batch statistics, unfused
-        model.features[5].conv[1][1].running_mean = None
-        model.features[5].conv[1][1].running_var = None
-        both()
-        # a hook on block 6's expand layer
-        calls = []
-        model.features[6].conv[0].register_forward_hook(lambda *a: calls.append(1))
-        both()
-        assert calls == [1, 1, 1, 1, 1]
-        # a hook on block 7 itself: it still runs fused (its __call__ runs the hook)
-        model.features[7].register_forward_hook(lambda *a: calls.append(7))
-        both()
-        assert calls == [1] * 5 + [1, 7] * 5
-        assert model.features[7]._fused_kernel() is not None
-        del calls[:]
-        # a hook on the first layer (run as a module): the model runs features as usual
-        model.features[0].register_forward_hook(lambda *a: calls.append(0))
-        both()
-        assert calls == [0, 1, 7] * 5
-        pooled = features()[-1].mean((2, 3))
-        np.testing.assert_allclose(model(x), model.classifier(pooled), rtol=1e-5, atol=1e-6)
-    finally:
-        mm.FUSE_MIN_BYTES = saved
-
-
-def test_mobilenetv2_fused_blocks_match_unfused(rng):
-    from modulekit.models import mobilenetv2 as mm
-
-    model = mm.MobileNetV2(num_classes=10)
-    model.load_state_dict(_random_state(model, rng), strict=False)
-    model.eval().initialize()
-    x = rng.standard_normal((2, 3, 64, 48)).astype(np.float32)
-    saved = mm.FUSE_MIN_BYTES
-    try:
-        for reload in (False, True):
-            if reload:  # new weights after a fused forward: the folded kernels follow them
-                model.load_state_dict(_random_state(model, rng), strict=False)
-            mm.FUSE_MIN_BYTES = 0
-            fused = model(x)
-            mm.FUSE_MIN_BYTES = 1 << 62
-            unfused = model(x)
-            np.testing.assert_array_equal(fused, unfused)
-        # a hook on one of its layers sees its call: the block runs unfused
-        calls = []
-        model.features[3].conv[1].register_forward_hook(lambda *a: calls.append(1))
-        mm.FUSE_MIN_BYTES = 0
-        np.testing.assert_array_equal(model(x), unfused)
-        assert calls == [1]
-    finally:
-        mm.FUSE_MIN_BYTES = saved
-
-
-# 1x1 convolutions on maps whose pixel count is not a multiple of 16 (f32-conv1x1-driver.c on
-# AVX-512): every remainder of the 48/32-pixel tiles and of the 8-pixel channel-lane groups,
-# output channels that are not a multiple of 8 or 16 (an odd panel count).
-@pytest.mark.parametrize("hw", [(1, 1), (1, 7), (7, 7), (3, 11), (5, 13), (9, 9), (14, 14)])
 @pytest.mark.parametrize("cin,cout", [(1, 5), (3, 8), (16, 13), (24, 40), (37, 16)])
 def test_conv1x1_remainders(isa, rng, hw, cin, cout):
     h, w = hw
@@ -390,9 +317,9 @@ def test_inverted_residual_threads_agree(rng, hw, stride):
     before = modulekit.get_num_threads()
     try:
         modulekit.set_num_threads(1)
-        one = _conv.inverted_residual(x, pe, pd, pp, stride == 1)
+        one = _conv.depthwise_chain(x, pe, pd, pp, R6, stride == 1)
         modulekit.set_num_threads(2)  # one image: the threads split its rows
-        two = _conv.inverted_residual(x, pe, pd, pp, stride == 1)
+        two = _conv.depthwise_chain(x, pe, pd, pp, R6, stride == 1)
     finally:
         modulekit.set_num_threads(before)
     np.testing.assert_array_equal(one, two)
@@ -418,9 +345,9 @@ def test_inverted_residual_channel_split_agrees(rng, cin, t, cout, hw, stride, n
     before = modulekit.get_num_threads()
     try:
         modulekit.set_num_threads(1)
-        one = _conv.inverted_residual(x, pe, pd, pp, residual)
+        one = _conv.depthwise_chain(x, pe, pd, pp, R6, residual)
         modulekit.set_num_threads(threads)
-        many = _conv.inverted_residual(x, pe, pd, pp, residual)
+        many = _conv.depthwise_chain(x, pe, pd, pp, R6, residual)
     finally:
         modulekit.set_num_threads(before)
     np.testing.assert_array_equal(one, many)
@@ -446,7 +373,7 @@ def test_inverted_residual_stride2(isa, rng, hw, cin, t, cout, n, threads):
         modulekit.set_num_threads(threads)
         u = pp.forward(pd.forward(pe.forward(x, "relu6"), "relu6"), None)
         for band in (0, 1, 2, 3):
-            y = _conv.inverted_residual(x, pe, pd, pp, False, band_rows=band)
+            y = _conv.depthwise_chain(x, pe, pd, pp, R6, False, band_rows=band)
             np.testing.assert_array_equal(y, u)
     finally:
         modulekit.set_num_threads(before)
@@ -471,7 +398,7 @@ def test_inverted_residual_small_planes(isa, rng, hw, cin, t, cout, n, threads):
     before = modulekit.get_num_threads()
     try:
         modulekit.set_num_threads(threads)
-        y = _conv.inverted_residual(x, pe, pd, pp, residual)
+        y = _conv.depthwise_chain(x, pe, pd, pp, R6, residual)
         u = x if pe is None else pe.forward(x, "relu6")
         u = pp.forward(pd.forward(u, "relu6"), None, x if residual else None)
     finally:
@@ -569,15 +496,13 @@ def _mbv2_random(rng, num_classes=10):
 
 
 def _unfused(model, x):
-    """The model run layer by layer as modules (no plan, no fused blocks or pool)."""
-    from modulekit.models import mobilenetv2 as mm
+    """The model run layer by layer as modules (its forward, not its compiled plan)."""
+    return model.forward(x)
 
-    saved = mm.FUSE_MIN_BYTES
-    mm.FUSE_MIN_BYTES = 1 << 62
-    try:
-        return model(x)
-    finally:
-        mm.FUSE_MIN_BYTES = saved
+
+def _close(a, b):
+    """The plan (norms folded, the fused mean) against the layers run one by one."""
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 def _double(m, a, o):
@@ -623,21 +548,20 @@ PLAN_MUTATIONS = {
 
 @pytest.mark.parametrize("name", sorted(PLAN_MUTATIONS))
 def test_mobilenetv2_plan_follows_mutations(rng, name):
-    """The forward plan is reused while nothing changes, and every change that alters what
-    the model computes is seen by the next call: the output equals the layers run one by
-    one (bit for bit where both run the same kernels, eval mode)."""
+    """The compiled plan is reused while nothing changes, and every change that alters what
+    the model computes is seen by the next call: the output is the layers' run one by one
+    (to float32 rounding: the plan folds the norms)."""
     from modulekit import module as mod
 
     model = _mbv2_random(rng)
     x = rng.standard_normal((1, 3, 48, 40)).astype(np.float32)
+    model(x)  # the capture
     before = model(x)
-    np.testing.assert_array_equal(before, _unfused(model, x))
-    np.testing.assert_array_equal(model(x), before)  # re-plans (FUSE_MIN_BYTES changed)
-    plan = model.__dict__["_forward_plan"]
-    assert plan[2] is not None
+    _close(before, _unfused(model, x))
+    captures = model._compiled.captures
     epoch = mod.structure_epoch()
     np.testing.assert_array_equal(model(x), before)
-    assert model.__dict__["_forward_plan"] is plan and mod.structure_epoch() == epoch
+    assert model._compiled.captures == captures and mod.structure_epoch() == epoch
     mutate, changes = PLAN_MUTATIONS[name]
     mutate(model)
     if "train" in name:
@@ -645,9 +569,10 @@ def test_mobilenetv2_plan_follows_mutations(rng, name):
         y = model(x)
         assert y.shape == before.shape and not np.array_equal(y, before)
         return
+    model(x)
     after = model(x)
-    np.testing.assert_array_equal(after, _unfused(model, x))
-    assert np.array_equal(after, before) != changes
+    _close(after, _unfused(model, x))
+    assert np.allclose(after, before, rtol=1e-5, atol=1e-6) != changes
     np.testing.assert_array_equal(model(x), after)
 
 
@@ -656,13 +581,16 @@ def test_mobilenetv2_plan_cast_and_batch(rng):
     input sizes reuse the plan; non-ndarray input runs the layers."""
     model = _mbv2_random(rng)
     x = rng.standard_normal((2, 3, 40, 56)).astype(np.float32)
+    model(x)
     y32 = model(x)
-    np.testing.assert_array_equal(model(x[:1]), _unfused(model, x[:1]))
-    np.testing.assert_array_equal(model(x.tolist()), y32)
+    _close(model(x[:1]), _unfused(model, x[:1]))
+    _close(model(x.tolist()), y32)
     model.to(np.float64)
+    model(x.astype(np.float64))
     y64 = model(x.astype(np.float64))
     assert y64.dtype == np.float64
-    np.testing.assert_array_equal(y64, _unfused(model, x.astype(np.float64)))
+    np.testing.assert_allclose(y64, _unfused(model, x.astype(np.float64)), rtol=1e-10,
+                               atol=1e-10)
     np.testing.assert_allclose(y64, y32, rtol=1e-4, atol=1e-4)
 
 
@@ -672,9 +600,10 @@ def test_mobilenetv2_pickles_after_a_forward(rng):
 
     model = _mbv2_random(rng)
     x = rng.standard_normal((1, 3, 40, 40)).astype(np.float32)
+    model(x)
     y = model(x)
     twin = pickle.loads(pickle.dumps(model))
-    assert "_forward_plan" not in twin.__dict__
-    assert "_invres_plan" not in twin.features[3].__dict__
+    assert twin._compiled is not None and twin._compiled.captures == 0  # compiles again
+    twin(x)
     np.testing.assert_array_equal(twin(x), y)
     np.testing.assert_array_equal(model(x), y)

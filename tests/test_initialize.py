@@ -13,16 +13,21 @@ BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_h
 
 
 def conv_kernels(model):
-    """Every packed convolution object reachable from the model's Conv2d layers (their own and
-    the Conv+BN folded ones), with the Winograd bytes each holds."""
-    out = {}
-    for m in model.modules():
-        if isinstance(m, nn.Conv2d):
-            kernels = [m._packed] + [v[0] for v in (m._fused or {}).values()]
-            for k in kernels:
-                if k is not None:
-                    out[id(k)] = (k, k.winograd_nbytes)
-    return out
+    """Every packed convolution object reachable from the model: its Conv2d layers' own and
+    those of its compiled plans' steps (the Conv+BN folded ones), with the Winograd bytes
+    each holds."""
+    kernels = [m._packed for m in model.modules() if isinstance(m, nn.Conv2d)]
+    compiled = model.__dict__.get("_compiled")
+    for entry in (compiled.cache.values() if compiled is not None else ()):
+        for node in entry.plan.graph.nodes if entry.plan is not None else ():
+            if node.op != "call_fused":
+                continue
+            step = node.fn
+            if hasattr(step, "packed"):
+                kernels.append(step.packed)
+            elif hasattr(step, "chain"):
+                kernels += [step.chain.expand, step.chain.dw, step.chain.project]
+    return {id(k): (k, k.winograd_nbytes) for k in kernels if k is not None}
 
 
 def test_initialize_example_builds_the_winograd_weights_the_first_call_uses():
@@ -44,8 +49,8 @@ def test_initialize_without_example_leaves_shape_dependent_work_to_the_first_cal
     x = np.random.default_rng(1).standard_normal((1, 3, 64, 64), dtype=np.float32)
     model = resnet18().eval().initialize()
     kernels = conv_kernels(model)
-    assert all(len(m._fused or {}) for m in model.modules() if isinstance(m, nn.Conv2d)
-               and m is not model.fc)  # folded now
+    assert all(m._packed is not None for m in model.modules() if isinstance(m, nn.Conv2d))
+    assert model._compiled.captures == 0  # the plan (folding) needs an input too
     assert sum(n for _, n in kernels.values()) == 0  # Winograd needs the input's shape
     model(x)
     assert sum(n for _, n in conv_kernels(model).values()) > 0

@@ -78,13 +78,13 @@ cdef extern from "conv/conv.h" nogil:
     void mk_scale_shift_f64(const mk_conv_geom *g, const double *x, const double *scale,
                             const double *shift, double *y, int act, int nthreads)
 
-    # --- MobileNetV2 inverted-residual block (f32-invres-driver.c) ---
+    # --- depthwise chain: [1x1] -> depthwise 3x3 -> 1x1 (f32-invres-driver.c) ---
     Py_ssize_t mk_invres_scratch(const mk_conv_geom *g, int chid, int has_expand, int R)
     int mk_invres_channel_split(const mk_conv_geom *g, int has_expand, int nthreads)
     void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float *wexp,
                        const float *wdw, const float *bdw, int cout, const float *wproj,
                        Py_ssize_t *koff, float *out, const float *res, float *scratch, int R,
-                       int nthreads)
+                       int act_e, int act_d, int act_p, int nthreads)
     void mk_conv1x1_f32(int N, int K, Py_ssize_t HW, const float *x, Py_ssize_t sn,
                         Py_ssize_t sc, int M, const float *wp, Py_ssize_t *koff, float *out,
                         const float *res, int act, int nthreads)

@@ -122,31 +122,42 @@ def batch_norm_inference(
     x: ArrayLike, scale: ArrayLike, shift: ArrayLike, activation: _Act = None
 ) -> np.ndarray: ...
 
-# --- MobileNetV2 inverted-residual block (kernels/conv/f32-invres-driver.c) ---
+# --- depthwise chains: [1x1] -> depthwise 3x3 -> 1x1 (kernels/conv/f32-invres-driver.c) ---
 INVRES_BAND_BYTES: int
 
 def spatial_mean(x: ArrayLike) -> np.ndarray: ...
-def inverted_residual(
+def depthwise_chain(
     x: ArrayLike,
     expand: PackedConv2d | None,
     dw: PackedConv2d,
     project: PackedConv2d,
+    activations: tuple[_Act, _Act, _Act],
     residual: bool = False,
     band_rows: int = 0,
 ) -> np.ndarray: ...
 
-class InvertedResidualPlan:
+class DepthwiseChain:
     expand: PackedConv2d | None
     dw: PackedConv2d
     project: PackedConv2d
+    activations: tuple[_Act, _Act, _Act]
     residual: bool
     def __init__(
         self,
         expand: PackedConv2d | None,
         dw: PackedConv2d,
         project: PackedConv2d,
+        activations: tuple[_Act, _Act, _Act],
         residual: bool = False,
     ) -> None: ...
+    @staticmethod
+    def fusable(
+        expand: PackedConv2d | None,
+        dw: PackedConv2d,
+        project: PackedConv2d,
+        activations: tuple[_Act, _Act, _Act],
+        residual: bool = False,
+    ) -> bool: ...
     def __call__(self, x: ArrayLike, band_rows: int = 0) -> np.ndarray: ...
 
 # argument checks shared with modulekit.nn (errors name ``what`` and the parameter)

@@ -53,8 +53,8 @@ __all__ = [
     "adaptive_avg_pool2d",
     "batch_norm_inference",
     "ACTIVATIONS",
-    "inverted_residual",
-    "InvertedResidualPlan",
+    "depthwise_chain",
+    "DepthwiseChain",
     "INVRES_BAND_BYTES",
 ]
 
@@ -1301,7 +1301,7 @@ cdef void _fill_pool_window(mk_conv_geom *g, k, s, p, d, ceil_mode, what) except
 
 
 # ---------------------------------------------------------------------------------------------
-# MobileNetV2 inverted-residual block (kernels/conv/f32-invres-driver.c)
+# depthwise chains: [1x1] -> depthwise 3x3 -> 1x1 (kernels/conv/f32-invres-driver.c)
 
 #: Output rows per band of the fused block: the band's expanded rows and depthwise output
 #: (about ``chid * R * (stride * W + OW)`` floats) are kept within this many bytes, so they stay
@@ -1341,7 +1341,17 @@ def spatial_mean(x):
     return mean
 
 
-def _invres_fusable(expand, dw, project):
+def _chain_acts(activations):
+    """The three MK_ACT codes of a chain's ``activations`` (a 3-sequence of epilogue names)."""
+    if not isinstance(activations, (tuple, list)) or len(activations) != 3:
+        raise ValueError(
+            "depthwise_chain: activations must be a sequence of three epilogue names or None "
+            f"(expand, depthwise, project), got {activations!r}")
+    return tuple(_act_code(a) for a in activations)
+
+
+def _chain_fusable(expand, dw, project):
+    """Whether the fused kernel (f32-invres-driver.c) takes these three convolutions."""
     cdef PackedConv2d e = expand
     cdef PackedConv2d d = dw
     cdef PackedConv2d p = project
@@ -1355,27 +1365,32 @@ def _invres_fusable(expand, dw, project):
     return True
 
 
-def inverted_residual(x, expand, dw, project, residual=False, band_rows=0):
-    """MobileNetV2's inverted-residual block in one call, fused in row bands.
+def depthwise_chain(x, expand, dw, project, activations, residual=False, band_rows=0):
+    """A pointwise -> depthwise 3x3 -> pointwise chain of convolutions in one call, fused in
+    row bands (MobileNetV2's inverted residual block, MobileNet/EfficientNet-style blocks).
 
-    Computes ``project(relu6(dw(relu6(expand(x))))) (+ x)``: the three convolutions of the
-    block with their folded BatchNorms, as the unfused layers would, equal to them bit for
-    bit. On AVX-512 the block runs in bands of output rows (``kernels/conv/f32-invres-driver.c``),
-    so the expanded tensor never leaves the cache; on other instruction sets, for other
-    geometries or weight storage the three layers run one after the other. A block run many
-    times is cheaper through an :class:`InvertedResidualPlan` (this builds one per call).
+    Computes ``act_p(project(act_d(dw(act_e(expand(x))))) (+ x))``, each convolution with its
+    bias (a folded BatchNorm's included) and the epilogue activation ``activations`` names,
+    as the three layers would one after the other, equal to them bit for bit. On AVX-512 the
+    chain runs in bands of output rows (``kernels/conv/f32-invres-driver.c``), so the expanded
+    tensor never leaves the cache; on other instruction sets, for other geometries or weight
+    storage the three convolutions run one after the other. A chain run many times is cheaper
+    through a :class:`DepthwiseChain` (this builds one per call).
 
     Parameters
     ----------
     x : array_like, shape (N, C_in, H, W)
-        Block input, cast to float32.
+        Chain input, cast to float32.
     expand : PackedConv2d or None
-        1x1, stride 1, no padding, ``C_in -> C_hid`` (bias folded in); None when the block has
-        no expansion (``C_hid == C_in``).
+        1x1, stride 1, no padding, ``C_in -> C_hid``; None when the chain starts with the
+        depthwise convolution (``C_hid == C_in``).
     dw : PackedConv2d
         Depthwise ``C_hid`` 3x3 (stride 1 or 2, dilation 1, any padding).
     project : PackedConv2d
-        1x1 ``C_hid -> C_out``, no activation.
+        1x1 ``C_hid -> C_out``.
+    activations : (str or None, str or None, str or None)
+        The epilogues of expand, depthwise and project (``PackedConv2d.forward``'s names);
+        the project's runs after the residual.
     residual : bool
         Add ``x`` to the output (needs stride 1 and ``C_out == C_in``).
     band_rows : int
@@ -1386,11 +1401,11 @@ def inverted_residual(x, expand, dw, project, residual=False, band_rows=0):
     -------
     ndarray, shape (N, C_out, OH, OW), float32
     """
-    return InvertedResidualPlan(expand, dw, project, residual)(x, band_rows)
+    return DepthwiseChain(expand, dw, project, activations, residual)(x, band_rows)
 
 
-cdef class InvertedResidualPlan:
-    """An inverted-residual block (see :func:`inverted_residual`) checked once, to run many times.
+cdef class DepthwiseChain:
+    """A depthwise chain (see :func:`depthwise_chain`) checked once, to run many times.
 
     The constructor checks that the three convolutions chain and whether the fused kernel can
     run them; each call then checks only the input. The geometry, band rows and scratch size
@@ -1401,14 +1416,15 @@ cdef class InvertedResidualPlan:
 
     Parameters
     ----------
-    expand, dw, project, residual
-        As for :func:`inverted_residual`.
+    expand, dw, project, activations, residual
+        As for :func:`depthwise_chain`.
     """
 
     cdef readonly PackedConv2d expand, dw, project
     cdef readonly bint residual
+    cdef readonly tuple activations
     cdef bint _fusable
-    cdef int _cin, _chid, _cout
+    cdef int _cin, _chid, _cout, _ae, _ad, _ap
     cdef cnp.ndarray _dwb
     # the last input shape's geometry: (N, H, W), thread count and band_rows it was built for
     cdef mk_conv_geom _g
@@ -1416,24 +1432,40 @@ cdef class InvertedResidualPlan:
     cdef Py_ssize_t _nscratch
     cdef bint _ready
 
-    def __init__(self, expand, PackedConv2d dw, PackedConv2d project, residual=False):
+    @staticmethod
+    def fusable(expand, dw, project, activations, residual=False):
+        """Whether these three float32 convolutions chain and the fused kernel takes their
+        geometry (a chain it does not take still runs, one convolution after the other)."""
+        try:
+            DepthwiseChain(expand, dw, project, activations, residual)
+        except (ValueError, TypeError):
+            return False
+        return bool(_chain_fusable(expand, dw, project))
+
+    def __init__(self, expand, PackedConv2d dw, PackedConv2d project, activations,
+                 residual=False):
         cdef PackedConv2d e = expand
+        self._ae, self._ad, self._ap = _chain_acts(activations)
+        if not (dw.groups == dw.in_channels == dw.out_channels):
+            raise ValueError("depthwise_chain: the middle convolution must be depthwise "
+                             f"(groups == channels), got groups={dw.groups}")
         cin = e.in_channels if e is not None else dw.in_channels
         chid = dw.in_channels
         if (e is not None and e.out_channels != chid) or project.in_channels != chid:
             raise ValueError(
-                f"inverted_residual: channels do not chain: expand "
+                f"depthwise_chain: channels do not chain: expand "
                 f"{None if e is None else (e.in_channels, e.out_channels)}, depthwise "
                 f"{dw.in_channels}, project {(project.in_channels, project.out_channels)}"
             )
         if residual and (dw.stride != (1, 1) or project.out_channels != cin):
             raise ValueError(
-                "inverted_residual: the residual needs stride 1 and as many output channels as "
+                "depthwise_chain: the residual needs stride 1 and as many output channels as "
                 f"input channels (stride {dw.stride}, {cin} -> {project.out_channels})"
             )
         self.expand, self.dw, self.project = e, dw, project
         self.residual = bool(residual)
-        self._fusable = _invres_fusable(e, dw, project)
+        self.activations = tuple(activations)
+        self._fusable = _chain_fusable(e, dw, project)
         self._cin, self._chid, self._cout = cin, chid, project.out_channels
         self._dwb = dw._bias if dw._bias is not None else np.zeros(chid, np.float32)
         self._ready = False
@@ -1449,7 +1481,7 @@ cdef class InvertedResidualPlan:
         g.dy = g.dx = 1
         if g.H + g.pt + g.pb < 3 or g.W + g.pl + g.pr < 3:
             raise ValueError(
-                f"inverted_residual: input spatial size ({g.H}, {g.W}) with padding "
+                f"depthwise_chain: input spatial size ({g.H}, {g.W}) with padding "
                 f"{d.padding} is smaller than the 3x3 kernel"
             )
         oshape = d.output_shape((<object>xa).shape)
@@ -1480,9 +1512,10 @@ cdef class InvertedResidualPlan:
     def __call__(self, x, band_rows=0):
         """Run the block on ``x`` (N, C_in, H, W); returns (N, C_out, OH, OW) float32."""
         if active_isa() < MK_ISA_AVX512 or not self._fusable:
-            y = x if self.expand is None else self.expand.forward(x, "relu6")
-            y = self.dw.forward(y, "relu6")
-            return self.project.forward(y, None, x if self.residual else None)
+            ae, ad, ap = self.activations
+            y = x if self.expand is None else self.expand.forward(x, ae)
+            y = self.dw.forward(y, ad)
+            return self.project.forward(y, ap, x if self.residual else None)
         cdef int nthreads = effective_threads()
         cdef int band = band_rows
         cdef cnp.ndarray xa
@@ -1499,15 +1532,15 @@ cdef class InvertedResidualPlan:
                 same = (sh[0] == self._g.N and sh[1] == self._cin and sh[2] == self._g.H
                         and sh[3] == self._g.W)
         else:
-            xa = _as_input(x, "inverted_residual", np.float32)
+            xa = _as_input(x, "depthwise_chain", np.float32)
         if not same:
-            _check_4d(xa, "inverted_residual")
+            _check_4d(xa, "depthwise_chain")
             if xa.shape[0] == 0:
-                raise ValueError("inverted_residual: expected a non-empty batch, got shape "
+                raise ValueError("depthwise_chain: expected a non-empty batch, got shape "
                                  f"{(<object>xa).shape}")
             if xa.shape[1] != self._cin:
                 raise ValueError(
-                    f"inverted_residual: expected input with {self._cin} channels, got "
+                    f"depthwise_chain: expected input with {self._cin} channels, got "
                     f"{xa.shape[1]}"
                 )
             xa = np.ascontiguousarray(xa)
@@ -1537,5 +1570,6 @@ cdef class InvertedResidualPlan:
                           <const float *>cnp.PyArray_DATA(self._dwb), cout,
                           <const float *>cnp.PyArray_DATA(wpp),
                           <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>cnp.PyArray_DATA(out),
-                          rp, <float *>cnp.PyArray_DATA(scratch), R, nthreads)
+                          rp, <float *>cnp.PyArray_DATA(scratch), R, self._ae, self._ad,
+                          self._ap, nthreads)
         return out

@@ -13,7 +13,7 @@
   ``ConvTranspose2d`` 256->128 k4 s2 p1, 16x16 -> 32x32 at batch 8 (a DCGAN generator's
   upsampling layer); target >= 1.0x torch for both;
 - one MobileNetV2 inverted-residual block at 112x112: 1x1 16->96 + ReLU6, depthwise 3x3
-  stride 2 + ReLU6, 1x1 96->24 (``_conv.inverted_residual``, fused in row bands), the second
+  stride 2 + ReLU6, 1x1 96->24 (``_conv.depthwise_chain``, fused in row bands), the second
   block of the network and its heaviest; GFLOP/s counts the three convolutions.
 
 Bias and a ReLU are fused for modulekit and included for the peers. GFLOP/s counts
@@ -135,7 +135,8 @@ def _invres_rows(rng, torch, quick):
     )
     oh = (h - 1) // s + 1
     flops = 2.0 * (chid * h * h * cin + chid * oh * oh * 9 + cout * oh * oh * chid)
-    funcs = {"modulekit": lambda: _conv.inverted_residual(x, pe, pd, pp, False)}
+    acts = ("relu6", "relu6", None)
+    funcs = {"modulekit": lambda: _conv.depthwise_chain(x, pe, pd, pp, acts, False)}
     if torch is not None:
         F = torch.nn.functional
         t = {

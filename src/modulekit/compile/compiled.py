@@ -184,7 +184,7 @@ class CompiledCall:
             if self.observer is not None:
                 return self.observer(self, plan, arrays)
             return plan.run(*arrays)
-        return self._capture(args, kwargs, loose, shapes)
+        return self._capture(args, kwargs, loose, shapes, arrays)
 
     # ---------------------------------------------------------------- capturing
     def _input_names(self, args, kwargs):
@@ -201,10 +201,16 @@ class CompiledCall:
                 names.append(key)
         return positions, names
 
-    def _capture(self, args, kwargs, loose, shapes):
+    def _capture(self, args, kwargs, loose, shapes, arrays=()):
         module = self.module
         positions, names = self._input_names(args, kwargs)
         self._pack_all()
+        # in eval mode, with no hooks inside (they would fire twice), the capture call returns
+        # what the plan computes (below), from the inputs as they were (forward may write
+        # into them)
+        replay = None if any(m.training or (m._has_hooks and m is not module)
+                             for m in module.modules()) else [
+            np.array(a, copy=True) for a in arrays]
         epoch = _module._epoch
         result, cap, traced_out = run_capture(module, args, kwargs, positions, names,
                                               self.fullgraph)
@@ -246,6 +252,10 @@ class CompiledCall:
         plan = Plan(planned(graph, module), names, namedtuple, cap.paths)
         entry = _Entry(plan, graph, None, shapes if exact else None, names)
         self._store((loose, entry.exact), entry)
+        if replay is not None and not moved:
+            # the plan may compute other bits than forward (a BatchNorm folded into its
+            # convolution): the result of a call must not depend on whether it captured
+            return plan.run(*replay)
         return result
 
     def _pack_all(self) -> None:

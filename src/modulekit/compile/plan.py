@@ -12,7 +12,6 @@ the names it reads.
 
 from __future__ import annotations
 
-import functools
 import keyword
 import math
 import operator
@@ -22,7 +21,7 @@ import numpy as np
 
 from modulekit.compile.graph import Graph, Node
 
-__all__ = ["Plan", "fused_callable"]
+__all__ = ["Plan"]
 
 _INFIX = {
     "add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
@@ -32,31 +31,6 @@ _INFIX = {
 _PREFIX = {"neg": "-", "pos": "+", "invert": "~"}
 _RESERVED = {"np", "F", "operator", "abs", "slice", "float"}
 _OBSERVE = "_observe"  # the observer argument of an observed plan (Plan.observed)
-
-
-def fused_callable(kind: str, modules) -> object:
-    """The callable of a ``call_fused`` step over ``modules``: ``"epilogue"`` runs
-    ``modules[0]._forward_fused(modules[1:], x)`` (a layer with the activation/norm after it
-    in its kernel's epilogue), ``"linear_chain"`` runs Linear(+activation) pairs as one kernel
-    chain (``modulekit.nn.modules.container._LinearChain``), as a Sequential's fused plan does."""
-    if kind == "epilogue":
-        if len(modules) < 2:
-            raise ValueError("an epilogue step fuses at least two modules")
-        return functools.partial(modules[0]._forward_fused, tuple(modules[1:]))
-    if kind == "linear_chain":
-        from modulekit.nn.modules.container import _LinearChain
-        from modulekit.nn.modules.linear import Linear
-
-        pairs: list[list] = []
-        for m in modules:
-            if isinstance(m, Linear):
-                pairs.append([m, None])
-            elif pairs and pairs[-1][1] is None and m._epilogue is not None:
-                pairs[-1][1] = m
-            else:
-                raise ValueError(f"a linear chain step cannot hold {type(m).__name__} here")
-        return _LinearChain([tuple(p) for p in pairs]).run
-    raise ValueError(f"unknown fused step kind {kind!r}")
 
 
 class _Namespace:

@@ -16,7 +16,7 @@ safetensors reader validates the container (a pickle, a torch file or a zip is r
 anything is read from it); the JSON is parsed with a size cap and no duplicate keys; every
 field is type-checked; ops are :data:`~modulekit.compile.graph.OPS`; functions come from a
 closed table (NumPy ufuncs and a list of NumPy array functions, Python operators,
-``modulekit.nn.functional``, the conv helpers), methods from a closed list; module classes from
+``modulekit.nn.functional``), methods from a closed list; module classes from
 :data:`LAYERS` (modulekit.nn classes), their constructor arguments validated, and the tensor
 shapes each class needs computed from its arguments and checked against the file's tensors
 BEFORE any module is built (a hostile size cannot allocate); nodes may only read earlier
@@ -38,7 +38,7 @@ from modulekit.checkpoint._common import CheckpointError, FileBuffer
 from modulekit.checkpoint.safetensors import read_safetensors, write_safetensors
 from modulekit.compile.graph import OPS, Graph, Node
 from modulekit.compile.passes import planned
-from modulekit.compile.plan import Plan, fused_callable
+from modulekit.compile.plan import Plan
 from modulekit.compile.tracer import _METHODS, CompileError
 from modulekit.module import Module
 
@@ -177,7 +177,6 @@ LAYERS: dict = {}
 
 def _functions() -> dict:
     from modulekit.nn import functional as F
-    from modulekit.nn.modules import conv
 
     table = {}
     for name in dir(np):
@@ -200,9 +199,6 @@ def _functions() -> dict:
     for name in F.__all__:
         fn = getattr(F, name)
         table[f"modulekit.nn.functional.{name}"] = getattr(fn, "__wrapped__", fn)
-    for name in ("conv_bn_act", "conv_bn_act_maxpool"):
-        fn = getattr(conv, name)
-        table[f"modulekit.nn.modules.conv.{name}"] = fn.__wrapped__
     return table
 
 
@@ -329,9 +325,6 @@ def save_compiled(root, graph: Graph, f, **kwargs) -> None:
             if node.meta.get("hooks"):
                 raise CompileError(f"save: module {node.target!r} has forward hooks, which "
                                    "are Python functions: remove them before saving")
-        elif node.op == "call_fused":
-            rec["modules"] = [need_module(m, "a fused step") for m in
-                              _fused_modules(node, paths, root)]
         elif node.op == "call_function":
             if fn_names.get(id(node.fn)) != node.target:
                 raise CompileError(f"save: function {node.target} is not one a saved module "
@@ -358,11 +351,6 @@ def save_compiled(root, graph: Graph, f, **kwargs) -> None:
         write_safetensors(tensors, path, meta)
         with open(path, "rb") as src:
             f.write(src.read())
-
-
-def _fused_modules(node, paths, root):
-    by_path = {p: m for m in root.modules() for p in [paths.get(id(m))] if p is not None}
-    return [by_path[p] for p in node.meta["modules"]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -756,11 +744,11 @@ def _check_graph(path, header, arrays, specs, functions):
 
     for i, rec in enumerate(nodes):
         _expect_keys(path, rec, f"node {i}", {"name", "op", "target", "args", "kwargs"},
-                     optional=("hooks", "modules", "shape", "dtype"))
+                     optional=("hooks", "shape", "dtype"))
         name, op, target = rec["name"], rec["op"], rec["target"]
         if type(name) is not str or not _NAME.match(name) or name in by_name:
             raise _bad(path, f"node {i}: name {str(name)[:80]!r} is not a fresh identifier")
-        if op not in OPS:
+        if op not in OPS or op == "call_fused":  # fused steps are planned anew on load
             raise _bad(path, f"node {name!r}: unknown op {str(op)[:80]!r}")
         if type(target) is not str or len(target) > 256:
             raise _bad(path, f"node {name!r}: target must be a short string")
@@ -797,12 +785,6 @@ def _check_graph(path, header, arrays, specs, functions):
             if target not in specs:
                 raise _bad(path, f"node {name!r}: module {target[:80]!r} is not a saved module")
             meta = {"path": target, "module_type": specs[target][0]}
-        elif op == "call_fused":
-            mods = rec.get("modules")
-            if target not in ("epilogue", "linear_chain") or type(mods) is not list or not (
-                    2 <= len(mods) <= 64) or not all(type(m) is str and m in specs for m in mods):
-                raise _bad(path, f"node {name!r}: bad fused step")
-            meta = {"modules": mods}
         elif op == "call_function":
             fn = functions.get(target)
             if fn is None:
@@ -882,8 +864,6 @@ def _build(specs, graph, names, arrays, header):
         node.kwargs = _resolve(node.kwargs, built)
         if node.op == "call_module":
             node.fn = built[node.target]
-        elif node.op == "call_fused":
-            node.fn = fused_callable(node.target, [built[p] for p in node.meta["modules"]])
     graph.meta["paths"] = paths
     plan = Plan(planned(graph, root), names, None, paths)
     root.__dict__["_plan"] = plan

@@ -9,8 +9,8 @@ observed. What is recorded:
   a modulekit.nn layer (a class whose ``forward`` is defined in ``modulekit.nn``) is a
   ``call_module`` node, run whole; a module with forward hooks is a ``call_module`` node that
   calls the module with its hooks (they fire, at capture and in the plan, as in eager mode);
-  a plain ``Sequential`` is traced as it runs eagerly (its fused plan's steps, when
-  ``initialize()`` made one, become ``call_fused`` nodes); any other module (a user's, a
+  a plain ``Sequential`` is traced child by child (the planner, not the container, fuses
+  them); any other module (a user's, a
   model's block) is traced through, its path kept on each node as ``scope``;
 * NumPy ufuncs and array functions on traced arrays (``__array_ufunc__``,
   ``__array_function__``), Python operators, ndarray methods, indexing and assignment;
@@ -625,41 +625,16 @@ class Capture:
         return self.wrap(node, result)
 
     def _sequential(self, seq, args, kwargs):
-        from modulekit.compile.plan import fused_callable
-        from modulekit.nn.modules.container import _LinearChain
-
+        """A plain Sequential: its children one by one (the planner fuses them), in its
+        scope."""
         path = self.paths.get(id(seq))
         self.scope.append(path if path is not None else "<Sequential>")
         try:
             if len(args) != 1 or kwargs:
                 return seq.forward(*args, **kwargs)  # raises as eager does
             x = args[0]
-            children = tuple(seq._modules.values())
-            plan = seq._fused_plan
-            if plan is None or plan[0] != children:
-                for m in children:
-                    x = m(x)
-                return x
-            for step in plan[1]:
-                mods = step.modules if type(step) is _LinearChain else tuple(step)
-                if len(mods) == 1 or any(m._has_hooks for m in mods):
-                    for m in mods:
-                        x = m(x)
-                    continue
-                paths = [self.paths.get(id(m)) for m in mods]
-                if any(p is None for p in paths):
-                    self.graph_break("a fused Sequential step holds a module outside the tree")
-                    return step.run(self.unwrap(x)) if type(step) is _LinearChain \
-                        else mods[0]._forward_fused(mods[1:], self.unwrap(x))
-                kind = "linear_chain" if type(step) is _LinearChain else "epilogue"
-                fn = fused_callable(kind, mods)
-                result = fn(self.unwrap(x))
-                node = self.graph.add(
-                    "call_fused", kind, fn, (self.encode(x),), {},
-                    name="fused_" + paths[0].replace(".", "_"),
-                    modules=paths, module_type="+".join(type(m).__name__ for m in mods),
-                    **self._meta())
-                x = self.wrap(node, result)
+            for m in seq._modules.values():
+                x = m(x)
             return x
         finally:
             self.scope.pop()

@@ -7,11 +7,26 @@ docstring says what it matches, what it builds, and whether the result is bit-id
 the unfused steps.
 """
 
+from modulekit.compile.rules.conv import (
+    conv_activation,
+    conv_bn_fold,
+    conv_global_avgpool,
+    conv_maxpool,
+    conv_residual_add,
+    depthwise_chain,
+)
 from modulekit.compile.rules.linear import linear_activation
 
 #: The rules in the order they run: a rule that needs another's result comes after it.
 PIPELINE = (
     linear_activation,
+    # convolutional networks (rules/conv.py), in this order
+    conv_bn_fold,
+    conv_residual_add,
+    conv_activation,
+    conv_maxpool,
+    conv_global_avgpool,
+    depthwise_chain,
 )
 
 __all__ = ["PIPELINE"]

@@ -155,7 +155,8 @@ class BatchNorm2d(_BatchNorm):
     """Batch normalisation over an (N, C, H, W) input, as ``torch.nn.BatchNorm2d``.
 
     See :class:`BatchNorm1d` for the modes. In evaluation mode a ``Conv2d`` followed by this
-    norm is folded into one convolution by the CNN models (:func:`conv_bn_act`).
+    norm is folded into the convolution before it by a compiled module's plan (the
+    ``conv_bn_fold`` rule) and by a Sequential's fused call.
     """
 
     _dims = (4,)

@@ -1,5 +1,6 @@
-"""``Conv2d`` (packed indirect-GEMM / depthwise kernels, fused epilogues) and the
-Conv + BatchNorm (+ activation, + residual) fusion used by the CNN models.
+"""``Conv2d`` (packed indirect-GEMM / depthwise kernels, fused epilogues) and the folding of
+an eval-mode BatchNorm2d into a convolution (:func:`fold_conv_bn`), which a Sequential's fused
+call and the planner's ``conv_bn_fold`` rule (``modulekit.compile.rules.conv``) share.
 """
 
 from __future__ import annotations
@@ -10,16 +11,14 @@ import numpy as np
 
 from modulekit._ext import _conv
 from modulekit._ext._tensor import Parameter
-from modulekit.compile.tracer import traceable
 from modulekit.device import as_device
 from modulekit.dtypes import as_dtype, float32
-from modulekit.module import Module
 from modulekit.nn._input import as_input
 from modulekit.nn._random import default_generator
 from modulekit.nn.modules._packed import PackedWeightLayer
 from modulekit.nn.modules.batchnorm import BatchNorm2d
 
-__all__ = ["Conv2d", "apply_activation", "conv_bn_act", "conv_bn_act_maxpool", "prefold"]
+__all__ = ["Conv2d", "fold_conv_bn"]
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -66,7 +65,7 @@ class Conv2d(PackedWeightLayer):
     ``initialize()`` cannot do that; ``initialize(example)`` does (it runs the example).
     """
 
-    _fused = None  # {(id(bn), activation): (PackedConv2d, bn's tensors and eps)} (conv_bn_act)
+    _fused = None  # {(id(bn), activation): (PackedConv2d, bn's tensors and eps)} (Sequential)
 
     def __init__(
         self,
@@ -248,7 +247,10 @@ class Conv2d(PackedWeightLayer):
         bn = following[0] if following and following[0]._epilogue is None else None
         act = following[-1]._epilogue[0] if following and following[-1]._epilogue else None
         if bn is not None and (bn.training or bn.running_mean is None):
-            y = conv_bn_act(self, bn, act, input)
+            # batch statistics (or none): the modules one by one, as torch runs them
+            y = self(input)
+            for m in following:
+                y = m(y)
             return pool(y) if pool is not None else y
         if bn is not None:
             packed = self._fused_packed(bn, act)
@@ -283,25 +285,8 @@ class Conv2d(PackedWeightLayer):
             if hit is not None and all(x is y for x, y in zip(hit[1][:4], sources)) \
                     and hit[1][4] == sources[4]:
                 return hit[0]
-        if self._packed is None:
-            self._pack()
+        packed = fold_conv_bn(self, bn)
         with self._pack_lock:
-            weight, bias = self._packed.unpack()
-            storage = self._packed.storage
-            compute = np.float64 if storage == "float64" else np.float32
-            w, b = _conv.fold_batchnorm(
-                np.asarray(weight).astype(compute),
-                None if bias is None else np.asarray(bias).astype(compute),
-                bn.running_mean.numpy(),
-                bn.running_var.numpy(),
-                None if bn.weight is None else bn.weight.numpy(),
-                None if bn.bias is None else bn.bias.numpy(),
-                bn.eps,
-            )
-            npdt = as_dtype(storage).numpy
-            packed = _conv.pack_conv2d(
-                w.astype(npdt), b.astype(npdt), storage=storage, **self._pack_args()
-            )
             if self._fused is None:
                 # a cache, not structure: no structure-epoch bump (a compiled plan stays)
                 self.__dict__["_fused"] = {}
@@ -314,6 +299,34 @@ class Conv2d(PackedWeightLayer):
         return packed
 
 
+def fold_conv_bn(conv: Conv2d, bn) -> _conv.PackedConv2d:
+    """A new packed kernel computing ``bn(conv(x))`` for ``bn``'s eval statistics: the
+    layer's weights (unpacked from its kernel, packed first if need be) and bias folded with
+    ``w * gamma / sqrt(var + eps)``, ``(b - mean) * gamma / sqrt(var + eps) + beta``
+    (``_conv.fold_batchnorm``, in the layer's compute dtype), packed in its storage dtype.
+
+    The one folding function: a Sequential's fused call (``Conv2d._fused_packed``) and the
+    planner's ``conv_bn_fold`` rule both use it, so they give the same bits."""
+    if conv._packed is None:
+        conv._pack()
+    with conv._pack_lock:
+        weight, bias = conv._packed.unpack()
+        storage = conv._packed.storage
+    compute = np.float64 if storage == "float64" else np.float32
+    w, b = _conv.fold_batchnorm(
+        np.asarray(weight).astype(compute),
+        None if bias is None else np.asarray(bias).astype(compute),
+        bn.running_mean.numpy(),
+        bn.running_var.numpy(),
+        None if bn.weight is None else bn.weight.numpy(),
+        None if bn.bias is None else bn.bias.numpy(),
+        bn.eps,
+    )
+    npdt = as_dtype(storage).numpy
+    return _conv.pack_conv2d(w.astype(npdt), b.astype(npdt), storage=storage,
+                             **conv._pack_args())
+
+
 def _plain_maxpool(module) -> bool:
     """A MaxPool2d whose forward is MaxPool2d's own (one a convolution can absorb)."""
     from modulekit.nn.modules.pooling import MaxPool2d
@@ -324,101 +337,3 @@ def _plain_maxpool(module) -> bool:
 def _maxpool_args(pool) -> tuple:
     """``PackedConv2d.forward_maxpool``'s pooling arguments for a MaxPool2d."""
     return (pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
-
-
-@traceable
-def conv_bn_act_maxpool(conv: Conv2d, bn, activation, pool, input) -> np.ndarray:
-    """``pool(act(bn(conv(input))))`` with the pooling fused into the convolution where
-    :func:`conv_bn_act` would fold the norm (``PackedConv2d.forward_maxpool`` chooses the fused
-    kernel or runs the two steps, with the same bits); otherwise the steps run as
-    :func:`conv_bn_act` runs them and ``pool`` is called as a module (its hooks run)."""
-    input = as_input(input, "Conv2d")
-    name = _folded_activation(conv, bn, activation)
-    if name is False or pool._has_hooks or not _plain_maxpool(pool):
-        return pool(conv_bn_act(conv, bn, activation, input))
-    try:
-        return conv._fused_packed(bn, name).forward_maxpool(input, name, *_maxpool_args(pool))
-    except ValueError as exc:
-        raise conv._error(exc) from None
-
-
-def apply_activation(y: np.ndarray, activation) -> np.ndarray:
-    """One of the fused epilogue activations, applied with NumPy (the unfused path)."""
-    if activation is None:
-        return y
-    if activation == "relu":
-        return np.maximum(y, 0, where=~np.isnan(y), out=y.copy())
-    if activation == "relu6":
-        return np.clip(y, 0, 6)
-    if activation == "silu":
-        return y / (1 + np.exp(-y))
-    if activation == "hardswish":
-        return y * np.clip(y + 3, 0, 6) / 6
-    raise ValueError(
-        f"unknown activation {activation!r}: expected None, 'relu', 'relu6', 'silu' or 'hardswish'"
-    )
-
-
-def _folded_activation(conv, bn, activation):
-    """The epilogue name (or None) with which ``activation(bn(conv(x)))`` runs as one folded
-    kernel, or False when it must run step by step: a norm in training mode or without
-    running statistics, a hook on any of the modules, a module that is not a plain Conv2d /
-    BatchNorm2d, or an activation the convolution's epilogue does not compute.
-    ``activation`` is an activation module (ReLU, ReLU6, SiLU, Hardswish), its epilogue's name
-    or None."""
-    if (bn.training or conv._has_hooks or bn._has_hooks or type(conv) is not Conv2d
-            or type(bn) is not BatchNorm2d or bn._buffers.get("running_mean") is None
-            or conv.padding_mode != "zeros"):
-        return False
-    if activation is None or type(activation) is str:
-        return activation
-    epilogue = activation._epilogue
-    if activation._has_hooks or epilogue is None or epilogue[0] not in Conv2d._EPILOGUES:
-        return False
-    return epilogue[0]
-
-
-@traceable
-def conv_bn_act(conv: Conv2d, bn, activation=None, input=None, residual=None) -> np.ndarray:
-    """``act(bn(conv(input)) + residual)``, with ``bn`` folded into ``conv`` in eval mode.
-
-    ``activation`` is the activation module (``nn.ReLU``, ``ReLU6``, ``SiLU``,
-    ``Hardswish``), its name ('relu', 'relu6', 'silu', 'hardswish') or None. In eval mode
-    (and when ``bn`` tracks running statistics) the norm is folded into the convolution's
-    packed weights once and the residual add and the activation run in the kernel's
-    epilogue. Otherwise (training mode, where the norm uses batch statistics and updates its
-    running estimates; a hook on the convolution, the norm or the activation module; a
-    replaced module) the steps run one by one as module calls, as in torch, so every hook
-    sees its call.
-    """
-    input = as_input(input, "Conv2d")
-    name = _folded_activation(conv, bn, activation)
-    if name is False:
-        y = bn(conv(input))
-        if residual is not None:
-            y = y + np.asarray(residual, dtype=y.dtype)
-        if activation is None or type(activation) is str:
-            return apply_activation(y, activation)
-        return activation(y)
-    packed = conv._fused_packed(bn, name)
-    try:
-        return packed.forward(input, name, residual)
-    except ValueError as exc:
-        raise conv._error(exc) from None
-
-
-def prefold(model: Module) -> Module:
-    """Fold every Conv2d + BatchNorm2d pair of ``model`` now (eval mode only).
-
-    Modules that run :func:`conv_bn_act` list their pairs in ``_fusions()`` (``(conv, bn,
-    activation)`` triples); the CNN models call this from ``initialize()`` so the first
-    forward does no packing work.
-    """
-    for module in model.modules():
-        fusions = getattr(module, "_fusions", None)
-        if fusions is None:
-            continue
-        for conv, bn, activation in fusions():
-            if not bn.training and bn.running_mean is not None:
-                conv._fused_packed(bn, activation)
-    return model

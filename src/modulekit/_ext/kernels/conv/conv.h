@@ -230,17 +230,17 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
                      float *scratch, float *out, const float *res, int act, int isa,
                      int nthreads);
 
-/* --- MobileNetV2 inverted-residual block (f32-invres-driver.c), AVX-512 only ------------- */
+/* --- depthwise chain: [1x1] -> depthwise 3x3 -> 1x1 (f32-invres-driver.c), AVX-512 only --- */
 /* Scratch floats per thread for bands of R output rows (chid expanded channels). */
 ptrdiff_t mk_invres_scratch(const mk_conv_geom *g, int chid, int has_expand, int R);
 /* Whether a block with one band (R == OH) splits channels across threads instead of rows. */
 int mk_invres_channel_split(const mk_conv_geom *g, int has_expand, int nthreads);
-/* relu6(expand 1x1) -> relu6(depthwise 3x3, g's stride/padding) -> project 1x1 (+ res), in
- * bands of R output rows; see the file for the operands. */
+/* act_e(expand 1x1) -> act_d(depthwise 3x3, g's stride/padding) -> act_p(project 1x1 (+ res)),
+ * in bands of R output rows (MK_ACT_* codes); see the file for the operands. */
 void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float *wexp,
                    const float *wdw, const float *bdw, int cout, const float *wproj,
                    ptrdiff_t *koff, float *out, const float *res, float *scratch, int R,
-                   int nthreads);
+                   int act_e, int act_d, int act_p, int nthreads);
 /* 1x1 stride-1 convolution without lane waste (f32-conv1x1-driver.c), AVX-512 only: panel
  * pairs [pp0, pp1) of c[m, q] = act(bias[m] + sum_k a[m, k] b[koff[k] + q] (+ res)) over L
  * contiguous pixels, and the whole convolution of N images (x: channel stride sc). */

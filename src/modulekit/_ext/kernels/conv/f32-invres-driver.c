@@ -1,7 +1,7 @@
-/* Fused inverted-residual block (MobileNetV2), float32, NCHW:
- *     E = relu6(expand_1x1(x))          (skipped when the block has no expansion: E = x)
- *     D = relu6(depthwise_3x3(E))       (stride 1 or 2)
- *     y = project_1x1(D) (+ x)
+/* Fused depthwise chain (MobileNetV2's inverted residual block), float32, NCHW:
+ *     E = act_e(expand_1x1(x))          (skipped when the block has no expansion: E = x)
+ *     D = act_d(depthwise_3x3(E))       (stride 1 or 2)
+ *     y = act_p(project_1x1(D) (+ x))   (each act an MK_ACT_* epilogue)
  * computed in bands of output rows, so the expanded tensor E and the depthwise output D of a
  * band stay in L2 instead of going to memory and back (the expanded tensor is 6x the block's
  * input). The expanded rows a band shares with the next (one row at stride 2, two at stride 1)
@@ -58,7 +58,7 @@ int mk_invres_channel_split(const mk_conv_geom *g, int has_expand, int nthreads)
 void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float *wexp,
                    const float *wdw, const float *bdw, int cout, const float *wproj,
                    ptrdiff_t *koff, float *out, const float *res, float *scratch, int R,
-                   int nthreads) {
+                   int act_e, int act_d, int act_p, int nthreads) {
 #if !MK_X86 /* AVX-512 only: never called elsewhere (see MK_NOT_X86_UNREACHABLE) */
     MK_NOT_X86_UNREACHABLE();
 #else
@@ -102,23 +102,23 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
             const int h0 = hp * t / nt, h1 = hp * (t + 1) / nt;
             if (h1 > h0) {
                 mk_conv1x1_band_f32((size_t)Cin, wexp, chid, x, koff_e, (ptrdiff_t)y1 * W, E,
-                                    Es, NULL, MK_ACT_RELU6, h0, h1);
+                                    Es, NULL, act_e, h0, h1);
                 const int c0 = 16 * h0, c1 = 16 * h1 < chid ? 16 * h1 : chid;
                 if (flat)
                     mk_f32_dwconv2d_flat_3x3_avx512(E + c0 * Es, Es, H, W, c1 - c0,
                                                     wdw + (ptrdiff_t)c0 * 9, bdw + c0,
-                                                    D + c0 * Ds, Ds, MK_ACT_RELU6);
+                                                    D + c0 * Ds, Ds, act_d);
                 else
                     for (int c = c0; c < c1; c++)
                         mk_f32_dwconv2d_chw_3x3_avx512(E + c * Es, W, H, W, S, g->pt, g->pl, OW,
                                                        0, OH, wdw + (ptrdiff_t)c * 9, bdw[c],
-                                                       D + c * Ds, OW, NULL, 0, MK_ACT_RELU6);
+                                                       D + c * Ds, OW, NULL, 0, act_d);
             }
 #pragma omp barrier
             const int q0 = op * t / nt, q1 = op * (t + 1) / nt;
             if (q1 > q0)
                 mk_conv1x1_band_f32((size_t)chid, wproj, cout, D, koff_p, ohw, out, ohw, res,
-                                    MK_ACT_NONE, q0, q1);
+                                    act_p, q0, q1);
         }
         return;
     }
@@ -153,7 +153,7 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
                 if (y1 > from)
                     mk_conv1x1_band_f32((size_t)Cin, wexp, chid, xn + (ptrdiff_t)from * W,
                                         koff_e, (ptrdiff_t)(y1 - from) * W,
-                                        E + (ptrdiff_t)(from - y0) * W, Es, NULL, MK_ACT_RELU6,
+                                        E + (ptrdiff_t)(from - y0) * W, Es, NULL, act_e,
                                         0, (chid + 15) / 16);
                 a = y0;
                 b = y1;
@@ -167,15 +167,15 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
             }
             if (flat && o0 == 0 && o1 == OH && dsh == W)
                 mk_f32_dwconv2d_flat_3x3_avx512(din, dsc, H, W, chid, wdw, bdw, D, Ds,
-                                                MK_ACT_RELU6);
+                                                act_d);
             else
                 for (int c = 0; c < chid; c++)
                     mk_f32_dwconv2d_chw_3x3_avx512(din + c * dsc, dsh, H, W, S, g->pt, g->pl,
                                                    OW, o0, o1, wdw + (ptrdiff_t)c * 9, bdw[c],
-                                                   D + c * Ds, OW, NULL, 0, MK_ACT_RELU6);
+                                                   D + c * Ds, OW, NULL, 0, act_d);
             mk_conv1x1_band_f32((size_t)chid, wproj, cout, D, koff_p, (ptrdiff_t)(o1 - o0) * OW,
                                 on + (ptrdiff_t)o0 * OW, ohw, rn ? rn + (ptrdiff_t)o0 * OW : NULL,
-                                MK_ACT_NONE, 0, (cout + 15) / 16);
+                                act_p, 0, (cout + 15) / 16);
         }
     }
 #endif
