@@ -69,7 +69,8 @@ def test_file_objects():
 def test_user_models_roundtrip(build, args, tmp_path):
     m = build().eval().initialize()
     m.compile()
-    ref = m(*args)
+    m(*args)  # (captures: the eager call)
+    ref = m(*args)  # the plan, which the loaded module runs too
     path = tmp_path / "m.safetensors"
     m.save(path)
     out = mk.load_module(path)(*args)

@@ -7,11 +7,26 @@ docstring says what it matches, what it builds, and whether the result is bit-id
 the unfused steps.
 """
 
-from modulekit.compile.rules.linear import linear_activation
+from modulekit.compile.rules.attention import attention, dropout_identity, layer_norm_residual
+from modulekit.compile.rules.linear import (
+    linear_activation,
+    linear_activation_approx,
+    linear_chain,
+    linear_stack,
+)
 
 #: The rules in the order they run: a rule that needs another's result comes after it.
 PIPELINE = (
+    # transformers (rules/attention.py, rules/linear.py): dropout first, so that the patterns
+    # see through it; the stack before attention (which reads its column blocks in place);
+    # the chain before the single-layer activation rules
+    dropout_identity,
+    linear_stack,
+    attention,
+    layer_norm_residual,
+    linear_chain,
     linear_activation,
+    linear_activation_approx,
 )
 
 __all__ = ["PIPELINE"]
