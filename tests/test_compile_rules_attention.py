@@ -302,6 +302,8 @@ def test_linear_stack_reuses_the_stack_and_follows_a_load():
     kernel = m.query._packed.fused
     m(x[None, 0].astype(np.float64))  # another signature: a second plan, the same stack
     assert m.query._packed.fused is kernel
+    # the capture's eager call ran each layer alone; the stack serves them again after it
+    assert all(lin._packed._own is None for lin in (m.query, m.key, m.value))
     new = {k: v.numpy() * 0.5 for k, v in SelfAttention().state_dict().items()}
     m.load_state_dict(new)  # a load re-packs: the next capture stacks the new weights
     np.testing.assert_allclose(m(x), torch_self_attention(m, x, None), rtol=RTOL, atol=ATOL)

@@ -176,8 +176,10 @@ def _stacked_kernel(linears):
     view of the stacked one (the weights are held once; ``state_dict``, pickling, casts and
     ``share_memory`` read the layer's rows through the view); when the layers already hold
     consecutive views of one stacked kernel (a second plan, a shared or unpickled model) that
-    kernel is reused. Installing the views changes no value, so, like packing, it does not
-    move the structure epoch. Returns None when the layers cannot be stacked."""
+    kernel is reused (and the views' own packs of their rows, made when a capture's eager
+    call ran a layer alone, are dropped). Installing the views changes no value, so, like
+    packing, it does not move the structure epoch. Returns None when the layers cannot be
+    stacked."""
     from modulekit._ext._gemm import pack_linear
     from modulekit.nn.modules._fused_linear import RowsOf
 
@@ -193,6 +195,10 @@ def _stacked_kernel(linears):
                 r0 = k.r1
             else:
                 if r0 == fused.out_features:
+                    for k in kernels:
+                        # a view's own pack of its rows (made when the capture's eager call
+                        # ran the layer alone) is not needed while the stack serves it
+                        k._own = None
                     return fused, [(k.r0, k.r1) for k in kernels]
         if (len({k.storage for k in kernels}) != 1 or len({k.has_bias for k in kernels}) != 1
                 or len({k.in_features for k in kernels}) != 1):
