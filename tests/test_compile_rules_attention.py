@@ -300,7 +300,8 @@ def test_linear_stack_reuses_the_stack_and_follows_a_load():
     x = rng.standard_normal((2, 4, 48)).astype(np.float32)
     _compile(m, x)
     kernel = m.query._packed.fused
-    m(x[None, 0].astype(np.float64))  # another signature: a second plan, the same stack
+    m(x, None)  # another signature (mask=None given): a second plan, the same stack
+    assert m._compiled.captures == 2
     assert m.query._packed.fused is kernel
     # the capture's eager call ran each layer alone; the stack serves them again after it
     assert all(lin._packed._own is None for lin in (m.query, m.key, m.value))
@@ -463,3 +464,59 @@ def test_user_bert_plan_matches_transformers(b, seq):
         want = hf(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(am))
     np.testing.assert_allclose(last, want.last_hidden_state.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(pooled, want.pooler_output.numpy(), rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------ embedding_layer_norm
+class Embeddings(nn.Module):
+    def __init__(self, vocab=30, width=24):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab, width)
+        self.token_type_embeddings = nn.Embedding(2, width)
+        self.position_embeddings = nn.Embedding(16, width)
+        self.LayerNorm = nn.LayerNorm(width, eps=1e-12)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, ids, types, positions):
+        x = self.word_embeddings(ids) + self.token_type_embeddings(types)
+        x = self.position_embeddings(positions) + x
+        return self.dropout(self.LayerNorm(x))
+
+
+@pytest.mark.parametrize("b, seq", [(1, 1), (8, 13)])
+def test_embedding_layer_norm_is_bit_identical(b, seq):
+    rng = np.random.default_rng(16)
+    m = _randomize(Embeddings(), scale=1.0)
+    ids, types = rng.integers(0, 30, (b, seq)), rng.integers(0, 2, (b, seq))
+    pos = np.tile(np.arange(seq), (b, 1))
+    eager = m(ids, types, pos)
+    graph = _compile(m, ids, types, pos)
+    assert graph.meta["rules"]["embedding_layer_norm"] == 1
+    (step,) = [n for n in graph.nodes if n.op == "call_fused"]
+    assert step.meta["modules"] == ["word_embeddings", "token_type_embeddings",
+                                    "position_embeddings", "LayerNorm"]
+    np.testing.assert_array_equal(_plan_output(m, ids, types, pos), eager)
+    np.testing.assert_array_equal(m(ids[:, ::-1], types, pos),  # non-contiguous ids
+                                  Embeddings.forward(m, ids[:, ::-1], types, pos))
+    w = {k: torch.from_numpy(v.numpy()) for k, v in m.state_dict().items()}
+    t = (w["word_embeddings.weight"][torch.from_numpy(ids)]
+         + w["token_type_embeddings.weight"][torch.from_numpy(types)]
+         + w["position_embeddings.weight"][torch.from_numpy(pos)])
+    t = torch.nn.functional.layer_norm(t, (24,), w["LayerNorm.weight"], w["LayerNorm.bias"],
+                                       1e-12)
+    np.testing.assert_allclose(eager, t.numpy(), rtol=1e-4, atol=1e-5)
+    # an index out of range: the table's own error, from the plan as from eager mode
+    bad = ids.copy()
+    bad[-1, -1] = 30
+    with pytest.raises(IndexError, match=r"Embedding\(30, 24\).*index 30"):
+        m(bad, types, pos)
+
+
+def test_embedding_rows_broadcast_are_not_fused():
+    rng = np.random.default_rng(17)
+    m = _randomize(Embeddings(), scale=1.0)
+    ids, types = rng.integers(0, 30, (3, 5)), rng.integers(0, 2, (3, 5))
+    pos = np.arange(5)[None]  # (1, L): broadcast over the batch
+    graph = _compile(m, ids, types, pos)
+    assert graph.meta["rules"]["embedding_layer_norm"] == 0
+    np.testing.assert_array_equal(_plan_output(m, ids, types, pos),
+                                  Embeddings.forward(m, ids, types, pos))

@@ -7,7 +7,12 @@ docstring says what it matches, what it builds, and whether the result is bit-id
 the unfused steps.
 """
 
-from modulekit.compile.rules.attention import attention, dropout_identity, layer_norm_residual
+from modulekit.compile.rules.attention import (
+    attention,
+    dropout_identity,
+    embedding_layer_norm,
+    layer_norm_residual,
+)
 from modulekit.compile.rules.linear import (
     linear_activation,
     linear_activation_approx,
@@ -19,10 +24,12 @@ from modulekit.compile.rules.linear import (
 PIPELINE = (
     # transformers (rules/attention.py, rules/linear.py): dropout first, so that the patterns
     # see through it; the stack before attention (which reads its column blocks in place);
-    # the chain before the single-layer activation rules
+    # the embeddings before layer_norm_residual (which would take their last add); the chain
+    # before the single-layer activation rules
     dropout_identity,
     linear_stack,
     attention,
+    embedding_layer_norm,
     layer_norm_residual,
     linear_chain,
     linear_activation,

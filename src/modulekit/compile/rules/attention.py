@@ -1,16 +1,18 @@
 """Rules for transformer blocks: inference-mode dropout, the attention kernel, LayerNorm with
-its residual add."""
+its residual add, the embeddings' sum and LayerNorm in one pass."""
 
 from __future__ import annotations
 
 import math
 import numbers
 
+import numpy as np
+
 from modulekit.compile.graph import Graph, Node
 from modulekit.compile.passes import Context
 
 __all__ = ["ATTENTION_ATOL", "ATTENTION_RTOL", "attention", "dropout_identity",
-           "layer_norm_residual"]
+           "embedding_layer_norm", "layer_norm_residual"]
 
 #: The attention kernel's documented tolerance against the unfused NumPy steps (float32):
 #: it sums the QK^T products and the softmax in another order (register-blocked, exp of the
@@ -400,3 +402,103 @@ def _match_sdpa(node: Node, exact: bool):
     if final is None:
         return None
     return group, (q[0], k[0], v[0], mask, q[1], scale), final
+
+
+# ---------------------------------------------------------------------------- embeddings
+class _EmbeddingsLayerNorm:
+    """A fused step: ``layer_norm(t0[i0] + t1[i1] + t2[i2])`` in one pass per row
+    (``_ops.embedding_layer_norm``); the modules one by one where that kernel does not apply
+    (an index out of range: the table's own error names it)."""
+
+    __slots__ = ("tables", "norm", "args")
+
+    def __init__(self, tables, norm) -> None:
+        self.tables, self.norm = tuple(tables), norm
+        self.args = tuple(np.asarray(t.weight) for t in tables)
+
+    def __call__(self, i0, i1, i2):
+        from modulekit._ext import _ops
+
+        t0, t1, t2 = self.args
+        norm = self.norm
+        ids = [np.ascontiguousarray(i) for i in (i0, i1, i2)]
+        try:
+            out = _ops.embedding_layer_norm(ids[0], t0, ids[1], t1, ids[2], t2,
+                                            np.asarray(norm.weight), np.asarray(norm.bias),
+                                            norm.eps)
+        except IndexError:
+            out = None
+        if out is not None:
+            return out
+        e0, e1, e2 = self.tables
+        return norm.forward((e0.forward(i0) + e1.forward(i1)) + e2.forward(i2))
+
+
+def embedding_layer_norm(graph: Graph, ctx: Context) -> int:
+    """``LayerNorm(e0(i0) + e1(i1) + e2(i2))`` (BERT's word, token-type and position
+    embeddings) -> one pass per token that gathers the three rows, sums them and normalises
+    (``_ops.embedding_layer_norm``).
+
+    Matches three hook-free ``Embedding`` calls on index arrays of one shape, summed as
+    ``(e0 + e1) + e2`` (either operand order of each add) with no broadcasting, read only by
+    a hook-free ``LayerNorm`` over the embedding width; tables and the norm's weight and bias
+    float32. Bit-identical: the kernel adds the rows in the same order and normalises with
+    the LayerNorm row kernel (on an index out of range, or ids the kernel does not take, the
+    step runs the modules one by one, which raise the table's own error)."""
+    from modulekit.nn.modules.normalization import LayerNorm
+    from modulekit.nn.modules.sparse import Embedding
+
+    def table(node):
+        e = ctx.module(node, Embedding) if isinstance(node, Node) else None
+        if e is None or len(node.args) != 1 or node.kwargs or not isinstance(node.args[0], Node):
+            return None
+        if e.weight is None or e.weight.dtype.name != "float32" or e.max_norm is not None:
+            return None
+        return e
+
+    def add_of(node):
+        if isinstance(node, Node) and node.op == "call_function" and node.target in (
+                "operator.add", "numpy.add") and not node.kwargs and len(node.args) == 2:
+            return node.args
+        return None
+
+    fired = 0
+    for node in list(graph.nodes):
+        ln = ctx.module(node, LayerNorm)
+        if ln is None or node.kwargs or len(node.args) != 1:
+            continue
+        outer = node.args[0]
+        pair = add_of(outer)
+        if pair is None:
+            continue
+        for inner, last in (pair, pair[::-1]):
+            first_two = add_of(inner)
+            if first_two is not None and table(last) is not None:
+                break
+        else:
+            continue
+        nodes = [first_two[0], first_two[1], last]
+        mods = [table(n) for n in nodes]
+        if any(m is None for m in mods):
+            continue
+        ids = [n.args[0] for n in nodes]
+        shape = ids[0].meta.get("shape")
+        width = mods[0].weight.shape[1]
+        if shape is None or any(i.meta.get("shape") != shape for i in ids) or any(
+                m.weight.shape[1] != width for m in mods):
+            continue
+        if any(n.meta.get("shape") != outer.meta.get("shape") for n in nodes + [inner]):
+            continue
+        if ln.normalized_shape != (width,) or ln.weight is None or ln.bias is None or \
+                ln.weight.dtype.name != "float32" or ln.bias.dtype.name != "float32":
+            continue
+        order = {id(n): i for i, n in enumerate(graph.nodes)}
+        group = sorted([*nodes, inner, outer, node], key=lambda n: order[id(n)])
+        if group[-1] is not node:
+            continue
+        try:
+            ctx.fuse(group, "embedding_layer_norm", _EmbeddingsLayerNorm(mods, ln), tuple(ids))
+        except ValueError:
+            continue  # a row or a partial sum is read outside
+        fired += 1
+    return fired
