@@ -8,6 +8,8 @@ import numbers
 
 import numpy as np
 
+from modulekit._ext._ops import attention as _ops_attention
+from modulekit._ext._ops import layer_norm as _ops_layer_norm
 from modulekit.compile.graph import Graph, Node
 from modulekit.compile.passes import Context
 
@@ -57,6 +59,33 @@ def dropout_identity(graph: Graph, ctx: Context) -> int:
     return fired
 
 
+class _ResidualLayerNorm:
+    """A fused step: ``ln(x, residual=y)``; float32 arrays of the norm's width go straight to
+    the kernel (what ``LayerNorm.forward``'s own fast path calls), anything else through the
+    module's forward."""
+
+    __slots__ = ("ln", "fast")
+
+    def __init__(self, ln) -> None:
+        self.ln = ln
+        w, b = ln.weight, ln.bias
+        self.fast = None
+        if (w is not None and b is not None and w.dtype.name == "float32"
+                and b.dtype.name == "float32"):
+            self.fast = (ln.normalized_shape, ln._n, np.asarray(w), np.asarray(b), ln.eps)
+
+    def __call__(self, x, y):
+        fast = self.fast
+        if (fast is not None and type(x) is np.ndarray and type(y) is np.ndarray
+                and x.dtype == _F32 and y.dtype == _F32 and x.shape == y.shape
+                and x.shape[-1:] == fast[0]):
+            return _ops_layer_norm(x, fast[1], fast[2], fast[3], fast[4], y)
+        return self.ln.forward(x, residual=y)
+
+
+_F32 = np.dtype(np.float32)
+
+
 def layer_norm_residual(graph: Graph, ctx: Context) -> int:
     """``LayerNorm(x + y)`` -> ``LayerNorm(x, residual=y)``: the add done inside the norm's
     kernel, in the same pass that reads the row (no ``x + y`` array written and read back).
@@ -84,7 +113,7 @@ def layer_norm_residual(graph: Graph, ctx: Context) -> int:
         if dtype not in ("float32", "float64") or any(
                 n.meta.get("dtype") != dtype or n.meta.get("shape") != shape for n in (x, y)):
             continue
-        ctx.fuse([add, node], "layer_norm_residual", ln.forward, (x,), {"residual": y})
+        ctx.fuse([add, node], "layer_norm_residual", _ResidualLayerNorm(ln), (x, y))
         fired += 1
     return fired
 
@@ -187,9 +216,7 @@ def _merge_heads(node: Node, exact: bool, group: list):
 
 
 def _run_attention(q, k, v, mask, num_heads, scale):
-    from modulekit._ext import _ops
-
-    return _ops.attention(q, k, v, num_heads, mask, scale)[0]
+    return _ops_attention(q, k, v, num_heads, mask, scale)[0]
 
 
 def _plain_softmax(ctx: Context, node: Node, ndim: int):
@@ -417,13 +444,13 @@ class _EmbeddingsLayerNorm:
         self.args = tuple(np.asarray(t.weight) for t in tables)
 
     def __call__(self, i0, i1, i2):
-        from modulekit._ext import _ops
+        from modulekit._ext._ops import embedding_layer_norm as kernel
 
         t0, t1, t2 = self.args
         norm = self.norm
         ids = [np.ascontiguousarray(i) for i in (i0, i1, i2)]
         try:
-            out = _ops.embedding_layer_norm(ids[0], t0, ids[1], t1, ids[2], t2,
+            out = kernel(ids[0], t0, ids[1], t1, ids[2], t2,
                                             np.asarray(norm.weight), np.asarray(norm.bias),
                                             norm.eps)
         except IndexError:
