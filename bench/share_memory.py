@@ -83,12 +83,9 @@ def _run(mode: str, n_workers: int, method: str, quick: bool, tokens: int) -> di
     from modulekit.models.bert import BertModel
 
     model = BertModel(_config(quick)).eval().initialize()
+    # (a stacked query/key/value kernel counts once: its views' shares add up to its size)
     weight_bytes = sum(t.nbytes for t in model.parameters()) + sum(
         m._packed.nbytes for m in model.modules() if getattr(m, "_packed", None) is not None
-        and not hasattr(m._packed, "fused")
-    ) + sum(
-        m._qkv.packed.nbytes for m in model.modules() if getattr(m, "_qkv", None) is not None
-        and m._qkv.packed is not None
     )
     if mode == "shared":
         model.share_memory()

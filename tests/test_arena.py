@@ -330,6 +330,7 @@ def test_models_identical_with_and_without_cache(build, isa):
         ids = rng.integers(0, 50, (6, 61))
         mask = np.ones((6, 61), np.int64)
         mask[1, 50:] = 0
+        m.initialize(ids, attention_mask=mask)  # (compiled parts: every call below a plan)
 
         def run():
             o = m(ids, attention_mask=mask)

@@ -366,15 +366,31 @@ def _bert_inputs(b, seq):
     return ids, mask
 
 
+def _close(a, b, rtol, atol):
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _close(x, y, rtol, atol)
+    else:
+        assert type(a) is type(b) and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("b, seq", [(1, 16), (4, 9)])
-def test_user_bert_bit_identical(b, seq):
+def test_user_bert_matches_eager(b, seq):
+    # the planner fuses attention (ATTENTION_RTOL/ATOL) and GELU into the GEMM epilogue
+    # (APPROX_RTOL/ATOL): the plan matches eager within those tolerances, not bit for bit;
+    # the printed code computes the plan's bits
     m = _bert()
     ids, mask = _bert_inputs(b, seq)
     ref = m(ids, mask)
     m.compile()
-    for o in _calls(m, ids, mask):
-        _same(o, ref)
-    _same(_exec_code(m, ids, mask), ref)
+    outs = _calls(m, ids, mask)
+    for o in outs:  # (the first call captures: it is the eager call)
+        _close(o, ref, rtol=1e-4, atol=1e-5)
+    _same(outs[1], outs[2])
+    assert m._compiled.last.plan.graph.meta["rules"]["attention"] == 2
+    _same(_exec_code(m, ids, mask), outs[-1])
 
 
 def test_user_models_match_torch():

@@ -21,8 +21,8 @@ from modulekit.compile import CompileError, serialize
 def _compiled_small():
     m = Small().eval().initialize()
     m.compile()
+    ref = m(X)
     m(X)
-    ref = m(X)  # the plan's result (Conv2d + BatchNorm2d folded)
     return m, ref
 
 
@@ -42,7 +42,7 @@ def test_roundtrip_bit_identical_without_the_class(saved):
     x5 = np.random.default_rng(9).standard_normal((5, 3, 8, 8)).astype(np.float32)
     eager = Small().eval()
     eager.load_state_dict({k: np.asarray(v) for k, v in mk.load(path).items()})
-    np.testing.assert_allclose(loaded(x5), eager(x5), rtol=1e-5, atol=1e-6)  # symbolic batch
+    _same(loaded(x5), eager(x5))  # symbolic batch survives the file
     assert {"conv.weight", "conv.bias", "bn.running_mean", "fc.weight"} <= set(
         loaded.state_dict()) | {k for k in mk.load(path)}
     assert "call_module[conv]" in loaded.graph and "def forward(x):" in loaded.code
@@ -69,8 +69,8 @@ def test_file_objects():
 def test_user_models_roundtrip(build, args, tmp_path):
     m = build().eval().initialize()
     m.compile()
-    m(*args)
-    ref = m(*args)
+    m(*args)  # (captures: the eager call)
+    ref = m(*args)  # the plan, which the loaded module runs too
     path = tmp_path / "m.safetensors"
     m.save(path)
     out = mk.load_module(path)(*args)
@@ -103,13 +103,6 @@ def test_save_refusals(tmp_path):
     w(np.ones((1, 3), np.float32))
     with pytest.raises(CompileError, match="only modulekit.nn layers"):
         w.save(tmp_path / "x")
-
-    # a padding_mode the file format does not record is refused, not saved as 'zeros'
-    conv = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"))
-    conv.compile()
-    conv(np.ones((1, 3, 5, 5), np.float32))
-    with pytest.raises(CompileError, match="padding_mode='reflect'"):
-        conv.save(tmp_path / "x")
 
 
 # ------------------------------------------------------------------ hostile files

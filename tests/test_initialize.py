@@ -67,13 +67,14 @@ def test_initialize_example_mobilenet_first_call_builds_nothing():
 def test_initialize_stacks_bert_qkv_without_an_input():
     model = BertModel(BERT).eval()
     attn = [m for m in model.modules() if type(m).__name__ == "BertSelfAttention"]
-    assert attn and all(a._qkv.packed is None for a in attn)
-    model.initialize()
-    stacked = [a._qkv.packed for a in attn]
-    assert all(p is not None for p in stacked)
+    assert attn and all(a.query._packed is None for a in attn)
+    model.initialize()  # captures the compiled encoder on a one-token example
+    stacked = [a.query._packed.fused for a in attn]
+    assert all(a.key._packed.fused is s and a.value._packed.fused is s
+               for a, s in zip(attn, stacked))
     ids = np.arange(10).reshape(1, 10)
     model(ids)
-    assert [a._qkv.packed for a in attn] == stacked  # the same objects: not rebuilt
+    assert [a.query._packed.fused for a in attn] == stacked  # the same objects: not rebuilt
 
 
 def test_initialize_example_takes_positional_and_keyword_inputs_like_forward():
@@ -83,10 +84,15 @@ def test_initialize_example_takes_positional_and_keyword_inputs_like_forward():
     mask[1, 4:] = 0
     ref = BertModel(BERT).eval()
     ref.load_state_dict(model.state_dict())
+    ref.encoder.compile(disable=True)  # the eager modules
     assert model.initialize(ids, attention_mask=mask) is model
+    captures = model.encoder._compiled.captures
     out = model(ids, attention_mask=mask)
-    np.testing.assert_array_equal(out.last_hidden_state,
-                                  ref(ids, attention_mask=mask).last_hidden_state)
+    assert model.encoder._compiled.captures == captures  # the plan the example captured
+    # (the plan's attention kernel and GELU epilogue: within their documented tolerance)
+    np.testing.assert_allclose(out.last_hidden_state,
+                               ref(ids, attention_mask=mask).last_hidden_state,
+                               rtol=1e-4, atol=1e-5)
 
 
 class Net(mk.Module):

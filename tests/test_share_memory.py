@@ -60,10 +60,11 @@ def test_share_memory_moves_everything_and_keeps_outputs():
     kernels = _packed_kernels(model)
     assert len(kernels) == 2 * 6 + 1  # q, k, v, 3 dense per layer, the pooler
     assert all(k.is_shared for k in kernels)
-    for m in model.modules():  # query/key/value run as one shared stacked kernel
-        if hasattr(m, "_qkv"):
-            assert m._qkv.packed is not None and m._qkv.packed.is_shared
-            assert all(k.fused is m._qkv.packed for k in (m.query._packed, m.key._packed))
+    for layer in model.encoder.layer:  # query/key/value run as one shared stacked kernel
+        sa = layer.attention.self
+        stacked = sa.query._packed.fused
+        assert stacked.is_shared
+        assert all(k.fused is stacked for k in (sa.key._packed, sa.value._packed))
     np.testing.assert_array_equal(model(IDS).last_hidden_state, ref)
     assert model.share_memory() is model  # idempotent
     np.testing.assert_array_equal(model(IDS).last_hidden_state, ref)
@@ -85,7 +86,8 @@ def test_pickle_sends_handles_and_maps_the_same_memory():
     assert all(k.is_shared for k in _packed_kernels(twin))
     sa = twin.encoder.layer[0].attention.self
     stacked = sa.query._packed.fused
-    assert sa._qkv._build() is stacked
+    twin(IDS)
+    assert sa.key._packed.fused is stacked and sa.value._packed.fused is stacked
 
 
 def test_unshared_pickle_unchanged():
@@ -156,12 +158,13 @@ def test_writes_after_share_memory():
     )
     # packed layers re-packed into new shared segments (not seen by the twin)
     assert all(k.is_shared for k in _packed_kernels(model))
-    # sent again before any forward: the re-stacked query/key/value go shared, as one stack
+    # the next call re-stacks query/key/value (a new capture) as one shared stack, sent as
+    # one handle
+    out = model(IDS).last_hidden_state
     again = pickle.loads(pickle.dumps(model))
     for sa, sb in zip(model.encoder.layer, again.encoder.layer):
         a, b = sa.attention.self.query._packed, sb.attention.self.query._packed
         assert a.fused.is_shared and b.fused.__reduce__()[1][0] == a.fused.__reduce__()[1][0]
-    out = model(IDS).last_hidden_state
     fresh = _small_bert()
     fresh.load_state_dict(state)
     np.testing.assert_array_equal(out, fresh(IDS).last_hidden_state)

@@ -11,41 +11,23 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from modulekit._ext import _ops
-from modulekit.dtypes import float32
 from modulekit.module import Module
+from modulekit.nn import functional as F
 from modulekit.nn._input import as_indices, as_input
-from modulekit.nn.modules._fused_linear import FusedLinears
-from modulekit.nn.modules.attention import attention
+from modulekit.nn.modules.activation import GELU, ReLU, Sigmoid, SiLU, Tanh
 from modulekit.nn.modules.container import ModuleList
 from modulekit.nn.modules.dropout import Dropout
 from modulekit.nn.modules.linear import Linear
 from modulekit.nn.modules.normalization import LayerNorm
 from modulekit.nn.modules.sparse import Embedding
-from modulekit.nn.modules.transformer import linear_act
 
 __all__ = ["BertConfig", "BertModel", "BertModelOutput", "mean_pool"]
-
-_F32 = np.dtype(np.float32)
-
-# hidden_act names of transformers' ACT2FN -> the GEMM epilogue computing them
-_ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_python": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
-    "relu": "relu",
-    "silu": "silu",
-    "swish": "silu",
-    "tanh": "tanh",
-    "sigmoid": "sigmoid",
-}
 
 _DEFAULTS = {
     "vocab_size": 30522,
@@ -136,6 +118,21 @@ class BertModelOutput(NamedTuple):
     pooler_output: np.ndarray | None
 
 
+# transformers' ACT2FN names -> the activation module computing them
+_ACTIVATIONS = {
+    "gelu": lambda: GELU(),
+    "gelu_python": lambda: GELU(),
+    "gelu_new": lambda: GELU(approximate="tanh"),
+    "gelu_pytorch_tanh": lambda: GELU(approximate="tanh"),
+    "gelu_fast": lambda: GELU(approximate="tanh"),
+    "relu": lambda: ReLU(),
+    "silu": lambda: SiLU(),
+    "swish": lambda: SiLU(),
+    "tanh": lambda: Tanh(),
+    "sigmoid": lambda: Sigmoid(),
+}
+
+
 class BertEmbeddings(Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -146,47 +143,11 @@ class BertEmbeddings(Module):
         self.LayerNorm = LayerNorm(h, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
-        """``input_ids``/``token_type_ids``: validated (B, L) int64 arrays -> (B*L, hidden)."""
-        B, L = input_ids.shape
-        m = self._modules
-        tables = (m["word_embeddings"], m["position_embeddings"], m["token_type_embeddings"])
-        if not all(type(e) is Embedding and not e._has_hooks for e in tables):
-            # a replaced or hooked table: the modules are called, so each hook sees its call
-            word, pos, typ = tables
-            x = word(input_ids) + pos(_positions(B, L)) + typ(token_type_ids)
-            return m["LayerNorm"](x.reshape(B * L, -1))
-        word, pos, typ = (e._parameters["weight"].numpy() for e in tables)
-        ln = _plain_ln(m["LayerNorm"])
-        if ln is not None:
-            # float32 tables: the three rows summed and normalised in one pass per token
-            # (None for other dtypes; an index out of range raises below, named)
-            try:
-                x = _ops.embedding_layer_norm(
-                    np.ascontiguousarray(input_ids),
-                    word,
-                    _positions(B, L),
-                    pos,
-                    np.ascontiguousarray(token_type_ids),
-                    typ,
-                    ln[1],
-                    ln[2],
-                    ln[0].eps,
-                )
-            except IndexError:
-                x = None
-            if x is not None:
-                return x.reshape(B * L, -1)
-        try:
-            x = _ops.embedding(input_ids, word)
-        except IndexError as exc:
-            raise IndexError(f"BertModel: input_ids: {exc}") from None
-        _ops.embedding(_positions(B, L), pos, out=x, accumulate=True)
-        try:
-            _ops.embedding(token_type_ids, typ, out=x, accumulate=True)
-        except IndexError as exc:
-            raise IndexError(f"BertModel: token_type_ids: {exc}") from None
-        return m["LayerNorm"](x.reshape(B * L, -1))
+    def forward(self, input_ids, token_type_ids, position_ids):
+        embeddings = self.word_embeddings(input_ids)
+        embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        embeddings = embeddings + self.position_embeddings(position_ids)
+        return self.dropout(self.LayerNorm(embeddings))
 
 
 class BertSelfAttention(Module):
@@ -195,50 +156,27 @@ class BertSelfAttention(Module):
         h = config.hidden_size
         self.num_attention_heads = config.num_attention_heads
         self.attention_head_size = h // config.num_attention_heads
-        self.query = Linear(h, h)
-        self.key = Linear(h, h)
-        self.value = Linear(h, h)
+        self.all_head_size = self.num_attention_heads * self.attention_head_size
+        self.query = Linear(h, self.all_head_size)
+        self.key = Linear(h, self.all_head_size)
+        self.value = Linear(h, self.all_head_size)
         self.dropout = Dropout(config.attention_probs_dropout_prob)
 
-        # query/key/value as one GEMM (stacked weights, the layers keep their keys and hooks)
-        self.__dict__["_qkv"] = FusedLinears(self, ("query", "key", "value"))
+    def transpose_for_scores(self, x):
+        new_shape = x.shape[:-1] + (self.num_attention_heads, self.attention_head_size)
+        return x.reshape(new_shape).transpose(0, 2, 1, 3)
 
-    def _fuse(self) -> None:
-        """(``initialize()``) Stack the query/key/value weights now, not on the first call."""
-        qkv = self._qkv
-        if qkv.usable():
-            qkv.forward_ready()
-
-    def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
-        h = x.shape[1]
-        qkv = self._qkv
-        y = qkv.forward(x) if qkv.usable() else None
-        if y is not None:  # (B*L, 3h): q, k and v are column blocks, read in place
-            y = y.reshape(B, L, 3 * h)
-            q, k, v = y[:, :, :h], y[:, :, h : 2 * h], y[:, :, 2 * h :]
-        else:  # hooked (every hook sees its call) or mixed storage dtypes
-            m = self._modules
-            q = m["query"](x).reshape(B, L, h)
-            k = m["key"](x).reshape(B, L, h)
-            v = m["value"](x).reshape(B, L, h)
-        ctx, _ = attention(q, k, v, self.num_attention_heads, mask)
-        return ctx.reshape(B * L, h)
-
-    def _fuse(self) -> None:
-        # initialize() stacks query/key/value now (so share_memory() shares the stack)
-        if self._qkv.usable():
-            self._qkv._build()
-
-    def __getstate__(self) -> dict:
-        if getattr(self._modules["query"]._packed, "is_shared", False):
-            self._fuse()  # a shared model sends its shared stack, not three separate packs
-        state = super().__getstate__()
-        state.pop("_qkv", None)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        super().__setstate__(state)
-        self.__dict__["_qkv"] = FusedLinears(self, ("query", "key", "value"))
+    def forward(self, hidden_states, attention_mask=None):
+        query_layer = self.transpose_for_scores(self.query(hidden_states))
+        key_layer = self.transpose_for_scores(self.key(hidden_states))
+        value_layer = self.transpose_for_scores(self.value(hidden_states))
+        scores = query_layer @ key_layer.transpose(0, 1, 3, 2)
+        scores = scores / math.sqrt(self.attention_head_size)
+        if attention_mask is not None:
+            scores = scores + attention_mask
+        probs = self.dropout(F.softmax(scores, dim=-1))
+        context = (probs @ value_layer).transpose(0, 2, 1, 3)
+        return context.reshape(context.shape[:-2] + (self.all_head_size,))
 
 
 class BertSelfOutput(Module):
@@ -248,9 +186,9 @@ class BertSelfOutput(Module):
         self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden: np.ndarray, input_tensor: np.ndarray) -> np.ndarray:
-        m = self._modules  # (children by name: cheaper than attribute fallback lookups)
-        return m["LayerNorm"](m["dense"](hidden), residual=input_tensor)
+    def forward(self, hidden_states, input_tensor):
+        hidden_states = self.dropout(self.dense(hidden_states))
+        return self.LayerNorm(hidden_states + input_tensor)
 
 
 class BertAttention(Module):
@@ -259,30 +197,30 @@ class BertAttention(Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config)
 
-    def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
-        m = self._modules
-        return m["output"](m["self"](x, B, L, mask), x)
+    def forward(self, hidden_states, attention_mask=None):
+        return self.output(self.self(hidden_states, attention_mask), hidden_states)
 
 
 class BertIntermediate(Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = Linear(config.hidden_size, config.intermediate_size)
-        self._act = _ACTIVATIONS[config.hidden_act]
+        self.intermediate_act_fn = _ACTIVATIONS[config.hidden_act]()
 
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        dense = self._modules["dense"]
-        if dense._has_hooks:  # the hook sees the Linear's own output; then the activation
-            return _gelu_like(dense(x), self._act)
-        return linear_act(dense, x, self._act)  # activation fused into the GEMM
+    def forward(self, hidden_states):
+        return self.intermediate_act_fn(self.dense(hidden_states))
 
 
-class BertOutput(BertSelfOutput):
+class BertOutput(Module):
     def __init__(self, config: BertConfig) -> None:
-        Module.__init__(self)
+        super().__init__()
         self.dense = Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states, input_tensor):
+        hidden_states = self.dropout(self.dense(hidden_states))
+        return self.LayerNorm(hidden_states + input_tensor)
 
 
 class BertLayer(Module):
@@ -292,84 +230,9 @@ class BertLayer(Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
-        m = self._modules
-        parts = _plain_layer(m)
-        if parts is not None:  # no hooks anywhere in the layer: the kernels back to back
-            qkv, heads, dense1, ln1, dense2, act, dense3, ln2 = parts  # ln: (module, w, b)
-            h = x.shape[1]
-            y = qkv.forward(x)
-            if y is not None:
-                y = y.reshape(B, L, 3 * h)
-                ctx, _ = _ops.attention(
-                    y[:, :, :h], y[:, :, h : 2 * h], y[:, :, 2 * h :], heads, mask
-                )
-                del y  # temporaries die as early as in the module calls (large batches
-                # reuse their memory instead of mapping new pages)
-                a = _residual_ln(ln1, dense1._compute(ctx.reshape(B * L, h), "none", 0.0, 0.0), x)
-                del ctx
-                o = dense3._compute(dense2._compute(a, act, 0.0, 0.0), "none", 0.0, 0.0)
-                return _residual_ln(ln2, o, a)
-        a = m["attention"](x, B, L, mask)
-        return m["output"](m["intermediate"](a), a)
-
-
-def _plain_ln(ln):
-    """``(ln, weight, bias)`` (the arrays) when ``ln`` is a hook-free float32 LayerNorm with
-    weight and bias, else None. (Parameters read from ``_parameters``: the attribute fallback
-    through ``Module.__getattr__`` costs about 0.7 us a lookup.)"""
-    if type(ln) is not LayerNorm or ln._has_hooks:
-        return None
-    p = ln._parameters
-    w, b = p.get("weight"), p.get("bias")
-    if w is None or b is None or w.dtype is not float32 or b.dtype is not float32:
-        return None
-    return ln, w.numpy(), b.numpy()
-
-
-def _residual_ln(ln: tuple, y: np.ndarray, residual: np.ndarray) -> np.ndarray:
-    """``ln(y, residual=residual)`` for ``ln`` from :func:`_plain_ln`, straight to the kernel
-    when ``y`` is float32 (the module's own checks otherwise)."""
-    module, w, b = ln
-    if y.dtype == _F32:
-        return _ops.layer_norm(y, module._n, w, b, module.eps, residual)
-    return module(y, residual=residual)
-
-
-def _plain_layer(m: dict):
-    """The pieces of a BertLayer (children ``m``) whose modules are all the standard ones
-    without hooks, for running its kernels back to back: ``(qkv, heads, attention dense,
-    its LayerNorm, intermediate dense, activation, output dense, its LayerNorm)``; None when
-    a module was replaced or has hooks (the modules are then called one by one, so every hook
-    sees its call)."""
-    att, inter, out = m["attention"], m["intermediate"], m["output"]  # (children by name)
-    if (
-        type(att) is not BertAttention
-        or type(inter) is not BertIntermediate
-        or type(out) is not BertOutput
-        or att._has_hooks
-        or inter._has_hooks
-        or out._has_hooks
-    ):
-        return None
-    am = att._modules
-    sa, so = am["self"], am["output"]
-    if type(sa) is not BertSelfAttention or type(so) is not BertSelfOutput:
-        return None
-    if sa._has_hooks or so._has_hooks:
-        return None
-    sm, om = so._modules, out._modules
-    dense1, dense2, dense3 = sm["dense"], inter._modules["dense"], om["dense"]
-    for d in (dense1, dense2, dense3):
-        if type(d) is not Linear or d._has_hooks:
-            return None
-    ln1, ln2 = _plain_ln(sm["LayerNorm"]), _plain_ln(om["LayerNorm"])
-    if ln1 is None or ln2 is None:
-        return None
-    qkv = sa._qkv
-    if not qkv.usable():
-        return None
-    return qkv, sa.num_attention_heads, dense1, ln1, dense2, inter._act, dense3, ln2
+    def forward(self, hidden_states, attention_mask=None):
+        attention_output = self.attention(hidden_states, attention_mask)
+        return self.output(self.intermediate(attention_output), attention_output)
 
 
 class BertEncoder(Module):
@@ -377,20 +240,20 @@ class BertEncoder(Module):
         super().__init__()
         self.layer = ModuleList([BertLayer(config) for _ in range(config.num_hidden_layers)])
 
-    def forward(self, x: np.ndarray, B: int, L: int, mask) -> np.ndarray:
-        for layer in self._modules["layer"]:
-            x = layer(x, B, L, mask)
-        return x
+    def forward(self, hidden_states, attention_mask=None):
+        for layer_module in self.layer:
+            hidden_states = layer_module(hidden_states, attention_mask)
+        return hidden_states
 
 
 class BertPooler(Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.activation = Tanh()
 
-    def forward(self, last_hidden_state: np.ndarray) -> np.ndarray:
-        first = np.ascontiguousarray(last_hidden_state[:, 0])
-        return linear_act(self.dense, first, "tanh")
+    def forward(self, hidden_states):
+        return self.activation(self.dense(hidden_states[:, 0]))
 
 
 class BertModel(Module):
@@ -407,11 +270,20 @@ class BertModel(Module):
     ``forward(input_ids, attention_mask=None, token_type_ids=None)`` takes integer arrays of
     shape ``(batch, seq)`` (a 1-D array is one sequence) and returns a
     :class:`BertModelOutput`. ``attention_mask`` (1 = attend, 0 = padding) is applied as
-    transformers does, by adding the float32 minimum to masked scores. Computes in float32;
-    ``model.to("float16")`` / ``"bfloat16"`` stores the weights in 16 bits (widened in the
-    kernels, accumulation in float32). Each layer's query, key and value projections run as
-    one GEMM over their stacked weights (the three ``Linear`` modules keep their keys; while
-    one of them has hooks they run one by one); an all-ones ``attention_mask`` is skipped.
+    transformers does, by adding the float32 minimum to masked scores (a mask of all ones
+    adds nothing and is skipped). Computes in float32; ``model.to("float16")`` /
+    ``"bfloat16"`` stores the weights in 16 bits (widened in the kernels, accumulation in
+    float32). The model is built in ``eval()`` mode (``train()`` turns its dropouts on).
+
+    The modules are plain Hugging Face code; the speed comes from ``Module.compile()``:
+    ``embeddings`` and ``encoder`` are compiled when the model is built (and again when it is
+    unpickled or copied), so their first call captures them and the planner
+    (``modulekit.compile.rules``) runs each layer as one GEMM over the stacked
+    query/key/value weights, the fused attention kernel, the dense GEMMs with GELU in their
+    epilogue and LayerNorm with its residual add. :meth:`initialize` without an example runs a
+    one-token example, so the plans (and the stacked weights) exist before the first real
+    call. A hooked module is called as it is (a boundary of the plan), its hooks firing as in
+    eager mode.
     """
 
     def __init__(self, config, add_pooling_layer: bool = True) -> None:
@@ -424,6 +296,23 @@ class BertModel(Module):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.eval()  # an inference model: dropout off until train() (as from_pretrained's)
+        self._compile_parts()
+
+    def _compile_parts(self) -> None:
+        self.embeddings.compile()
+        self.encoder.compile()
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)  # (a pickled or copied module comes back uncompiled)
+        self._compile_parts()
+
+    def initialize(self, *example_args, **example_kwargs) -> BertModel:
+        """Pack every layer and capture the compiled parts now (see
+        :meth:`modulekit.Module.initialize`); without an example input, on one token."""
+        if not example_args and not example_kwargs:
+            example_args = (np.zeros((1, 1), dtype=np.int64),)
+        return super().initialize(*example_args, **example_kwargs)
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, dtype=None) -> BertModel:
@@ -465,33 +354,29 @@ class BertModel(Module):
         B, L = ids.shape
         if L == 0:
             raise ValueError("BertModel: input_ids has no tokens (sequence length 0)")
-        cfg = self.config
-        if L > cfg.max_position_embeddings:
+        if L > self.config.max_position_embeddings:
             raise ValueError(
                 f"BertModel: sequence length {L} is longer than max_position_embeddings="
-                f"{cfg.max_position_embeddings}"
+                f"{self.config.max_position_embeddings}"
             )
         if token_type_ids is None:
-            tt = np.zeros((B, L), dtype=np.int64)
+            token_type_ids = np.zeros((B, L), dtype=np.int64)
         else:
-            tt = _int_array(token_type_ids, "token_type_ids").reshape(
+            token_type_ids = _int_array(token_type_ids, "token_type_ids").reshape(
                 _same_shape(token_type_ids, (B, L), "token_type_ids")
             )
-        mask = None
+        extended_mask = None
         if attention_mask is not None:
             am = as_input(attention_mask, "BertModel(attention_mask)")
             am = am.reshape(_same_shape(am, (B, L), "attention_mask"))
             # transformers: (1 - mask) * finfo(float32).min, added to the scaled scores; a
             # mask of all ones adds nothing and is skipped
             if not (am == 1).all():
-                mask = (1.0 - am.astype(np.float32)) * np.finfo(np.float32).min
-                mask = mask.reshape(B, 1, 1, L)
-        m = self._modules  # (children by name: cheaper than attribute fallback lookups)
-        x = m["embeddings"](ids, tt)
-        x = m["encoder"](x, B, L, mask)
-        hidden = x.reshape(B, L, -1)
-        pooler = m.get("pooler")
-        pooled = pooler(hidden) if pooler is not None else None
+                extended_mask = (1.0 - am.astype(np.float32)) * np.finfo(np.float32).min
+                extended_mask = extended_mask.reshape(B, 1, 1, L)
+        hidden = self.embeddings(ids, token_type_ids, _positions(B, L))
+        hidden = self.encoder(hidden, extended_mask)
+        pooled = self.pooler(hidden) if self.pooler is not None else None
         return BertModelOutput(hidden, pooled)
 
 
@@ -502,22 +387,6 @@ def _positions(B: int, L: int) -> np.ndarray:
     pos = np.tile(np.arange(L, dtype=np.int64), B).reshape(B, L)
     pos.flags.writeable = False
     return pos
-
-
-def _gelu_like(y: np.ndarray, act: str) -> np.ndarray:
-    """The epilogue activation ``act`` (a value of ``_ACTIVATIONS``) applied on its own, into
-    a new array (a hook may have kept ``y``)."""
-    if act == "gelu":
-        return _ops.gelu(y, "none")
-    if act == "gelu_tanh":
-        return _ops.gelu(y, "tanh")
-    if act == "relu":
-        return np.maximum(y, 0)
-    if act == "tanh":
-        return np.tanh(y)
-    with np.errstate(over="ignore"):
-        s = 1.0 / (1.0 + np.exp(-y))
-    return (y * s if act == "silu" else s).astype(y.dtype, copy=False)
 
 
 def _int_array(x, what: str) -> np.ndarray:

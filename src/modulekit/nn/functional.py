@@ -672,3 +672,97 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
     return conv_transpose_functional(3, input, weight, bias, stride, padding, output_padding,
                                      groups, dilation)
+# ---- transformers (attention)
+__all__ += ["scaled_dot_product_attention"]
+
+
+@traceable
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale=None,
+                                 enable_gqa: bool = False) -> np.ndarray:
+    """``softmax(query @ key^T * scale + mask) @ value``, as
+    ``torch.nn.functional.scaled_dot_product_attention``, on the fused attention kernel.
+
+    Parameters
+    ----------
+    query : array (..., L, E)
+    key : array (..., S, E)
+    value : array (..., S, Ev)
+        The same leading dimensions (with ``enable_gqa``, key/value may have fewer heads,
+        dimension -3, a divisor of query's: each serves consecutive query heads, as torch).
+    attn_mask : array or None
+        Broadcastable to ``(..., L, S)``: bool (True = the position takes part) or floating
+        (added to the scaled scores).
+    dropout_p : float
+        Must be 0: inference applies no dropout (torch would drop even in eval mode).
+    is_causal : bool
+        Query ``i`` attends to keys ``0..i`` (the top-left aligned lower triangle); cannot be
+        combined with ``attn_mask``.
+    scale : float, optional
+        Defaults to ``1 / sqrt(E)``.
+
+    Returns
+    -------
+    ndarray (..., L, Ev): float64 when any input is float64, else float32.
+    """
+    q = as_float_array(query, "scaled_dot_product_attention(query)")
+    k = as_float_array(key, "scaled_dot_product_attention(key)")
+    v = as_float_array(value, "scaled_dot_product_attention(value)")
+    if dropout_p:
+        raise ValueError(
+            f"scaled_dot_product_attention: dropout_p must be 0 for inference, got {dropout_p}"
+        )
+    if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
+        raise ValueError(
+            "scaled_dot_product_attention: query, key and value must have the same number of "
+            f"dimensions (at least 2), got shapes {q.shape}, {k.shape}, {v.shape}"
+        )
+    if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        hq, hk = q.shape[-3], k.shape[-3]
+        if hk == 0 or hq % hk or v.shape[-3] != hk:
+            raise ValueError(
+                f"scaled_dot_product_attention: with enable_gqa, key/value heads ({hk}, "
+                f"{v.shape[-3]}) must be equal and divide query heads ({hq})"
+            )
+        k = np.repeat(k, hq // hk, axis=-3)
+        v = np.repeat(v, hq // hk, axis=-3)
+    lead, (L, E), S, Ev = q.shape[:-2], q.shape[-2:], k.shape[-2], v.shape[-1]
+    if k.shape[:-2] != lead or v.shape[:-2] != lead or k.shape[-1] != E or v.shape[-2] != S:
+        raise ValueError(
+            "scaled_dot_product_attention: expected query (..., L, E), key (..., S, E), value "
+            f"(..., S, Ev) with the same leading dimensions, got {q.shape}, {k.shape}, {v.shape}"
+        )
+    dt = _F64 if _F64 in (q.dtype, k.dtype, v.dtype) else _F32
+    n = math.prod(lead)
+    mask = None
+    if is_causal:
+        if attn_mask is not None:
+            raise ValueError("scaled_dot_product_attention: is_causal=True cannot be combined "
+                             "with attn_mask")
+        mask = np.triu(np.full((L, S), -np.inf, dtype=dt), 1)
+    elif attn_mask is not None:
+        m = as_input(attn_mask, "scaled_dot_product_attention(attn_mask)")
+        if m.dtype == np.bool_:
+            mask = np.where(m, dt.type(0), dt.type(-np.inf))
+        elif m.dtype.kind == "f":
+            mask = m.astype(dt, copy=False)
+        else:
+            raise TypeError("scaled_dot_product_attention: attn_mask must be bool or floating, "
+                            f"got dtype {m.dtype}")
+    if mask is not None:
+        try:
+            mask = np.broadcast_to(mask, lead + (L, S))
+        except ValueError:
+            raise ValueError(
+                f"scaled_dot_product_attention: attn_mask of shape {np.shape(mask)} cannot be "
+                f"broadcast to {lead + (L, S)}"
+            ) from None
+        mask = mask.reshape(n, 1, L, S)
+    from modulekit._ext import _ops
+
+    out = _ops.attention(
+        q.astype(dt, copy=False).reshape(n, L, E), k.astype(dt, copy=False).reshape(n, S, E),
+        v.astype(dt, copy=False).reshape(n, S, Ev), 1, mask,
+        1.0 / math.sqrt(E) if scale is None and E else (1.0 if scale is None else float(scale)),
+    )[0]
+    return out.reshape(lead + (L, Ev))

@@ -7,6 +7,12 @@ docstring says what it matches, what it builds, and whether the result is bit-id
 the unfused steps.
 """
 
+from modulekit.compile.rules.attention import (
+    attention,
+    dropout_identity,
+    embedding_layer_norm,
+    layer_norm_residual,
+)
 from modulekit.compile.rules.conv import (
     conv_activation,
     conv_bn_fold,
@@ -15,11 +21,27 @@ from modulekit.compile.rules.conv import (
     conv_residual_add,
     depthwise_chain,
 )
-from modulekit.compile.rules.linear import linear_activation
+from modulekit.compile.rules.linear import (
+    linear_activation,
+    linear_activation_approx,
+    linear_chain,
+    linear_stack,
+)
 
 #: The rules in the order they run: a rule that needs another's result comes after it.
 PIPELINE = (
+    # transformers (rules/attention.py, rules/linear.py): dropout first, so that the patterns
+    # see through it; the stack before attention (which reads its column blocks in place);
+    # the embeddings before layer_norm_residual (which would take their last add); the chain
+    # before the single-layer activation rules
+    dropout_identity,
+    linear_stack,
+    attention,
+    embedding_layer_norm,
+    layer_norm_residual,
+    linear_chain,
     linear_activation,
+    linear_activation_approx,
     # convolutional networks (rules/conv.py), in this order
     conv_bn_fold,
     conv_residual_add,
