@@ -7,10 +7,12 @@ from modulekit.compile.passes import Context
 
 __all__ = ["EXACT_EPILOGUES", "linear_activation"]
 
-#: The GEMM epilogues that give the same bits as the activation modules' own forward. The
-#: transcendental ones (GELU, SiLU, Sigmoid, Tanh) use another vector exp/erf in the GEMM
-#: epilogue than in ``nn.functional`` today; they join this set when both use one math layer.
-EXACT_EPILOGUES = frozenset(("relu", "relu6"))
+#: The GEMM epilogues that give the same bits as the activation modules' own forward: all of
+#: them, since the GEMM epilogue and ``nn.functional`` evaluate the one activation math of
+#: ``kernels/common`` (tests/test_kernel_math.py checks the bit identity on every ISA path).
+EXACT_EPILOGUES = frozenset(
+    ("relu", "relu6", "hardswish", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
+)
 
 
 def linear_activation(graph: Graph, ctx: Context) -> int:

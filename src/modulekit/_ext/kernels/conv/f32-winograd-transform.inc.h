@@ -256,7 +256,7 @@ WINO_TARGET void WINO_OUT(const float *m, ptrdiff_t ms, const mk_wino_seg *segs,
                     o[c] = act == MK_ACT_RELU && t < 0.0f ? 0.0f : t;
                 }
             } else {
-                for (int c = 0; c < cols; c++) o[c] = mk_act_f32(yr[c] + (rs ? rs[c] : 0.0f), act);
+                for (int c = 0; c < cols; c++) o[c] = MK_CONV_ACT(yr[c] + (rs ? rs[c] : 0.0f), act);
             }
         }
     }
