@@ -40,10 +40,10 @@ ACTS = tuple(_ops.ACTIVATIONS)
 TRANSCENDENTAL = ("gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
 # The float32 bound of each activation, in units in the last place of the exact result (see
 # docs/api.md): min/max are exact; hardswish is torch's own operations in torch's order (two
-# roundings after x + 3); sigmoid, SiLU, tanh and GELU-tanh are evaluated in double and rounded
-# once; GELU (erf form) is evaluated in float32 (BERT's feed-forward: 3x cheaper).
+# roundings after x + 3); tanh and GELU-tanh are evaluated in double and rounded once;
+# sigmoid, SiLU and GELU (erf form) are evaluated in float32 (the epilogues stay cheap).
 ULPS = {"none": 0, "relu": 0, "relu6": 0, "clamp": 0, "hardswish": 2, "gelu": 8,
-        "gelu_tanh": 1, "silu": 1, "sigmoid": 1, "tanh": 1}
+        "gelu_tanh": 1, "silu": 3, "sigmoid": 3, "tanh": 1}
 F32_TINY = np.finfo(np.float32).tiny
 
 
@@ -108,6 +108,10 @@ def test_float32_accuracy_dense_grid(isa, name):
     x = dense_grid(4099 if name != "gelu" else 65537, limit=1e37)
     y = act(x, name)
     ref = exact(x, name)
+    if name == "silu":  # x < -87.3: x exp(x) from a subnormal exp(x), |y| < 1e-36
+        deep = x < -87.3
+        np.testing.assert_array_less(np.abs(y[deep] - ref[deep]), 2.0**-149 * np.abs(x[deep]))
+        x, y, ref = x[~deep], y[~deep], ref[~deep]
     err = ulp_error(y, ref)
     worst = int(np.argmax(err))
     assert err[worst] <= ULPS[name], (name, x[worst], y[worst], ref[worst], err[worst])
@@ -169,7 +173,7 @@ def test_special_values(isa, name, dtype):
     assert np.array_equal(np.isnan(y), np.isnan(ref)), (name, x, y, ref)
     fin = ~np.isnan(ref)
     rel = 1e-6 if dtype == np.float32 else 1e-14
-    tiny = 1e-44 if dtype == np.float32 else 1e-300
+    tiny = 2e-43 if dtype == np.float32 else 1e-300  # SiLU: 2^-149 abs(x) below x = -87.3
     np.testing.assert_allclose(y[fin], ref[fin].astype(dtype), rtol=rel, atol=tiny)
     zero = fin & (ref == 0)
     if name in ("none", "relu", "relu6", "clamp"):  # exact ops: the sign of zero too
