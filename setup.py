@@ -14,6 +14,15 @@ incomplete sdist must fail, not produce a wheel without its extensions).
 
 ``build_ext`` compiles the extensions in parallel, one job per core, unless ``-j`` is given
 or ``MODULEKIT_BUILD_JOBS`` says otherwise.
+
+The kernels every family shares (``kernels/common``: the activation math, the float16/bfloat16
+converters) are compiled ONCE into a static library, ``mk_common``, that every extension links
+(``build_ext`` builds it first, with ``build_clib``); each extension keeps its own private copy
+of what it uses (``-fvisibility=hidden``: the extensions export no C symbols to each other).
+Everything compiles with ``-ffp-contract=off``: the kernels spell out their fused
+multiply-adds, so the compiler fusing others on its own (differently per ISA and per inlining
+site) cannot change a result's bits between the scalar, AVX2 and AVX-512 paths, or between two
+kernels that evaluate the same shared function.
 """
 
 import glob
@@ -32,6 +41,9 @@ from setuptools.command.build_ext import build_ext
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXT = os.path.join("src", "modulekit", "_ext")
 KERNELS = os.path.join(EXT, "kernels")
+
+# Built once into the static library every extension links (see the module docstring).
+COMMON = os.path.join(KERNELS, "common", "*.c")
 
 # Each extension: its .pyx and the C kernel sources (globs, relative to the repo) it links.
 EXTENSIONS = {
@@ -108,22 +120,52 @@ def _sources(name, patterns):
         )
     sources = [pyx]
     for pat in patterns:
-        found = sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, pat)))
-        if not found:
-            sys.exit(f"modulekit: no kernel source matches {pat} (needed by modulekit._ext.{name})")
-        sources += found
+        sources += _kernel_sources(pat, f"modulekit._ext.{name}")
     return sources
 
 
+def _kernel_sources(pattern, what):
+    """The files matching one kernel glob, relative to the repository (SystemExit if none)."""
+    found = sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, pattern)))
+    if not found:
+        sys.exit(f"modulekit: no kernel source matches {pattern} (needed by {what})")
+    return found
+
+
+OMP = _probe_openmp()
+CFLAGS = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-ffp-contract=off", "-Wall",
+          "-Wno-unused-function"]
+if sys.platform != "win32":
+    CFLAGS += ["-fvisibility=hidden"]
+
+
+def _common_depends():
+    """The shared headers and sources: a change to any of them rebuilds the library and
+    re-links every extension."""
+    pats = [COMMON, os.path.join(KERNELS, "common", "*.h"), os.path.join(KERNELS, "*.h")]
+    return sorted(os.path.relpath(p, HERE) for pat in pats for p in glob.glob(os.path.join(HERE, pat)))
+
+
+def _libraries():
+    """The static library of kernels/common, for ``build_clib``."""
+    return [(
+        "mk_common",
+        {
+            "sources": _kernel_sources(COMMON, "every extension"),
+            "include_dirs": [KERNELS],
+            "cflags": CFLAGS + (OMP or []) + _debug_flags()[0],
+            "obj_deps": {"": _common_depends()},
+        },
+    )]
+
+
 def _extensions():
-    omp = _probe_openmp()
+    omp = OMP
     if omp is None:
         print("modulekit: OpenMP not available: building serial kernels", file=sys.stderr)
     else:
         print(f"modulekit: building with OpenMP ({' '.join(omp)})", file=sys.stderr)
-    cflags = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
-    if sys.platform != "win32":
-        cflags += ["-fvisibility=hidden"]
+    cflags = CFLAGS
     dbg_compile, dbg_link = _debug_flags()
     exts = []
     for name, patterns in EXTENSIONS.items():
@@ -133,6 +175,8 @@ def _extensions():
                 "modulekit._ext." + name,
                 sources=sources,
                 include_dirs=[np.get_include(), KERNELS],
+                libraries=["mk_common"],
+                depends=_common_depends(),
                 define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_25_API_VERSION")],
                 extra_compile_args=cflags + (omp or []) + dbg_compile,
                 extra_link_args=(omp or []) + dbg_link,
@@ -154,7 +198,9 @@ def _extensions():
 
 class BuildExt(build_ext):
     """``build_ext`` with one compile job per core by default (the extensions compile
-    independently; pip's ``pip install .`` otherwise builds them one after another)."""
+    independently; pip's ``pip install .`` otherwise builds them one after another), that
+    builds the shared static library first (``build`` runs ``build_clib`` itself; a bare
+    ``build_ext --inplace`` does not)."""
 
     def finalize_options(self):
         super().finalize_options()
@@ -162,5 +208,9 @@ class BuildExt(build_ext):
             jobs = os.environ.get("MODULEKIT_BUILD_JOBS")
             self.parallel = int(jobs) if jobs else (os.cpu_count() or 1)
 
+    def run(self):
+        self.run_command("build_clib")
+        super().run()
 
-setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt})
+
+setup(ext_modules=_extensions(), libraries=_libraries(), cmdclass={"build_ext": BuildExt})

@@ -252,7 +252,7 @@ def test_bad_inputs(rng):
     with pytest.raises(ValueError, match="residual shape"):
         packed.forward(np.zeros((1, 3, 8, 8), np.float32), residual=np.zeros((1, 4, 5, 5)))
     with pytest.raises(ValueError, match="unknown activation"):
-        packed.forward(np.zeros((1, 3, 8, 8), np.float32), activation="gelu")
+        packed.forward(np.zeros((1, 3, 8, 8), np.float32), activation="mish")
     with pytest.raises(TypeError, match="numeric"):
         packed.forward(np.array([["a"]]))
     with pytest.raises(ValueError, match="4-D"):

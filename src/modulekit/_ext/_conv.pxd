@@ -4,11 +4,6 @@ cimport numpy as cnp
 cdef extern from "conv/conv.h" nogil:
     enum:
         MK_CONV_MR
-        MK_ACT_NONE
-        MK_ACT_RELU
-        MK_ACT_RELU6
-        MK_ACT_SILU
-        MK_ACT_HARDSWISH
         MK_W_F32
         MK_W_F16
         MK_W_BF16

@@ -4,7 +4,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 _Pair = Union[int, tuple[int, int]]
-_Act = Literal["none", "identity", "relu", "relu6", "silu", "hardswish"] | None
+_Act = (
+    Literal["none", "identity", "relu", "relu6", "silu", "hardswish", "gelu", "gelu_tanh",
+            "sigmoid", "tanh"]
+    | None
+)
 
 ACTIVATIONS: dict[str | None, int]
 #: The largest kernel size, stride, dilation, padding and output size the kernels take.

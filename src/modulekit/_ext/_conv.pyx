@@ -24,6 +24,9 @@ cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.stdint cimport uint16_t
 
+from modulekit._ext._act cimport (MK_ACT_GELU_ERF, MK_ACT_GELU_TANH, MK_ACT_HARDSWISH,
+                                   MK_ACT_NONE, MK_ACT_RELU, MK_ACT_RELU6, MK_ACT_SIGMOID,
+                                   MK_ACT_SILU, MK_ACT_TANH)
 from modulekit._ext._align cimport aligned
 from modulekit._ext._isa cimport MK_ISA_AVX512, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
@@ -66,6 +69,10 @@ ACTIVATIONS = {
     "relu6": MK_ACT_RELU6,
     "silu": MK_ACT_SILU,
     "hardswish": MK_ACT_HARDSWISH,
+    "gelu": MK_ACT_GELU_ERF,
+    "gelu_tanh": MK_ACT_GELU_TANH,
+    "sigmoid": MK_ACT_SIGMOID,
+    "tanh": MK_ACT_TANH,
 }
 
 # Per-thread float32 scratch of the convolution calls (phase images, Winograd blocks), kept
@@ -164,8 +171,8 @@ def _act_code(activation):
         return ACTIVATIONS[activation if activation is None else str(activation).lower()]
     except KeyError:
         raise ValueError(
-            f"unknown activation {activation!r}: expected None, 'relu', 'relu6', 'silu' or "
-            "'hardswish'"
+            f"unknown activation {activation!r}: expected None, 'relu', 'relu6', 'silu', "
+            "'hardswish', 'gelu', 'gelu_tanh', 'sigmoid' or 'tanh'"
         ) from None
 
 
@@ -662,8 +669,10 @@ cdef class PackedConv2d:
         ----------
         x : array_like, shape (N, C_in, H, W) or (C_in, H, W)
             Any strides; cast to the compute dtype (float32, or float64 for float64 weights).
-        activation : {None, 'relu', 'relu6', 'silu', 'hardswish'}
-            Fused after the bias and the residual.
+        activation : {None, 'relu', 'relu6', 'silu', 'hardswish', 'gelu', 'gelu_tanh', \
+'sigmoid', 'tanh'}
+            Fused after the bias and the residual (kernels/common/act.h's math: the bits of
+            ``nn.functional``'s activation).
         residual : array_like, optional
             Same shape as the output; added before the activation.
 

@@ -31,15 +31,6 @@ cdef extern from "gemm/gemm.h" nogil:
         MK_STORAGE_F64
         MK_STORAGE_F16
         MK_STORAGE_BF16
-    ctypedef enum mk_act:
-        MK_ACT_NONE
-        MK_ACT_RELU
-        MK_ACT_CLAMP
-        MK_ACT_GELU_ERF
-        MK_ACT_GELU_TANH
-        MK_ACT_SILU
-        MK_ACT_SIGMOID
-        MK_ACT_TANH
     ctypedef struct mk_epilogue:
         int act
         float lo32

@@ -21,6 +21,9 @@ from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
+from modulekit._ext._act cimport (MK_ACT_CLAMP, MK_ACT_GELU_ERF, MK_ACT_GELU_TANH,
+                                   MK_ACT_HARDSWISH, MK_ACT_NONE, MK_ACT_RELU, MK_ACT_SIGMOID,
+                                   MK_ACT_SILU, MK_ACT_TANH)
 from modulekit._ext._align cimport aligned, check_aligned
 from modulekit._ext._isa cimport active_bf16, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads, omp_get_thread_num
@@ -60,13 +63,13 @@ _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
 ACTIVATIONS = ("none", "relu", "relu6", "clamp", "gelu", "gelu_tanh", "silu", "sigmoid",
-               "tanh")
+               "tanh", "hardswish")
 STORAGES = ("float32", "float64", "float16", "bfloat16")
 
 cdef dict _ACT_CODES = {
     "none": MK_ACT_NONE, "relu": MK_ACT_RELU, "relu6": MK_ACT_CLAMP, "clamp": MK_ACT_CLAMP,
     "gelu": MK_ACT_GELU_ERF, "gelu_tanh": MK_ACT_GELU_TANH, "silu": MK_ACT_SILU,
-    "sigmoid": MK_ACT_SIGMOID, "tanh": MK_ACT_TANH,
+    "sigmoid": MK_ACT_SIGMOID, "tanh": MK_ACT_TANH, "hardswish": MK_ACT_HARDSWISH,
 }
 cdef dict _STORAGE_CODES = {
     "float32": MK_STORAGE_F32, "float64": MK_STORAGE_F64, "float16": MK_STORAGE_F16,

@@ -21,8 +21,6 @@ cdef extern from "ops/ops.h" nogil:
                         ptrdiff_t sx0, ptrdiff_t sx1, ptrdiff_t sx2, const double *mask,
                         ptrdiff_t sm0, ptrdiff_t sm1, ptrdiff_t sm2, double scale,
                         int nthreads)
-    void mk_gelu_f32(int isa, size_t n, const float *x, float *y, int approx, int nthreads)
-    void mk_gelu_f64(size_t n, const double *x, double *y, int approx, int nthreads)
     ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows)
     void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
                    const void *table, void *out, size_t ldo, int accumulate, int nthreads)

@@ -14,6 +14,15 @@ def layer_norm(
 def softmax_(
     scores: np.ndarray, scale: float = 1.0, mask: npt.ArrayLike | None = None
 ) -> np.ndarray: ...
+ACTIVATIONS: tuple[str, ...]
+
+def activation(
+    x: npt.ArrayLike,
+    name: str,
+    alpha: float = 0.0,
+    beta: float = 0.0,
+    out: np.ndarray | None = None,
+) -> np.ndarray: ...
 def gelu(
     x: npt.ArrayLike, approximate: str = "none", out: np.ndarray | None = None
 ) -> np.ndarray: ...

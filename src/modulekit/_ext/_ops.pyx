@@ -4,7 +4,9 @@
   residual added on the way in).
 * :func:`softmax_`: in-place softmax over the last axis with a scale and an additive mask folded
   in (attention scores).
-* :func:`gelu`: GELU, erf or tanh form.
+* :func:`activation`: the element-wise activations (ReLU, ReLU6, clamp, Hardswish, GELU in
+  both forms, SiLU, Sigmoid, Tanh) by kernels/common's one math, the GEMM's and the
+  convolution's epilogue math; :func:`gelu` is one of them.
 * :func:`attention`: fused multi-head attention, one head's scores per thread.
 * :func:`embedding`: embedding gather (float32/float64 tables, or float16/bfloat16 tables widened
   to float32), every index checked before anything is read.
@@ -24,6 +26,10 @@ from libc.math cimport sqrt
 from libc.stdint cimport int64_t
 
 from modulekit._ext._gemm import _backing_off as _gemm_backing_off
+from modulekit._ext._act cimport (MK_ACT_CLAMP, MK_ACT_GELU_ERF, MK_ACT_GELU_TANH,
+                                   MK_ACT_HARDSWISH, MK_ACT_NONE, MK_ACT_RELU, MK_ACT_RELU6,
+                                   MK_ACT_SIGMOID, MK_ACT_SILU, MK_ACT_TANH, mk_act_f32,
+                                   mk_act_f64)
 from modulekit._ext._align cimport aligned, check_aligned
 from modulekit._ext._isa cimport active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
@@ -32,8 +38,8 @@ from modulekit.dtypes import is_bfloat16
 cnp.import_array()
 
 __all__ = [
-    "PARALLEL_THRESHOLD", "attention", "layer_norm", "softmax_", "gelu", "embedding",
-    "embedding_layer_norm",
+    "ACTIVATIONS", "PARALLEL_THRESHOLD", "activation", "attention", "layer_norm", "softmax_",
+    "gelu", "embedding", "embedding_layer_norm",
 ]
 
 # Below this many elements an op runs on the calling thread (a parallel region costs 1-15 us).
@@ -272,16 +278,60 @@ def softmax_(scores, double scale=1.0, mask=None):
     return scores
 
 
-def gelu(x, str approximate="none", out=None):
-    """GELU of ``x``: erf form (``approximate='none'``) or the tanh form.
+# Activation names -> kernels/common/act.h codes (the names of _gemm.ACTIVATIONS).
+cdef dict _ACT_CODES = {
+    "none": MK_ACT_NONE, "relu": MK_ACT_RELU, "relu6": MK_ACT_RELU6, "clamp": MK_ACT_CLAMP,
+    "hardswish": MK_ACT_HARDSWISH, "gelu": MK_ACT_GELU_ERF, "gelu_tanh": MK_ACT_GELU_TANH,
+    "silu": MK_ACT_SILU, "sigmoid": MK_ACT_SIGMOID, "tanh": MK_ACT_TANH,
+}
+ACTIVATIONS = tuple(_ACT_CODES)
 
-    float32 (and narrower) inputs give float32 (vector erfc, relative error about 1e-6);
-    float64 inputs give float64 (libm ``erfc``/``tanh``). ``out`` may be a writable
-    C-contiguous, aligned array of the result's dtype and shape (``x`` itself for in place).
+
+def activation(x, str name, double alpha=0.0, double beta=0.0, out=None):
+    """``name(x)`` element-wise by the one activation math of the kernels (kernels/common).
+
+    The same functions the GEMM and convolution epilogues apply, so the result has the bits a
+    fused Linear/Conv + activation gives. float32 (and narrower, and integer) inputs give
+    float32; float64 inputs give float64 (libm).
+
+    Parameters
+    ----------
+    x : array_like
+        Real numbers, any shape and strides.
+    name : str
+        One of :data:`ACTIVATIONS`: ``'none'``, ``'relu'``, ``'relu6'``, ``'clamp'`` (to
+        ``[alpha, beta]``), ``'hardswish'``, ``'gelu'`` (erf form), ``'gelu_tanh'``,
+        ``'silu'``, ``'sigmoid'``, ``'tanh'``.
+    alpha, beta : float
+        ``'clamp'``'s bounds, ``alpha <= beta``; ignored otherwise.
+    out : numpy.ndarray, optional
+        A writable C-contiguous array of the result's dtype and shape (``x`` itself for in
+        place).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``out``, or a new C-contiguous array.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``name``, clamp bounds out of order or NaN, or an unusable ``out``.
+    TypeError
+        Complex, object or string input.
     """
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    X = aligned(np.ascontiguousarray(_float_array(x, "gelu")))
+    code = _ACT_CODES.get(name)
+    if code is None:
+        raise ValueError(
+            f"activation: unknown activation {name!r}: expected one of {', '.join(ACTIVATIONS)}")
+    if code == MK_ACT_CLAMP and not (alpha <= beta):
+        raise ValueError(
+            f"activation: clamp needs alpha (min) <= beta (max), both not NaN; got {alpha!r}, "
+            f"{beta!r}")
+    X = _float_array(x, "activation")
+    if not X.flags.c_contiguous:
+        X = np.ascontiguousarray(X)  # (np.ascontiguousarray would make a 0-d array 1-d)
+    X = aligned(X)
     dt = X.dtype
     cdef cnp.ndarray Y
     if out is None:
@@ -290,24 +340,34 @@ def gelu(x, str approximate="none", out=None):
         if (not isinstance(out, np.ndarray) or out.dtype != dt or out.shape != X.shape
                 or not out.flags.c_contiguous or not out.flags.writeable):
             raise ValueError(
-                f"gelu: out must be a writable C-contiguous {dt} array of shape {X.shape}")
-        check_aligned(out, "gelu: out")
+                f"activation: out must be a writable C-contiguous {dt} array of shape "
+                f"{X.shape}")
+        check_aligned(out, "activation: out")
         Y = out
     cdef Py_ssize_t n = X.size
     if n == 0:
         return Y
     cdef void *px = cnp.PyArray_DATA(<cnp.ndarray>X)
     cdef void *py = cnp.PyArray_DATA(Y)
-    cdef int ap = approximate == "tanh"
+    cdef int act = <int>code
     cdef int nt = _threads(n)
     cdef int isa = <int>active_isa()
+    cdef float lo32 = <float>alpha, hi32 = <float>beta
     if dt == _F32:
         with nogil:
-            mk_gelu_f32(isa, n, <const float *>px, <float *>py, ap, nt)
+            mk_act_f32(isa, n, <const float *>px, <float *>py, act, lo32, hi32, nt)
     else:
         with nogil:
-            mk_gelu_f64(n, <const double *>px, <double *>py, ap, nt)
+            mk_act_f64(n, <const double *>px, <double *>py, act, alpha, beta, nt)
     return Y
+
+
+def gelu(x, str approximate="none", out=None):
+    """GELU of ``x``: erf form (``approximate='none'``) or the tanh form; see
+    :func:`activation` (this is ``activation(x, 'gelu' or 'gelu_tanh', out=out)``)."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return activation(x, "gelu" if approximate == "none" else "gelu_tanh", out=out)
 
 
 cdef void _check_ids(object ids, Py_ssize_t rows) except *:

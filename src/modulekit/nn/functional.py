@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from modulekit._ext import _conv, _gemm
+from modulekit._ext import _conv, _gemm, _ops
 from modulekit.compile.tracer import traceable
 from modulekit.nn._input import as_input
 from modulekit.nn._random import default_generator
@@ -83,54 +83,31 @@ def linear(input, weight, bias=None) -> np.ndarray:
     return y.reshape(lead + (w.shape[0],))
 
 
+def _activation(input, name: str, op: str, inplace: bool = False, alpha: float = 0.0,
+                beta: float = 0.0) -> np.ndarray:
+    """``name(input)`` by the kernels' one activation math (``_ops.activation``): the bits the
+    GEMM and convolution epilogues give for the same activation. With ``inplace`` a writable
+    float32/float64 ndarray input is overwritten and returned."""
+    arr = as_input(input, op)
+    if inplace and _inplace_target(input, arr):
+        if arr.flags.c_contiguous and arr.flags.aligned:
+            return _ops.activation(arr, name, alpha, beta, out=arr)
+        arr[...] = _ops.activation(arr, name, alpha, beta)
+        return arr
+    return _ops.activation(arr, name, alpha, beta)
+
+
 @traceable
 def relu(input, inplace: bool = False) -> np.ndarray:
-    """``max(x, 0)``. With ``inplace=True`` a writable float32/float64 ndarray input is
-    overwritten and returned."""
-    arr = as_input(input, "relu")
-    if inplace and _inplace_target(input, arr):
-        return np.maximum(arr, 0, out=arr)
-    arr = arr.astype(compute_dtype(arr.dtype), copy=False)
-    return np.maximum(arr, arr.dtype.type(0))
+    """``max(x, 0)`` (NaN kept). With ``inplace=True`` a writable float32/float64 ndarray input
+    is overwritten and returned."""
+    return _activation(input, "relu", "relu", inplace)
 
 
 @traceable
 def relu6(input, inplace: bool = False) -> np.ndarray:
-    """``min(max(x, 0), 6)``."""
-    arr = as_input(input, "relu6")
-    if inplace and _inplace_target(input, arr):
-        return np.clip(arr, 0, 6, out=arr)
-    arr = arr.astype(compute_dtype(arr.dtype), copy=False)
-    return np.clip(arr, arr.dtype.type(0), arr.dtype.type(6))
-
-
-# Numerical Recipes' erfc (Chebyshev fit): fractional error < 1.2e-7 for every x, so
-# gelu = 0.5 * x * erfc(-x / sqrt(2)) keeps ~1e-7 relative accuracy, negative tail included.
-_ERFC_COEFFS = (
-    -1.26551223,
-    1.00002368,
-    0.37409196,
-    0.09678418,
-    -0.18628806,
-    0.27886807,
-    -1.13520398,
-    1.48851587,
-    -0.82215223,
-    0.17087277,
-)
-
-
-def _erfc_f64(x: np.ndarray) -> np.ndarray:
-    z = np.abs(x)
-    t = 1.0 / (1.0 + 0.5 * z)
-    poly = np.full_like(z, _ERFC_COEFFS[-1])
-    for c in _ERFC_COEFFS[-2::-1]:
-        poly = poly * t + c
-    r = t * np.exp(-z * z + poly)
-    return np.where(x >= 0, r, 2.0 - r)
-
-
-_erfc_exact = np.frompyfunc(math.erfc, 1, 1)
+    """``min(max(x, 0), 6)`` (NaN kept)."""
+    return _activation(input, "relu6", "relu6", inplace)
 
 
 @traceable
@@ -138,48 +115,31 @@ def gelu(input, approximate: str = "none") -> np.ndarray:
     """GELU: ``0.5 x (1 + erf(x / sqrt(2)))``, or with ``approximate='tanh'``
     ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
 
-    float32 results are computed in float64 with a rational erfc (relative error ~1e-7);
-    float64 results use the exact ``math.erfc`` element by element (slow, exact).
+    float32 results come from the kernels' float32 math, with relative accuracy in the negative
+    tail (docs/api.md, "Activation numerics"); float64 results from libm's ``erfc``.
     """
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    arr = as_input(input, "gelu")
-    dt = compute_dtype(arr.dtype)
-    x = arr.astype(_F64, copy=False)
-    with np.errstate(invalid="ignore", over="ignore"):  # -inf gives NaN, as in torch
-        if approximate == "tanh":
-            inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
-            y = 0.5 * x * (1.0 + np.tanh(inner))
-        elif dt == _F64:
-            y = 0.5 * x * _erfc_exact(-x / math.sqrt(2.0)).astype(_F64)
-        else:
-            y = 0.5 * x * _erfc_f64(-x / math.sqrt(2.0))
-    return y.astype(dt, copy=False)
+    return _activation(input, "gelu" if approximate == "none" else "gelu_tanh", "gelu")
 
 
 @traceable
 def sigmoid(input) -> np.ndarray:
     """``1 / (1 + exp(-x))``, without overflow for large ``|x|``."""
-    x = as_float_array(input, "sigmoid")
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+    return _activation(input, "sigmoid", "sigmoid")
 
 
 @traceable
 def silu(input, inplace: bool = False) -> np.ndarray:
     """``x * sigmoid(x)``. With ``inplace=True`` a writable float32/float64 ndarray input is
     overwritten and returned."""
-    arr = as_input(input, "silu")
-    y = sigmoid(arr)
-    if inplace and _inplace_target(input, arr):
-        return np.multiply(arr, y, out=arr)
-    return np.multiply(arr.astype(y.dtype, copy=False), y, out=y)
+    return _activation(input, "silu", "silu", inplace)
 
 
 @traceable
 def tanh(input) -> np.ndarray:
     """Hyperbolic tangent."""
-    return np.tanh(as_float_array(input, "tanh"))
+    return _activation(input, "tanh", "tanh")
 
 
 def _softmax_dim(ndim: int) -> int:
@@ -306,9 +266,8 @@ def matmul(a, b) -> np.ndarray:
 
 @traceable
 def hardswish(input) -> np.ndarray:
-    """``x * relu6(x + 3) / 6`` element-wise."""
-    x = as_float_array(input, "hardswish")
-    return x * np.clip(x + 3, 0, 6) / 6
+    """``x * relu6(x + 3) / 6`` element-wise (torch's operations in torch's order)."""
+    return _activation(input, "hardswish", "hardswish")
 
 
 # ---- layers: activations, norms, embeddings, distances, losses (issue 17) ----------------

@@ -1,5 +1,5 @@
 /* The GEMM engine's entry points for the convolution's Winograd GEMM stage, as a table of
- * plain-typed functions (no enums: conv.h and gemm.h each define their own MK_ACT_*).
+ * plain-typed functions.
  *
  * The extensions export no C symbols to each other, so the engine (in _gemm) hands this table
  * to the convolution (in _conv) at import through a PyCapsule

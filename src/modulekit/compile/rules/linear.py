@@ -12,10 +12,12 @@ from modulekit.compile.passes import Context
 __all__ = ["APPROX_EPILOGUES", "EXACT_EPILOGUES", "linear_activation",
            "linear_activation_approx", "linear_chain", "linear_stack"]
 
-#: The GEMM epilogues that give the same bits as the activation modules' own forward. The
-#: transcendental ones (GELU, SiLU, Sigmoid, Tanh) use another vector exp/erf in the GEMM
-#: epilogue than in ``nn.functional`` today; they join this set when both use one math layer.
-EXACT_EPILOGUES = frozenset(("relu", "relu6"))
+#: The GEMM epilogues that give the same bits as the activation modules' own forward: all of
+#: them, since the GEMM epilogue and ``nn.functional`` evaluate the one activation math of
+#: ``kernels/common`` (tests/test_kernel_math.py checks the bit identity on every ISA path).
+EXACT_EPILOGUES = frozenset(
+    ("relu", "relu6", "hardswish", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
+)
 
 #: GEMM epilogues fused by :func:`linear_activation_approx` although they are not
 #: bit-identical to the activation's own forward: GELU (erf and tanh forms) and Tanh. Measured

@@ -20,27 +20,12 @@ MK_TARGET_AVX512 void mk_bf16_f32_vcvt_ukernel__avx512_x16(size_t n, const void*
     }
 }
 
-/* The same with non-temporal stores, for outputs far larger than the caches (chosen by the
- * driver, never in place): the output lines are written whole without being read first.
- * Unaligned head and short tail go through the kernel above. */
-MK_TARGET_AVX512 void mk_bf16_f32_vcvt_ukernel__avx512_nt_x16(size_t n, const void* input, void* output) {
-    const uint16_t* in = (const uint16_t*)input; /* input: n elements */
-    uint32_t* out = (uint32_t*)output;         /* output: n elements, not overlapping input */
-    const size_t head = ((64u - ((uintptr_t)out & 63u)) & 63u) / sizeof(uint32_t);
-    if (((uintptr_t)out % sizeof(uint32_t)) != 0 || head + 16 > n) {
-        mk_bf16_f32_vcvt_ukernel__avx512_x16(n, in, out);
-        return;
-    }
-    mk_bf16_f32_vcvt_ukernel__avx512_x16(head, in, out);
-    in += head;
-    out += head;
-    n -= head;
-    for (; n >= 16; n -= 16, in += 16, out += 16) { /* one 64-byte line */
-        const __m256i b = _mm256_loadu_si256((const __m256i*)in);
-        _mm512_stream_si512((__m512i*)out, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-    }
-    _mm_sfence(); /* order the streamed lines before whatever the caller does next */
-    mk_bf16_f32_vcvt_ukernel__avx512_x16(n, in, out);
+/* One 64-byte output line (16 elements), streamed (see MK_DEFINE_VCVT_NT in cast.h). */
+static inline MK_TARGET_AVX512 void mk_stream_line(const uint16_t* in, uint32_t* out) {
+    const __m256i b = _mm256_loadu_si256((const __m256i*)in);
+    _mm512_stream_si512((__m512i*)out, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
 }
+MK_DEFINE_VCVT_NT(mk_bf16_f32_vcvt_ukernel__avx512_nt_x16, MK_TARGET_AVX512,
+                  uint16_t, uint32_t, 16, mk_bf16_f32_vcvt_ukernel__avx512_x16, mk_stream_line)
 
 #endif /* MK_CAST_X86 */

@@ -1,6 +1,6 @@
 /* bfloat16 -> float32, generic C (any CPU); the reference the SIMD kernels match. */
 #include "cast.h"
-#include "cast-scalar.h"
+#include "common/half.h"
 
 void mk_bf16_f32_vcvt_ukernel__scalar_x1(size_t n, const void* input, void* output) {
     const uint16_t* in = (const uint16_t*)input; /* input: n bfloat16 */

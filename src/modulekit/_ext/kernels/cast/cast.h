@@ -6,7 +6,7 @@
  *
  * Results are bit-identical, in every instruction-set path, to NumPy's `astype` for the
  * float16/float32/float64 pairs and to ml_dtypes' `astype` for the pairs involving
- * bfloat16 (the rules are spelled out in cast-scalar.h). They assume the default
+ * bfloat16 (the rules are spelled out in common/half.h). They assume the default
  * floating-point environment (round-to-nearest-even, no flush-to-zero), as NumPy does. */
 #ifndef MK_CAST_H
 #define MK_CAST_H
@@ -73,6 +73,29 @@ void mk_cast_set_parallel_min_bytes(size_t nbytes);
  * Returns 0, or -1 for an unknown type code (nothing written). */
 int mk_cast_run(const void* src, int src_code, void* dst, int dst_code, size_t n, int nthreads,
                 mk_isa isa);
+
+/* The non-temporal-store variant NAME of the conversion kernel BASE, for outputs far larger
+ * than the caches (chosen by the driver, never in place): the output lines are written whole
+ * without being read first. LINE elements of OUT_T fill one 64-byte line, which
+ * STREAM(in, out) converts and streams; the unaligned head and the short tail go through
+ * BASE, and a fence orders the streamed lines before whatever the caller does next. */
+#define MK_DEFINE_VCVT_NT(NAME, TARGET, IN_T, OUT_T, LINE, BASE, STREAM)                    \
+    TARGET void NAME(size_t n, const void* input, void* output) {                           \
+        const IN_T* in = (const IN_T*)input;                                                \
+        OUT_T* out = (OUT_T*)output;                                                        \
+        const size_t head = ((64u - ((uintptr_t)out & 63u)) & 63u) / sizeof(OUT_T);         \
+        if (((uintptr_t)out % sizeof(OUT_T)) != 0 || head + (LINE) > n) {                   \
+            BASE(n, in, out);                                                               \
+            return;                                                                         \
+        }                                                                                   \
+        BASE(head, in, out);                                                                \
+        in += head;                                                                         \
+        out += head;                                                                        \
+        n -= head;                                                                          \
+        for (; n >= (LINE); n -= (LINE), in += (LINE), out += (LINE)) STREAM(in, out);      \
+        _mm_sfence();                                                                       \
+        BASE(n, in, out);                                                                   \
+    }
 
 /* ---- micro-kernels (name: mk_<src>_<dst>_vcvt_ukernel__<isa>_x<elements per step>) ---- */
 #define MK_DECLARE_VCVT(name) void name(size_t n, const void* input, void* output)

@@ -4,7 +4,7 @@
 
 #if MK_CAST_X86
 #include <immintrin.h>
-#include "cast-scalar.h"
+#include "common/half.h"
 
 MK_TARGET_AVX2 void mk_f16_bf16_vcvt_ukernel__f16c_x8(size_t n, const void* input, void* output) {
     const uint16_t* in = (const uint16_t*)input; /* input: n float16 */

@@ -33,26 +33,11 @@ MK_TARGET_AVX512 void mk_f16_f32_vcvt_ukernel__avx512_x16(size_t n, const void* 
     }
 }
 
-/* The same with non-temporal stores, for outputs far larger than the caches (chosen by the
- * driver, never in place): the output lines are written whole without being read first.
- * Unaligned head and short tail go through the kernel above. */
-MK_TARGET_AVX512 void mk_f16_f32_vcvt_ukernel__avx512_nt_x16(size_t n, const void* input, void* output) {
-    const uint16_t* in = (const uint16_t*)input; /* input: n elements */
-    float* out = (float*)output;         /* output: n elements, not overlapping input */
-    const size_t head = ((64u - ((uintptr_t)out & 63u)) & 63u) / sizeof(float);
-    if (((uintptr_t)out % sizeof(float)) != 0 || head + 16 > n) {
-        mk_f16_f32_vcvt_ukernel__avx512_x16(n, in, out);
-        return;
-    }
-    mk_f16_f32_vcvt_ukernel__avx512_x16(head, in, out);
-    in += head;
-    out += head;
-    n -= head;
-    for (; n >= 16; n -= 16, in += 16, out += 16) { /* one 64-byte line */
-        _mm512_stream_ps(out, mk_cvt16(_mm256_loadu_si256((const __m256i*)in)));
-    }
-    _mm_sfence(); /* order the streamed lines before whatever the caller does next */
-    mk_f16_f32_vcvt_ukernel__avx512_x16(n, in, out);
+/* One 64-byte output line (16 elements), streamed (see MK_DEFINE_VCVT_NT in cast.h). */
+static inline MK_TARGET_AVX512 void mk_stream_line(const uint16_t* in, float* out) {
+    _mm512_stream_ps(out, mk_cvt16(_mm256_loadu_si256((const __m256i*)in)));
 }
+MK_DEFINE_VCVT_NT(mk_f16_f32_vcvt_ukernel__avx512_nt_x16, MK_TARGET_AVX512,
+                  uint16_t, float, 16, mk_f16_f32_vcvt_ukernel__avx512_x16, mk_stream_line)
 
 #endif /* MK_CAST_X86 */

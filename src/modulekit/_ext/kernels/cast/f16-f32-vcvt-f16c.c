@@ -4,7 +4,7 @@
 
 #if MK_CAST_X86
 #include <immintrin.h>
-#include "cast-scalar.h"
+#include "common/half.h"
 
 static inline MK_TARGET_AVX2 __m256 mk_cvt8(__m128i h) {
     __m256 v = _mm256_cvtph_ps(h);
@@ -30,27 +30,12 @@ MK_TARGET_AVX2 void mk_f16_f32_vcvt_ukernel__f16c_x8(size_t n, const void* input
     for (; n != 0; n--) *out++ = mk_f32_from_bits(mk_f16_to_f32_bits(*in++));
 }
 
-/* The same with non-temporal stores, for outputs far larger than the caches (chosen by the
- * driver, never in place): the output lines are written whole without being read first.
- * Unaligned head and short tail go through the kernel above. */
-MK_TARGET_AVX2 void mk_f16_f32_vcvt_ukernel__f16c_nt_x16(size_t n, const void* input, void* output) {
-    const uint16_t* in = (const uint16_t*)input; /* input: n elements */
-    float* out = (float*)output;         /* output: n elements, not overlapping input */
-    const size_t head = ((64u - ((uintptr_t)out & 63u)) & 63u) / sizeof(float);
-    if (((uintptr_t)out % sizeof(float)) != 0 || head + 16 > n) {
-        mk_f16_f32_vcvt_ukernel__f16c_x8(n, in, out);
-        return;
-    }
-    mk_f16_f32_vcvt_ukernel__f16c_x8(head, in, out);
-    in += head;
-    out += head;
-    n -= head;
-    for (; n >= 16; n -= 16, in += 16, out += 16) { /* one 64-byte line */
-        _mm256_stream_ps(out, mk_cvt8(_mm_loadu_si128((const __m128i*)in)));
-        _mm256_stream_ps(out + 8, mk_cvt8(_mm_loadu_si128((const __m128i*)(in + 8))));
-    }
-    _mm_sfence(); /* order the streamed lines before whatever the caller does next */
-    mk_f16_f32_vcvt_ukernel__f16c_x8(n, in, out);
+/* One 64-byte output line (16 elements), streamed (see MK_DEFINE_VCVT_NT in cast.h). */
+static inline MK_TARGET_AVX2 void mk_stream_line(const uint16_t* in, float* out) {
+    _mm256_stream_ps(out, mk_cvt8(_mm_loadu_si128((const __m128i*)in)));
+    _mm256_stream_ps(out + 8, mk_cvt8(_mm_loadu_si128((const __m128i*)(in + 8))));
 }
+MK_DEFINE_VCVT_NT(mk_f16_f32_vcvt_ukernel__f16c_nt_x16, MK_TARGET_AVX2,
+                  uint16_t, float, 16, mk_f16_f32_vcvt_ukernel__f16c_x8, mk_stream_line)
 
 #endif /* MK_CAST_X86 */

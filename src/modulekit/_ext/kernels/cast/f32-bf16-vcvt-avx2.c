@@ -5,7 +5,7 @@
 
 #if MK_CAST_X86
 #include <immintrin.h>
-#include "cast-scalar.h"
+#include "common/half.h"
 
 static inline MK_TARGET_AVX2 __m128i mk_cvt8(__m256i u) {
     const __m256i hi = _mm256_srli_epi32(u, 16);
@@ -29,29 +29,14 @@ MK_TARGET_AVX2 void mk_f32_bf16_vcvt_ukernel__avx2_x8(size_t n, const void* inpu
     for (; n != 0; n--) *out++ = mk_f32_to_bf16_bits(*in++);
 }
 
-/* The same with non-temporal stores, for outputs far larger than the caches (chosen by the
- * driver, never in place): the output lines are written whole without being read first.
- * Unaligned head and short tail go through the kernel above. */
-MK_TARGET_AVX2 void mk_f32_bf16_vcvt_ukernel__avx2_nt_x32(size_t n, const void* input, void* output) {
-    const uint32_t* in = (const uint32_t*)input; /* input: n elements */
-    uint16_t* out = (uint16_t*)output;         /* output: n elements, not overlapping input */
-    const size_t head = ((64u - ((uintptr_t)out & 63u)) & 63u) / sizeof(uint16_t);
-    if (((uintptr_t)out % sizeof(uint16_t)) != 0 || head + 32 > n) {
-        mk_f32_bf16_vcvt_ukernel__avx2_x8(n, in, out);
-        return;
+/* One 64-byte output line (32 elements), streamed (see MK_DEFINE_VCVT_NT in cast.h). */
+static inline MK_TARGET_AVX2 void mk_stream_line(const uint32_t* in, uint16_t* out) {
+    for (int k = 0; k < 4; k++) {
+        _mm_stream_si128((__m128i*)out + k,
+                         mk_cvt8(_mm256_loadu_si256((const __m256i*)(in + 8 * k))));
     }
-    mk_f32_bf16_vcvt_ukernel__avx2_x8(head, in, out);
-    in += head;
-    out += head;
-    n -= head;
-    for (; n >= 32; n -= 32, in += 32, out += 32) { /* one 64-byte line */
-        for (int k = 0; k < 4; k++) {
-            _mm_stream_si128((__m128i*)out + k,
-                             mk_cvt8(_mm256_loadu_si256((const __m256i*)(in + 8 * k))));
-        }
-    }
-    _mm_sfence(); /* order the streamed lines before whatever the caller does next */
-    mk_f32_bf16_vcvt_ukernel__avx2_x8(n, in, out);
 }
+MK_DEFINE_VCVT_NT(mk_f32_bf16_vcvt_ukernel__avx2_nt_x32, MK_TARGET_AVX2,
+                  uint32_t, uint16_t, 32, mk_f32_bf16_vcvt_ukernel__avx2_x8, mk_stream_line)
 
 #endif /* MK_CAST_X86 */

@@ -33,28 +33,13 @@ MK_TARGET_AVX512 void mk_f32_f16_vcvt_ukernel__avx512_x16(size_t n, const void* 
     }
 }
 
-/* The same with non-temporal stores, for outputs far larger than the caches (chosen by the
- * driver, never in place): the output lines are written whole without being read first.
- * Unaligned head and short tail go through the kernel above. */
-MK_TARGET_AVX512 void mk_f32_f16_vcvt_ukernel__avx512_nt_x32(size_t n, const void* input, void* output) {
-    const float* in = (const float*)input; /* input: n elements */
-    uint16_t* out = (uint16_t*)output;         /* output: n elements, not overlapping input */
-    const size_t head = ((64u - ((uintptr_t)out & 63u)) & 63u) / sizeof(uint16_t);
-    if (((uintptr_t)out % sizeof(uint16_t)) != 0 || head + 32 > n) {
-        mk_f32_f16_vcvt_ukernel__avx512_x16(n, in, out);
-        return;
-    }
-    mk_f32_f16_vcvt_ukernel__avx512_x16(head, in, out);
-    in += head;
-    out += head;
-    n -= head;
-    for (; n >= 32; n -= 32, in += 32, out += 32) { /* one 64-byte line */
-        const __m256i lo = mk_cvt16(_mm512_loadu_ps(in));
-        const __m256i hi = mk_cvt16(_mm512_loadu_ps(in + 16));
-        _mm512_stream_si512((__m512i*)out, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
-    }
-    _mm_sfence(); /* order the streamed lines before whatever the caller does next */
-    mk_f32_f16_vcvt_ukernel__avx512_x16(n, in, out);
+/* One 64-byte output line (32 elements), streamed (see MK_DEFINE_VCVT_NT in cast.h). */
+static inline MK_TARGET_AVX512 void mk_stream_line(const float* in, uint16_t* out) {
+    const __m256i lo = mk_cvt16(_mm512_loadu_ps(in));
+    const __m256i hi = mk_cvt16(_mm512_loadu_ps(in + 16));
+    _mm512_stream_si512((__m512i*)out, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
 }
+MK_DEFINE_VCVT_NT(mk_f32_f16_vcvt_ukernel__avx512_nt_x32, MK_TARGET_AVX512,
+                  float, uint16_t, 32, mk_f32_f16_vcvt_ukernel__avx512_x16, mk_stream_line)
 
 #endif /* MK_CAST_X86 */

@@ -1,41 +1,19 @@
-/* float64 -> bfloat16, AVX2, 4 per step: vcvtpd2ps corrected to round-to-odd (see
- * f64-f16-vcvt-f16c.c), then the software round-to-nearest-even to bfloat16: one correct
+/* float64 -> bfloat16, AVX2, 4 per step: vcvtpd2ps corrected to round-to-odd
+ * (f64-rto-avx2.h), then the software round-to-nearest-even to bfloat16: one correct
  * rounding, as ml_dtypes. A step holding a NaN goes through the scalar reference. */
 #include "cast.h"
+#include "f64-rto-avx2.h"
 
 #if MK_CAST_X86
-#include <immintrin.h>
-#include "cast-scalar.h"
+#include "common/half.h"
 
-MK_TARGET_AVX2 void mk_f64_bf16_vcvt_ukernel__avx2_x4(size_t n, const void* input, void* output) {
-    const double* in = (const double*)input; /* input: n float64 */
-    uint16_t* out = (uint16_t*)output;       /* output: n bfloat16 (may alias input) */
-    const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
-    const __m256i even_words = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-    const __m128i one = _mm_set1_epi32(1);
-    const __m128i bias = _mm_set1_epi32(0x7fff);
-    for (; n >= 4; n -= 4, in += 4, out += 4) {
-        const __m256d d = _mm256_loadu_pd(in);
-        if (_mm256_movemask_pd(_mm256_cmp_pd(d, d, _CMP_UNORD_Q))) {
-            for (int k = 0; k < 4; k++) out[k] = mk_f64_to_bf16_bits(in[k]);
-            continue;
-        }
-        const __m128 f = _mm256_cvtpd_ps(d);
-        const __m256d back = _mm256_cvtps_pd(f);
-        const __m256d up = _mm256_cmp_pd(_mm256_and_pd(back, abs_mask), _mm256_and_pd(d, abs_mask),
-                                         _CMP_GT_OQ);
-        const __m256d inexact = _mm256_cmp_pd(back, d, _CMP_NEQ_OQ);
-        const __m128i up32 = _mm256_castsi256_si128(
-            _mm256_permutevar8x32_epi32(_mm256_castpd_si256(up), even_words));
-        const __m128i inexact32 = _mm256_castsi256_si128(
-            _mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), even_words));
-        __m128i t = _mm_add_epi32(_mm_castps_si128(f), up32);
-        t = _mm_or_si128(t, _mm_and_si128(inexact32, one));
-        const __m128i lsb = _mm_and_si128(_mm_srli_epi32(t, 16), one);
-        const __m128i r = _mm_srli_epi32(_mm_add_epi32(t, _mm_add_epi32(bias, lsb)), 16);
-        _mm_storel_epi64((__m128i*)out, _mm_packus_epi32(r, r));
-    }
-    for (; n != 0; n--) *out++ = mk_f64_to_bf16_bits(*in++);
+/* float32 bits (round-to-odd) -> bfloat16, round-to-nearest-even, in the low 64 bits */
+static inline MK_TARGET_AVX2 __m128i mk_rto_to_bf16(__m128i t) {
+    const __m128i lsb = _mm_and_si128(_mm_srli_epi32(t, 16), _mm_set1_epi32(1));
+    const __m128i r = _mm_srli_epi32(_mm_add_epi32(t, _mm_add_epi32(_mm_set1_epi32(0x7fff), lsb)), 16);
+    return _mm_packus_epi32(r, r);
 }
+
+MK_DEFINE_F64_X16_VCVT_AVX2(mk_f64_bf16_vcvt_ukernel__avx2_x4, mk_f64_to_bf16_bits, mk_rto_to_bf16)
 
 #endif /* MK_CAST_X86 */

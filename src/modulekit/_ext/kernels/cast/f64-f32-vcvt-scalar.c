@@ -1,6 +1,6 @@
 /* float64 -> float32, generic C (any CPU); the reference the SIMD kernels match. */
 #include "cast.h"
-#include "cast-scalar.h"
+#include "common/half.h"
 
 void mk_f64_f32_vcvt_ukernel__scalar_x1(size_t n, const void* input, void* output) {
     const double* in = (const double*)input; /* input: n float64 */

@@ -22,18 +22,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/act.h"
 #include "wino-eng-api.h"
 
 #define MK_CONV_MR 8
 
-/* Fused epilogue activations (after bias and the optional residual add). */
-enum {
-    MK_ACT_NONE = 0,
-    MK_ACT_RELU = 1,
-    MK_ACT_RELU6 = 2,
-    MK_ACT_SILU = 3,
-    MK_ACT_HARDSWISH = 4,
-};
+/* Fused epilogue activations (after bias and the optional residual add): the mk_act codes
+ * of common/act.h, evaluated by its one math (mk_act_f32x1 / x8 / x16; MK_ACT_CLAMP, which
+ * needs bounds, is not used here). */
+#define MK_CONV_ACT(v, act) mk_act_f32x1((v), (act), 0.0f, 0.0f)
+#define MK_CONV_ACT_F64(v, act) mk_act_f64x1((v), (act), 0.0, 0.0)
 
 /* Storage type of packed weights. */
 enum { MK_W_F32 = 0, MK_W_F16 = 1, MK_W_BF16 = 2 };
@@ -310,36 +308,5 @@ void mk_scale_shift_f64(const mk_conv_geom *g, const double *x, const double *sc
 /* 16-bit -> float32 widening of n values. */
 void mk_widen_f16_f32(const uint16_t *src, float *dst, size_t n, int isa);
 void mk_widen_bf16_f32(const uint16_t *src, float *dst, size_t n, int isa);
-
-/* Scalar activation (shared by the generic kernels). */
-static inline float mk_act_f32(float v, int act);
-
-#include <math.h>
-static inline float mk_act_f32(float v, int act) {
-    switch (act) {
-    case MK_ACT_RELU: return v > 0.0f ? v : (v != v ? v : 0.0f);
-    case MK_ACT_RELU6: return v != v ? v : (v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v));
-    case MK_ACT_SILU: return v / (1.0f + expf(-v));
-    case MK_ACT_HARDSWISH: {
-        float t = v + 3.0f;
-        t = t < 0.0f ? 0.0f : (t > 6.0f ? 6.0f : t);
-        return v * t / 6.0f;
-    }
-    default: return v;
-    }
-}
-static inline double mk_act_f64(double v, int act) {
-    switch (act) {
-    case MK_ACT_RELU: return v > 0.0 ? v : (v != v ? v : 0.0);
-    case MK_ACT_RELU6: return v != v ? v : (v < 0.0 ? 0.0 : (v > 6.0 ? 6.0 : v));
-    case MK_ACT_SILU: return v / (1.0 + exp(-v));
-    case MK_ACT_HARDSWISH: {
-        double t = v + 3.0;
-        t = t < 0.0 ? 0.0 : (t > 6.0 ? 6.0 : t);
-        return v * t / 6.0;
-    }
-    default: return v;
-    }
-}
 
 #endif /* MK_CONV_H */

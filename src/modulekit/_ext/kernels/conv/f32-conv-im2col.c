@@ -16,7 +16,7 @@
 #include "conv.h"
 #include "isa.h"
 #include "mk_omp.h"
-#include "simd-act.h"
+#include "conv-simd.h"
 
 ptrdiff_t mk_conv_im2col_size(const mk_conv_geom *g) {
     return (ptrdiff_t)g->C * g->KH * g->KW * g->OH * g->OW;

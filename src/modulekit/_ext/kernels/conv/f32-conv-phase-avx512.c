@@ -11,7 +11,7 @@
 #if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
 
 #include "conv.h"
-#include "simd-act.h"
+#include "conv-simd.h"
 
 /* Outputs [j, j + 16) (clipped to Wq) of both phases, reading only the columns inside the row
  * (padv elsewhere: masked-off lanes are not read, their addresses may lie outside the row). */

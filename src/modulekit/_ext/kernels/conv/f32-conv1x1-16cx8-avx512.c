@@ -12,7 +12,7 @@
 #include "isa.h"
 #if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
 
-#include "simd-act.h"
+#include "conv-simd.h"
 
 /* NV vectors of 16 output channels (panels 2j, 2j+1 of the run starting at p0; panels at or
  * past npan read as zero) x up to MAXPX pixels. */
@@ -69,7 +69,7 @@ MK_T512 static inline void c1x1_tail(const int NV, const int MAXPX, size_t K, co
             if (rj)
                 v = _mm512_add_ps(
                     v, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, rj + i, 4));
-            _mm512_mask_i32scatter_ps(cj + i, m, idx, mk_act512(v, act), 4);
+            _mm512_mask_i32scatter_ps(cj + i, m, idx, mk_act_f32x16(v, act, 0.0f, 0.0f), 4);
         }
     }
 }

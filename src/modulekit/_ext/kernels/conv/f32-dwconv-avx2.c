@@ -2,7 +2,7 @@
 #include "isa.h"
 #if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
 
-#include "simd-act.h"
+#include "conv-simd.h"
 
 MK_T256 static inline __m256i dw_mask256(int n) {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -25,8 +25,8 @@ MK_T256 void mk_f32_dwconv_row_avx2(int T, const float *ph, const ptrdiff_t *tof
             a0 = _mm256_add_ps(a0, _mm256_loadu_ps(res + ow));
             a1 = _mm256_add_ps(a1, _mm256_loadu_ps(res + ow + 8));
         }
-        _mm256_storeu_ps(out + ow, mk_act256(a0, act));
-        _mm256_storeu_ps(out + ow + 8, mk_act256(a1, act));
+        _mm256_storeu_ps(out + ow, mk_act_f32x8(a0, act, 0.0f, 0.0f));
+        _mm256_storeu_ps(out + ow + 8, mk_act_f32x8(a1, act, 0.0f, 0.0f));
     }
     for (; ow < OW; ow += 8) {
         const __m256i m = dw_mask256(OW - ow);
@@ -35,7 +35,7 @@ MK_T256 void mk_f32_dwconv_row_avx2(int T, const float *ph, const ptrdiff_t *tof
             a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(w + t),
                                  _mm256_maskload_ps(ph + toff[t] + ow, m), a0);
         if (res) a0 = _mm256_add_ps(a0, _mm256_maskload_ps(res + ow, m));
-        _mm256_maskstore_ps(out + ow, m, mk_act256(a0, act));
+        _mm256_maskstore_ps(out + ow, m, mk_act_f32x8(a0, act, 0.0f, 0.0f));
     }
 }
 
@@ -49,7 +49,7 @@ MK_T256 void mk_f32_grid_rows_avx2(const float *grid, int Wq, int OH, int OW, fl
             const __m256i m = dw_mask256(OW - ow);
             __m256 v = _mm256_maskload_ps(gr + ow, m);
             if (r) v = _mm256_add_ps(v, _mm256_maskload_ps(r + ow, m));
-            _mm256_maskstore_ps(o + ow, m, mk_act256(v, act));
+            _mm256_maskstore_ps(o + ow, m, mk_act_f32x8(v, act, 0.0f, 0.0f));
         }
     }
 }

@@ -4,7 +4,7 @@
 #include "isa.h"
 #if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
 
-#include "simd-act.h"
+#include "conv-simd.h"
 
 /* ph: channel phase image; toff[t]: offset of tap t; lanes [0, OW) of the run: out[i] =
  * bias + sum_t w[t] * ph[toff[t] + i] (+ res[i]), then the activation. */
@@ -24,8 +24,8 @@ MK_T512 void mk_f32_dwconv_row_avx512(int T, const float *ph, const ptrdiff_t *t
             a0 = _mm512_add_ps(a0, _mm512_loadu_ps(res + ow));
             a1 = _mm512_add_ps(a1, _mm512_loadu_ps(res + ow + 16));
         }
-        _mm512_storeu_ps(out + ow, mk_act512(a0, act));
-        _mm512_storeu_ps(out + ow + 16, mk_act512(a1, act));
+        _mm512_storeu_ps(out + ow, mk_act_f32x16(a0, act, 0.0f, 0.0f));
+        _mm512_storeu_ps(out + ow + 16, mk_act_f32x16(a1, act, 0.0f, 0.0f));
     }
     for (; ow < OW; ow += 16) {
         const __mmask16 m = (__mmask16)mk_seg_mask(0, OW - ow, 0, 16);
@@ -34,7 +34,7 @@ MK_T512 void mk_f32_dwconv_row_avx512(int T, const float *ph, const ptrdiff_t *t
             a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[t]),
                                  _mm512_maskz_loadu_ps(m, ph + toff[t] + ow), a0);
         if (res) a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(m, res + ow));
-        _mm512_mask_storeu_ps(out + ow, m, mk_act512(a0, act));
+        _mm512_mask_storeu_ps(out + ow, m, mk_act_f32x16(a0, act, 0.0f, 0.0f));
     }
 }
 
@@ -49,7 +49,7 @@ MK_T512 void mk_f32_grid_rows_avx512(const float *grid, int Wq, int OH, int OW, 
             const __mmask16 m = (__mmask16)mk_seg_mask(0, OW - ow, 0, 16);
             __m512 v = _mm512_maskz_loadu_ps(m, gr + ow);
             if (r) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + ow));
-            _mm512_mask_storeu_ps(o + ow, m, mk_act512(v, act));
+            _mm512_mask_storeu_ps(o + ow, m, mk_act_f32x16(v, act, 0.0f, 0.0f));
         }
     }
 }

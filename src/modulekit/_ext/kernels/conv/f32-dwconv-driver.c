@@ -27,7 +27,7 @@ static void grid_rows_scalar(const float *grid, int Wq, int OH, int OW, float *o
         for (int ow = 0; ow < OW; ow++) {
             float v = grid[(ptrdiff_t)oh * Wq + ow];
             if (res) v += res[(ptrdiff_t)oh * OW + ow];
-            out[(ptrdiff_t)oh * OW + ow] = mk_act_f32(v, act);
+            out[(ptrdiff_t)oh * OW + ow] = MK_CONV_ACT(v, act);
         }
 }
 
@@ -37,7 +37,7 @@ static void dwconv_row_scalar(int T, const float *ph, const ptrdiff_t *toff, con
         float acc = bias;
         for (int t = 0; t < T; t++) acc += w[t] * ph[toff[t] + ow];
         if (res) acc += res[ow];
-        out[ow] = mk_act_f32(acc, act);
+        out[ow] = MK_CONV_ACT(acc, act);
     }
 }
 

@@ -19,7 +19,7 @@
 #include "isa.h"
 #if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
 
-#include "simd-act.h"
+#include "conv-simd.h"
 
 /* Load masks of the input columns an output-column step reads (lanes outside [0, W) off):
  * stride 1: the three shifted vectors; stride 2: the two halves of the 32 columns and the
@@ -98,7 +98,7 @@ MK_T512 static inline __m512 dw3_chain(__m512 a, const __m512 *w, const __m512 v
 MK_T512 static inline void dw3_store(float *o, __mmask16 sm, __m512 a, const float *rr,
                                      int act) {
     if (rr) a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(sm, rr));
-    _mm512_mask_storeu_ps(o, sm, mk_act512(a, act));
+    _mm512_mask_storeu_ps(o, sm, mk_act_f32x16(a, act, 0.0f, 0.0f));
 }
 
 /* Stride 1 (S = 0, 1, 3), output rows [oh0, oh1) of one plane, 16 columns at a time, one
@@ -274,7 +274,7 @@ MK_T512 void mk_f32_dwconv2d_flat_3x3_avx512(const float *x, ptrdiff_t xs, int H
                                           _mm512_maskz_loadu_ps(rows[ky] & right[v], q + 1), s);
             }
             const __m512 s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), acc[2]);
-            _mm512_mask_storeu_ps(oc + 16 * v, in[v], mk_act512(s, act));
+            _mm512_mask_storeu_ps(oc + 16 * v, in[v], mk_act_f32x16(s, act, 0.0f, 0.0f));
         }
     }
 }

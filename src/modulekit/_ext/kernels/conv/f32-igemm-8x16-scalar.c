@@ -26,7 +26,7 @@ void mk_f32_igemm_8x16_scalar(size_t K, const float *a, const float *b, const pt
             for (int i = segs[s].lo; i < segs[s].hi; i++) {
                 float v = acc[r][i];
                 if (rr) v += rr[i];
-                cr[i] = mk_act_f32(v, act);
+                cr[i] = MK_CONV_ACT(v, act);
             }
         }
     }

@@ -3,7 +3,7 @@
 #include "isa.h"
 #if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
 
-#include "simd-act.h"
+#include "conv-simd.h"
 
 /* software prefetch distance of the packed panel (floats), as the AVX-512 kernels */
 #define MK_IGEMM_PREFETCH 2048
@@ -76,7 +76,7 @@ MK_T256 static void igemm_4x24(size_t K, const float *a, const float *b, const p
                 __m256 v = acc[r][j];
                 ptrdiff_t o = r * c_rs + off + 8 * j;
                 if (res) v = _mm256_add_ps(v, _mm256_maskload_ps(res + o, m));
-                v = mk_act256(v, act);
+                v = mk_act_f32x8(v, act, 0.0f, 0.0f);
                 _mm256_maskstore_ps(c + o, m, v);
             }
         }

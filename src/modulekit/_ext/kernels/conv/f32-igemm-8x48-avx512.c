@@ -6,7 +6,7 @@
 #include "isa.h"
 #if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
 
-#include "simd-act.h"
+#include "conv-simd.h"
 
 /* software prefetch distance of the packed panel (floats: 8 KiB, 256 k-steps ahead), tuned
  * on ResNet-18's 512-channel layers at batch 1, whose weights stream from DRAM */
@@ -79,7 +79,7 @@ MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, co
                 __m512 v = acc[r][j];
                 ptrdiff_t o = r * c_rs + off + 16 * j;
                 if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + o));
-                v = mk_act512(v, act);
+                v = mk_act_f32x16(v, act, 0.0f, 0.0f);
                 _mm512_mask_storeu_ps(c + o, m, v);
             }
         }

@@ -15,7 +15,7 @@
 
 #include "conv.h"
 #include "mk_omp.h"
-#include "simd-act.h"
+#include "conv-simd.h"
 
 MK_T512 static inline __m512 maxnan16(__m512 v, __m512 m) {
     const __mmask16 k = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);

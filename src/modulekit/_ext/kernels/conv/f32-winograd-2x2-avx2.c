@@ -3,7 +3,7 @@
 #include "isa.h"
 #if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
 
-#include "simd-act.h"
+#include "conv-simd.h"
 
 #define WINO_M 2
 #define WINO_VL 8

@@ -52,6 +52,14 @@ typedef int wvi __attribute__((vector_size(4 * WINO_VL), aligned(4), may_alias))
 #define W_ZLO 0, 4, 1, 5
 #define W_ZHI 2, 6, 3, 7
 #endif
+/* the row activation of this ISA (common/act.h: the bits of every other kernel's epilogue) */
+#if WINO_VL == 16
+#define WINO_VACT mk_f32_vact__avx512
+#elif WINO_VL == 8
+#define WINO_VACT mk_f32_vact__avx2
+#else
+#define WINO_VACT mk_f32_vact__scalar
+#endif
 #if defined(__clang__)
 #define SHUF(a, b, idx) __builtin_shufflevector(a, b, idx)
 #else
@@ -255,14 +263,16 @@ WINO_TARGET void WINO_OUT(const float *m, ptrdiff_t ms, const mk_wino_seg *segs,
                     float t = yr[c] + (rs ? rs[c] : 0.0f);
                     o[c] = act == MK_ACT_RELU && t < 0.0f ? 0.0f : t;
                 }
-            } else {
-                for (int c = 0; c < cols; c++) o[c] = mk_act_f32(yr[c] + (rs ? rs[c] : 0.0f), act);
+            } else { /* the other activations: the shared row function of this ISA */
+                for (int c = 0; c < cols; c++) o[c] = yr[c] + (rs ? rs[c] : 0.0f);
+                WINO_VACT(cols, o, o, act, 0.0f, 0.0f);
             }
         }
     }
 }
 
 #undef SHUF
+#undef WINO_VACT
 #undef W_EVEN
 #undef W_ODD
 #undef W_ZLO

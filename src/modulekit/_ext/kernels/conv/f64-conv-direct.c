@@ -33,7 +33,7 @@ void mk_conv2d_f64(const mk_conv_geom *g, const double *x, int groups, int Cout,
                     }
                 }
                 if (r) acc += r[(ptrdiff_t)oh * g->OW + ow];
-                o[(ptrdiff_t)oh * g->OW + ow] = mk_act_f64(acc, act);
+                o[(ptrdiff_t)oh * g->OW + ow] = MK_CONV_ACT_F64(acc, act);
             }
         }
     }

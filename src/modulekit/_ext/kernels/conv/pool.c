@@ -189,5 +189,5 @@ DEFINE_ADAPTIVE_AVG(mk_adaptive_avg_pool2d_f64, double)
         }                                                                                     \
     }
 
-DEFINE_SCALE_SHIFT(mk_scale_shift_f32, float, mk_act_f32)
-DEFINE_SCALE_SHIFT(mk_scale_shift_f64, double, mk_act_f64)
+DEFINE_SCALE_SHIFT(mk_scale_shift_f32, float, MK_CONV_ACT)
+DEFINE_SCALE_SHIFT(mk_scale_shift_f64, double, MK_CONV_ACT_F64)

@@ -1,37 +1,14 @@
 /* 16-bit weight storage widened to float32 (generic, AVX2/F16C, AVX-512 paths). */
-#include <string.h>
-
-#include "simd-act.h"
+#include "common/half.h"
+#include "conv-simd.h"
 #include "isa.h"
-
-static inline float f16_to_f32(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, bits;
-    if (exp == 0x1Fu) {
-        bits = sign | 0x7F800000u | (man << 13); /* inf / nan */
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    } else if (man == 0) {
-        bits = sign;
-    } else { /* subnormal: normalise */
-        int e = -1;
-        do {
-            man <<= 1;
-            e++;
-        } while (!(man & 0x400u));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3FFu) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
 
 #if MK_X86
 MK_T256 static void widen_f16_avx2(const uint16_t *src, float *dst, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-    for (; i < n; i++) dst[i] = f16_to_f32(src[i]);
+    for (; i < n; i++) dst[i] = mk_f16_to_f32(src[i]);
 }
 
 MK_T512 static void widen_f16_avx512(const uint16_t *src, float *dst, size_t n) {
@@ -39,7 +16,7 @@ MK_T512 static void widen_f16_avx512(const uint16_t *src, float *dst, size_t n) 
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(dst + i,
                          _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
-    for (; i < n; i++) dst[i] = f16_to_f32(src[i]);
+    for (; i < n; i++) dst[i] = mk_f16_to_f32(src[i]);
 }
 #endif /* MK_X86 */
 
@@ -55,7 +32,7 @@ void mk_widen_f16_f32(const uint16_t *src, float *dst, size_t n, int isa) {
     }
 #endif
     (void)isa;
-    for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = mk_f16_to_f32(src[i]);
 }
 
 void mk_widen_bf16_f32(const uint16_t *src, float *dst, size_t n, int isa) {

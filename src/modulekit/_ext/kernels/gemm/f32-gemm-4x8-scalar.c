@@ -4,16 +4,8 @@
  *   mk_f32_f16w_gemm_4x8__scalar: float16 weights (exact software widening)
  *   mk_f32_bf16w_gemm_4x8__scalar: bfloat16 weights (widened by a 16-bit shift)
  * Chosen in gemm-config.c. */
-#include <string.h>
-
+#include "common/half.h"
 #include "gemm.h"
-
-static inline float mk_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 #define MK_ACT_SCALAR(x, ep) mk_act_scalar_f32((x), (ep))
 

@@ -59,7 +59,7 @@ MK_TARGET void MK_FN(size_t nc, size_t k, const void *a_, ptrdiff_t lda, const v
         }
     }
 
-    if (ep->act == MK_ACT_RELU || ep->act == MK_ACT_CLAMP) {
+    if (MK_ACT_IN_REGISTERS(ep->act)) {
         const V_T lo = V_SET1(V_LO(ep)), hi = V_SET1(V_HI(ep));
 #pragma GCC unroll 8
         for (int i = 0; i < MK_SM; i++)
@@ -77,7 +77,7 @@ MK_TARGET void MK_FN(size_t nc, size_t k, const void *a_, ptrdiff_t lda, const v
             for (int v = 0; v < MK_NA_; v++) V_MASKSTORE(row + v * V_N, mask[v], acc[i][v]);
         }
     }
-    if (ep->act >= MK_ACT_GELU_ERF) MK_ACT_TILE(MK_SM, nc, c, ldc, ep);
+    if (MK_ACT_ON_TILE(ep->act)) MK_ACT_TILE(MK_SM, nc, c, ldc, ep);
 }
 
 #undef MK_NA_

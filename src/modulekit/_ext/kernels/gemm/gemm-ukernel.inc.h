@@ -52,7 +52,7 @@ MK_TARGET void MK_FN(size_t mr, size_t nc, size_t kc, const void *a_, const void
         w += MK_NR_;
     }
 
-    if (ep != NULL && (ep->act == MK_ACT_RELU || ep->act == MK_ACT_CLAMP)) {
+    if (ep != NULL && MK_ACT_IN_REGISTERS(ep->act)) {
         const V_T lo = V_SET1(V_LO(ep)), hi = V_SET1(V_HI(ep));
 #pragma GCC unroll 32
         for (int i = 0; i < MK_MR; i++)
@@ -74,7 +74,7 @@ MK_TARGET void MK_FN(size_t mr, size_t nc, size_t kc, const void *a_, const void
         }
     }
 
-    if (ep != NULL && ep->act >= MK_ACT_GELU_ERF) MK_ACT_TILE(mr, nc, c, ldc, ep);
+    if (ep != NULL && MK_ACT_ON_TILE(ep->act)) MK_ACT_TILE(mr, nc, c, ldc, ep);
 }
 
 #undef MK_NR_

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/act.h"
 #include "isa.h"
 #include "threadpool/threadpool.h"
 #include "wino-eng-api.h"
@@ -35,19 +36,11 @@ typedef enum {
     MK_STORAGE_COUNT = 4
 } mk_storage;
 
-/* Epilogue activations. RELU and CLAMP run on the accumulators in registers; the others run
- * on the output tile right after it is stored, while it is in L1. */
-typedef enum {
-    MK_ACT_NONE = 0,
-    MK_ACT_RELU = 1,
-    MK_ACT_CLAMP = 2,      /* min(max(x, lo), hi): ReLU6 is clamp(0, 6) */
-    MK_ACT_GELU_ERF = 3,   /* x / 2 * (1 + erf(x / sqrt(2))) */
-    MK_ACT_GELU_TANH = 4,  /* x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) */
-    MK_ACT_SILU = 5,       /* x * sigmoid(x) */
-    MK_ACT_SIGMOID = 6,
-    MK_ACT_TANH = 7,
-    MK_ACT_COUNT = 8
-} mk_act;
+/* Epilogue activations: the mk_act codes of common/act.h. RELU and CLAMP run on the
+ * accumulators in registers (MK_ACT_IN_REGISTERS); the others run on the output tile right
+ * after it is stored, while it is in L1 (mk_gemm_config.act_tile). */
+#define MK_ACT_IN_REGISTERS(act) ((act) == MK_ACT_RELU || (act) == MK_ACT_CLAMP)
+#define MK_ACT_ON_TILE(act) ((act) > MK_ACT_CLAMP)
 
 typedef struct {
     int act;            /* mk_act */
@@ -268,16 +261,13 @@ int mk_gemm_plan_threads(const mk_gemm_config *cfg, size_t m, size_t n, size_t k
 /* Start OpenMP's thread team now (so the first real call does not pay for it). */
 void mk_gemm_warm_threads(int nthreads);
 
-/* Scalar activations (libm in double precision), shared by every path. */
+/* Epilogue activations (gemm-act.c over common/act.h): per element, and on a stored tile. */
 float mk_act_scalar_f32(float x, const mk_epilogue *ep);
 double mk_act_scalar_f64(double x, const mk_epilogue *ep);
 void mk_act_tile_f32_scalar(size_t rows, size_t nc, void *c, size_t ldc, const mk_epilogue *ep);
 void mk_act_tile_f64_scalar(size_t rows, size_t nc, void *c, size_t ldc, const mk_epilogue *ep);
 void mk_act_tile_f32_avx2(size_t rows, size_t nc, void *c, size_t ldc, const mk_epilogue *ep);
 void mk_act_tile_f32_avx512(size_t rows, size_t nc, void *c, size_t ldc, const mk_epilogue *ep);
-
-/* float16 <-> float32 in software (exact widening; round-to-nearest-even narrowing). */
-float mk_f16_to_f32(uint16_t h);
 
 /* The entry points the convolution's Winograd GEMM stage uses (gemm-wino-api.c), handed to
  * the _conv extension at import (wino-eng-api.h). */

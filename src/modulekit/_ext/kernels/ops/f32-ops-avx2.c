@@ -5,9 +5,10 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "common/vmath-avx2.h"
 #include "ops.h"
 
-#define MK_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define MK_AVX2 MK_TARGET_AVX2
 
 static const int32_t tail_bits[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
 
@@ -15,28 +16,6 @@ static const int32_t tail_bits[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0
 MK_AVX2 static inline __m256i tail8(size_t k)
 {
     return _mm256_loadu_si256((const __m256i *)(tail_bits + 8 - k));
-}
-
-/* exp(x) as in f32-ops-avx512.c; 2^n built in the exponent field (n >= -126), so inputs
- * below -87.3 give exactly 0 (the true value is < 1.2e-38); NaN stays NaN. */
-MK_AVX2 static inline __m256 exp8(__m256 x)
-{
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33f)), _mm256_set1_ps(88.37f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-    y = _mm256_and_ps(y, _mm256_cmp_ps(x, _mm256_set1_ps(-87.33f), _CMP_NLT_UQ));
-    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 MK_AVX2 static inline float hsum8(__m256 v)
@@ -117,7 +96,7 @@ MK_AVX2 void mk_softmax_row_f32_avx2(size_t n, float *x, const float *mask, floa
     __m256 sum = _mm256_setzero_ps();
     for (i = 0; i < n; i += 8) {
         __m256i m = tail8(n - i >= 8 ? 8 : n - i);
-        __m256 e = exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), vmax));
+        __m256 e = mk_exp_f32x8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), vmax));
         e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
         _mm256_maskstore_ps(x + i, m, e);
         sum = _mm256_add_ps(sum, e);
@@ -126,45 +105,6 @@ MK_AVX2 void mk_softmax_row_f32_avx2(size_t n, float *x, const float *mask, floa
     for (i = 0; i < n; i += 8) {
         __m256i m = tail8(n - i >= 8 ? 8 : n - i);
         _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
-    }
-}
-
-MK_AVX2 static inline __m256 gelu8(__m256 x, int approx)
-{
-    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
-    if (approx) {
-        __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-        __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
-                                 _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
-        __m256 e = exp8(_mm256_mul_ps(u, _mm256_set1_ps(-2.0f)));
-        return _mm256_div_ps(x, _mm256_add_ps(e, one));
-    }
-    __m256 u = _mm256_mul_ps(x, _mm256_set1_ps(-0.70710678118654752f));
-    __m256 z = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), u);
-    __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(half, z, one));
-    __m256 p = _mm256_set1_ps(0.17087277f);
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.82215223f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.48851587f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.13520398f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.27886807f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.18628806f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.09678418f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.37409196f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.00002368f));
-    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26551223f));
-    __m256 r = _mm256_mul_ps(t, exp8(_mm256_fnmadd_ps(z, z, p)));
-    __m256 neg = _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_LT_OQ);
-    r = _mm256_blendv_ps(r, _mm256_sub_ps(_mm256_set1_ps(2.0f), r), neg);
-    return _mm256_mul_ps(_mm256_mul_ps(half, x), r);
-}
-
-MK_AVX2 void mk_gelu_f32_avx2(size_t n, const float *x, float *y, int approx)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu8(_mm256_loadu_ps(x + i), approx));
-    if (i < n) {
-        __m256i m = tail8(n - i);
-        _mm256_maskstore_ps(y + i, m, gelu8(_mm256_maskload_ps(x + i, m), approx));
     }
 }
 

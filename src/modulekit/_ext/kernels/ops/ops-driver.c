@@ -9,23 +9,22 @@
 typedef struct {
     mk_ln_row_f32 layernorm;
     mk_softmax_row_f32 softmax;
-    mk_gelu_span_f32 gelu;
     void (*f16_widen)(size_t, const uint16_t *, float *, int);
 } mk_ops_config;
 
 static const mk_ops_config ops_configs[MK_ISA_COUNT] = {
     [MK_ISA_GENERIC] = {mk_layernorm_row_f32_scalar, mk_softmax_row_f32_scalar,
-                        mk_gelu_f32_scalar, mk_f16_widen_scalar},
+                        mk_f16_widen_scalar},
 #if MK_X86
-    [MK_ISA_AVX2] = {mk_layernorm_row_f32_avx2, mk_softmax_row_f32_avx2, mk_gelu_f32_avx2,
+    [MK_ISA_AVX2] = {mk_layernorm_row_f32_avx2, mk_softmax_row_f32_avx2,
                      mk_f16_widen_avx2},
     [MK_ISA_AVX512] = {mk_layernorm_row_f32_avx512, mk_softmax_row_f32_avx512,
-                       mk_gelu_f32_avx512, mk_f16_widen_avx2},
+                       mk_f16_widen_avx2},
 #else /* never selected: mk_isa_detect() reports MK_ISA_GENERIC (see isa.h) */
     [MK_ISA_AVX2] = {mk_layernorm_row_f32_scalar, mk_softmax_row_f32_scalar,
-                     mk_gelu_f32_scalar, mk_f16_widen_scalar},
+                     mk_f16_widen_scalar},
     [MK_ISA_AVX512] = {mk_layernorm_row_f32_scalar, mk_softmax_row_f32_scalar,
-                       mk_gelu_f32_scalar, mk_f16_widen_scalar},
+                       mk_f16_widen_scalar},
 #endif
 };
 
@@ -61,20 +60,6 @@ void mk_softmax_f32(int isa, size_t na, size_t nb, size_t nc, size_t n, float *x
         ptrdiff_t a = r / (pb * pc), b = (r / pc) % pb, c = r % pc;
         row(n, x + a * sx0 + b * sx1 + c * sx2, mask ? mask + a * sm0 + b * sm1 + c * sm2 : NULL,
             scale);
-    }
-}
-
-#define MK_GELU_CHUNK 4096
-
-void mk_gelu_f32(int isa, size_t n, const float *x, float *y, int approx, int nthreads)
-{
-    const mk_gelu_span_f32 span = ops_config(isa)->gelu;
-    ptrdiff_t c, chunks = (ptrdiff_t)((n + MK_GELU_CHUNK - 1) / MK_GELU_CHUNK);
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
-    for (c = 0; c < chunks; c++) {
-        size_t lo = (size_t)c * MK_GELU_CHUNK;
-        size_t len = n - lo < MK_GELU_CHUNK ? n - lo : MK_GELU_CHUNK;
-        span(len, x + lo, y + lo, approx);
     }
 }
 

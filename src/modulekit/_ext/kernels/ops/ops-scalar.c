@@ -2,10 +2,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/act.h"
+#include "common/half.h"
 #include "ops.h"
-
-#define MK_SQRT1_2 0.70710678118654752440
-#define MK_SQRT_2_OVER_PI 0.79788456080286535588
 
 void mk_layernorm_row_f32_scalar(size_t n, const float *x, const float *res, const float *gamma,
                                  const float *beta, float eps, float *y)
@@ -46,7 +45,7 @@ void mk_softmax_row_f32_scalar(size_t n, float *x, const float *mask, float scal
     }
     double sum = 0.0;
     for (i = 0; i < n; i++) {
-        float e = expf(x[i] - mx);
+        float e = mk_exp_f32x1(x[i] - mx); /* the SIMD paths' exp, bit for bit */
         x[i] = e;
         sum += e;
     }
@@ -54,46 +53,12 @@ void mk_softmax_row_f32_scalar(size_t n, float *x, const float *mask, float scal
     for (i = 0; i < n; i++) x[i] *= inv;
 }
 
-void mk_gelu_f32_scalar(size_t n, const float *x, float *y, int approx)
-{
-    for (size_t i = 0; i < n; i++) {
-        double v = x[i];
-        if (approx)
-            y[i] = (float)(0.5 * v * (1.0 + tanh(MK_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v))));
-        else
-            y[i] = (float)(0.5 * v * erfc(-v * MK_SQRT1_2));
-    }
-}
-
-static inline float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, bits;
-    if (exp == 0x1Fu) {
-        bits = sign | 0x7F800000u | (man << 13);
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    } else if (man == 0) {
-        bits = sign;
-    } else { /* subnormal: normalise */
-        exp = 113u;
-        while (!(man & 0x400u)) {
-            man <<= 1;
-            exp--;
-        }
-        bits = sign | (exp << 23) | ((man & 0x3FFu) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 void mk_f16_widen_scalar(size_t n, const uint16_t *src, float *dst, int accumulate)
 {
     if (accumulate)
-        for (size_t i = 0; i < n; i++) dst[i] += f16_to_f32(src[i]);
+        for (size_t i = 0; i < n; i++) dst[i] += mk_f16_to_f32(src[i]);
     else
-        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(src[i]);
+        for (size_t i = 0; i < n; i++) dst[i] = mk_f16_to_f32(src[i]);
 }
 
 /* ---- float64 ---------------------------------------------------------------------------- */
@@ -162,16 +127,5 @@ void mk_softmax_f64(size_t na, size_t nb, size_t nc, size_t n, double *x, ptrdif
                   c = r % (ptrdiff_t)nc;
         mk_softmax_row_f64(n, x + a * sx0 + b * sx1 + c * sx2,
                         mask ? mask + a * sm0 + b * sm1 + c * sm2 : NULL, scale);
-    }
-}
-
-void mk_gelu_f64(size_t n, const double *x, double *y, int approx, int nthreads)
-{
-    ptrdiff_t i, nn = (ptrdiff_t)n;
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
-    for (i = 0; i < nn; i++) {
-        double v = x[i];
-        y[i] = approx ? 0.5 * v * (1.0 + tanh(MK_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)))
-                      : 0.5 * v * erfc(-v * MK_SQRT1_2);
     }
 }

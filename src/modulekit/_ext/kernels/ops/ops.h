@@ -1,5 +1,5 @@
 /* Row-wise transformer ops: LayerNorm (one pass, optional fused residual add), softmax with the
- * scale and an additive mask folded in, GELU (erf or tanh), embedding gather.
+ * scale and an additive mask folded in, embedding gather.
  *
  * Each op has per-row kernels for the generic, AVX2 (+FMA, F16C) and AVX-512 levels
  * (f32-ops-*.c) and a driver (ops-driver.c) that picks the row kernel once per call and runs
@@ -20,12 +20,11 @@ extern "C" {
  *   res, gamma, beta may be NULL (no residual, gamma = 1, beta = 0); y may alias x.
  * softmax: x[i] = softmax(x * scale + mask)[i] in place; mask may be NULL.
  *   Elements whose masked logit is -inf get exactly 0; a row that is -inf everywhere gives NaN
- *   (as torch does).
- * gelu: y[i] = gelu(x[i]), erf form (approx = 0) or tanh form (approx = 1); y may alias x. */
+ *   (as torch does). exp is common/vmath.inc.h's (the same bits on every ISA path).
+ * (GELU and the other element-wise activations: common/act.h.) */
 typedef void (*mk_ln_row_f32)(size_t n, const float *x, const float *res, const float *gamma,
                               const float *beta, float eps, float *y);
 typedef void (*mk_softmax_row_f32)(size_t n, float *x, const float *mask, float scale);
-typedef void (*mk_gelu_span_f32)(size_t n, const float *x, float *y, int approx);
 
 void mk_layernorm_row_f32_scalar(size_t n, const float *x, const float *res, const float *gamma,
                                  const float *beta, float eps, float *y);
@@ -36,9 +35,6 @@ void mk_layernorm_row_f32_avx512(size_t n, const float *x, const float *res, con
 void mk_softmax_row_f32_scalar(size_t n, float *x, const float *mask, float scale);
 void mk_softmax_row_f32_avx2(size_t n, float *x, const float *mask, float scale);
 void mk_softmax_row_f32_avx512(size_t n, float *x, const float *mask, float scale);
-void mk_gelu_f32_scalar(size_t n, const float *x, float *y, int approx);
-void mk_gelu_f32_avx2(size_t n, const float *x, float *y, int approx);
-void mk_gelu_f32_avx512(size_t n, const float *x, float *y, int approx);
 /* float16 -> float32 widening of n values (F16C on AVX2 and up; exact in software). */
 void mk_f16_widen_scalar(size_t n, const uint16_t *src, float *dst, int accumulate);
 void mk_f16_widen_avx2(size_t n, const uint16_t *src, float *dst, int accumulate);
@@ -61,10 +57,6 @@ void mk_softmax_f32(int isa, size_t na, size_t nb, size_t nc, size_t n, float *x
 void mk_softmax_f64(size_t na, size_t nb, size_t nc, size_t n, double *x, ptrdiff_t sx0,
                     ptrdiff_t sx1, ptrdiff_t sx2, const double *mask, ptrdiff_t sm0,
                     ptrdiff_t sm1, ptrdiff_t sm2, double scale, int nthreads);
-
-/* Contiguous element-wise GELU of n values. */
-void mk_gelu_f32(int isa, size_t n, const float *x, float *y, int approx, int nthreads);
-void mk_gelu_f64(size_t n, const double *x, double *y, int approx, int nthreads);
 
 /* Embedding gather: out[i, :] (+)= table[ids[i], :] for i < n (dim columns; out row stride
  * ldo). Table element dtypes: MK_TABLE_F32, F16, BF16 into float32 out; F64 into float64 out.

@@ -1,4 +1,6 @@
-/* Scalar reference conversions, one element at a time, on bit patterns.
+/* The one set of scalar float16 / bfloat16 conversions of every kernel family (casts, weight
+ * widening in the GEMM, convolution and embedding kernels), one element at a time, on bit
+ * patterns.
  *
  * These define the results every instruction-set path must reproduce bit for bit; the SIMD
  * kernels also use them for their tails and, where a SIMD fix-up would cost more than it
@@ -22,8 +24,8 @@
  * information for the second rounding to be the correctly rounded one (float32 has at least
  * two more significand bits than either target at every exponent the targets can represent).
  */
-#ifndef MK_CAST_SCALAR_H
-#define MK_CAST_SCALAR_H
+#ifndef MK_COMMON_HALF_H
+#define MK_COMMON_HALF_H
 
 #include <stdint.h>
 #include <string.h>
@@ -101,6 +103,10 @@ static inline uint16_t mk_f32_to_bf16_bits(uint32_t u) {
 
 static inline uint32_t mk_bf16_to_f32_bits(uint16_t b) { return (uint32_t)b << 16; }
 
+/* float16 / bfloat16 -> float32 values (exact; the weight-widening kernels' scalar tails). */
+static inline float mk_f16_to_f32(uint16_t h) { return mk_f32_from_bits(mk_f16_to_f32_bits(h)); }
+static inline float mk_bf16_to_f32(uint16_t b) { return mk_f32_from_bits(mk_bf16_to_f32_bits(b)); }
+
 /* A non-NaN double rounded to float32 with round-to-odd (see the header comment). */
 static inline uint32_t mk_f64_to_f32_rto_bits(double d) {
     const float f = (float)d;                 /* round-to-nearest-even */
@@ -156,4 +162,4 @@ static inline uint16_t mk_bf16_to_f16_bits(uint16_t b) {
     return mk_f32_to_f16_bits(mk_bf16_to_f32_bits(b));
 }
 
-#endif /* MK_CAST_SCALAR_H */
+#endif /* MK_COMMON_HALF_H */
