@@ -7,7 +7,6 @@ import pytest
 
 from modulekit import nn
 from modulekit.compile.rules import PIPELINE
-from modulekit.compile.rules.conv import CONV_EXACT_EPILOGUES
 from modulekit.nn import functional as F
 
 torch = pytest.importorskip("torch")
@@ -173,11 +172,16 @@ def test_conv_activation_keeps_bits(isa, rng, act, tact):
         np.testing.assert_array_equal(m(x), act(step.with_(activation=None)(x)))
 
 
-def test_silu_is_not_an_exact_epilogue(rng):
-    assert "silu" not in CONV_EXACT_EPILOGUES
-    m = _stats(ConvBN(act=nn.SiLU()), rng)
-    _, rules, _ = _plan(m, rng.standard_normal((1, 8, 5, 5)).astype(np.float32))
-    assert _fired(rules) == {"conv_bn_fold": 1}
+@pytest.mark.parametrize("act", [nn.SiLU(), nn.GELU(), nn.GELU(approximate="tanh"),
+                                 nn.Sigmoid(), nn.Tanh(), F.silu, F.gelu])
+def test_transcendental_epilogues_keep_bits(isa, rng, act):
+    """SiLU, GELU, Sigmoid, Tanh in the epilogue: the one activation math of kernels/common,
+    so the same bits as the activation after the folded convolution."""
+    m = _stats(ConvBN(act=act), rng)
+    x = rng.standard_normal((2, 8, 9, 9)).astype(np.float32) * 3
+    out, rules, fused = _plan(m, x)
+    assert _fired(rules) == {"conv_bn_fold": 1, "conv_activation": 1}
+    np.testing.assert_array_equal(out, act(fused[0].fn.with_(activation=None)(x)))
 
 
 class Residual(nn.Module):

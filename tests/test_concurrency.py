@@ -64,13 +64,19 @@ def _steps(model, weights_a, weights_b):
     ]
 
 
-def _same(got, want):
-    return len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want))
+def _same(got, want, tol=None):
+    if len(got) != len(want):
+        return False
+    if tol is None:
+        return all(np.array_equal(g, w) for g, w in zip(got, want))
+    return all(g.shape == w.shape and np.allclose(g, w, **tol) for g, w in zip(got, want))
 
 
-def _race(model, calls, weights_b, n_readers=3, weights_a=None):
+def _race(model, calls, weights_b, n_readers=3, weights_a=None, tol=None):
     """Run ``calls`` (name -> (callable, input)) in reader threads while a writer cycles
-    through :func:`_steps`; check every output against the replayed answers."""
+    through :func:`_steps`; check every output against the replayed answers (bit for bit, or
+    within ``tol`` where a compiled part's eager and planned results differ: a call made while
+    another thread captures runs eagerly; float16 weights or a mix of states lie far outside)."""
     if weights_a is None:
         weights_a = _state_arrays(model)
     # the answers: replay the writer's cycle once on this thread
@@ -102,7 +108,7 @@ def _race(model, calls, weights_b, n_readers=3, weights_a=None):
         try:
             while not stop.is_set():
                 got = _outputs(fn(x))
-                if not any(_same(got, a) for a in answers[name]):
+                if not any(_same(got, a, tol) for a in answers[name]):
                     bad.append(name)
                 n += 1
         except BaseException as exc:  # noqa: BLE001 - reported below
@@ -177,7 +183,8 @@ def test_bert_small_forward_races_to_and_load_state_dict():
     bert = BertModel(BertConfig(**BERT_SMALL)).eval()
     weights_b = _weights(bert, 1)
     ids = np.random.default_rng(2).integers(0, 99, size=(2, 12))
-    _race(bert, {"bert": (bert, ids)}, weights_b)
+    # the attention kernel against the eager steps (api.md, "Transformer rules")
+    _race(bert, {"bert": (bert, ids)}, weights_b, tol=dict(rtol=1e-4, atol=1e-5))
 
 
 def test_forwards_run_in_parallel():

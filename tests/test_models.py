@@ -452,5 +452,10 @@ def test_resnet_plan_follows_mutations(name):
         assert not np.array_equal(after, before)
         return
     _close(after, _resnet_layers(model, x))
-    assert np.allclose(after, before, rtol=1e-5, atol=1e-6) != changes
-    np.testing.assert_array_equal(model(x), after)
+    same = after.shape == before.shape and np.allclose(after, before, rtol=1e-5, atol=1e-6)
+    assert same != changes
+    # the capturing call returns the plan's bits unless a module inside has hooks or is in
+    # training mode (a replay would fire them twice or update statistics twice): then the
+    # eager result, to float32 rounding of the plan's
+    replayed = not any(m.training or (m._has_hooks and m is not model) for m in model.modules())
+    (np.testing.assert_array_equal if replayed else _close)(model(x), after)

@@ -145,7 +145,8 @@ class Block(nn.Module):
         self.fc2 = nn.Linear(16, 16)
 
     def forward(self, x):
-        return self.fc2(self.act(self.fc(x))) + x
+        h = self.act(self.fc(x))  # read twice: fc+act fuse (linear_activation), not a chain
+        return self.fc2(h) + h
 
 
 class Net(nn.Module):

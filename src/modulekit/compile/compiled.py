@@ -105,6 +105,28 @@ def _pure(node) -> bool:
     return False
 
 
+_REAL = "fiub"  # the dtype kinds the layers read (modulekit.nn._input.as_input)
+_UNUSUAL = object()
+
+
+def _usual(call, args, kwargs):
+    """A call with a byte-swapped array (run on a native-order copy, as every layer reads it:
+    the same values, so the same plan and bits) or an array that is not of real numbers
+    (bfloat16 included: run eagerly, where the layers take it or refuse it naming
+    themselves)."""
+    def native(v):
+        if type(v) is np.ndarray and v.dtype.kind in _REAL and not v.dtype.isnative:
+            return v.astype(v.dtype.newbyteorder("="))
+        return v
+
+    args = tuple(native(v) for v in args)
+    kwargs = {k: native(v) for k, v in kwargs.items()}
+    if any(type(v) is np.ndarray and v.dtype.kind not in _REAL
+           for v in (*args, *kwargs.values())):
+        return call.module.forward(*args, **kwargs)
+    return call.forward(*args, **kwargs)
+
+
 class CompiledCall:
     """The compiled ``__call__`` of one module (see the module docstring)."""
 
@@ -134,11 +156,14 @@ class CompiledCall:
         return _arena_call(self.forward, args, kwargs)
 
     def _signature(self, args, kwargs):
-        """(loose key, shapes, arrays) or None when an argument cannot be guarded."""
+        """(loose key, shapes, arrays); None when an argument cannot be guarded; _UNUSUAL when
+        an array is byte-swapped or not of real numbers (see :func:`_usual`)."""
         loose, shapes, arrays = [], [], []
         for value in args:
             t = type(value)
             if t is np.ndarray:
+                if value.dtype.kind not in _REAL or not value.dtype.isnative:
+                    return _UNUSUAL
                 loose.append((value.dtype, value.ndim))
                 shapes.append(value.shape)
                 arrays.append(value)
@@ -151,6 +176,8 @@ class CompiledCall:
                 value = kwargs[key]
                 t = type(value)
                 if t is np.ndarray:
+                    if value.dtype.kind not in _REAL or not value.dtype.isnative:
+                        return _UNUSUAL
                     loose.append((key, value.dtype, value.ndim))
                     shapes.append(value.shape)
                     arrays.append(value)
@@ -167,6 +194,8 @@ class CompiledCall:
         if self.unstable >= _MAX_UNSTABLE:
             return self.module.forward(*args, **kwargs)
         sig = self._signature(args, kwargs)
+        if sig is _UNUSUAL:
+            return _usual(self, args, kwargs)
         if sig is None:
             self._warn("an argument is not an ndarray or a plain Python value "
                        f"({', '.join(sorted({type(a).__name__ for a in args}))})")

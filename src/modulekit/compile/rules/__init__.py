@@ -23,7 +23,6 @@ from modulekit.compile.rules.conv import (
 )
 from modulekit.compile.rules.linear import (
     linear_activation,
-    linear_activation_approx,
     linear_chain,
     linear_stack,
 )
@@ -41,7 +40,6 @@ PIPELINE = (
     layer_norm_residual,
     linear_chain,
     linear_activation,
-    linear_activation_approx,
     # convolutional networks (rules/conv.py), in this order
     conv_bn_fold,
     conv_residual_add,

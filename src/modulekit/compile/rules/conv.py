@@ -13,8 +13,8 @@ epilogue), or extends an earlier rule's step. They run in this order (``rules.PI
    in row bands (MobileNetV2's inverted residual, MobileNet/EfficientNet-style blocks).
 
 What counts as "a convolution" for rules 2-6: a plain ``Conv2d`` call (exactly that class, no
-hooks, called with one positional input, ``padding_mode='zeros'``) or a :class:`ConvStep` made by an earlier rule. Each
-rule fires only where every node it absorbs is read by nothing else (a value read from outside
+hooks, called with one positional input, ``padding_mode='zeros'``) or a :class:`ConvStep` made
+by an earlier rule. Each rule fires only where every node it absorbs is read by nothing else (a value read from outside
 the group is kept as it is), and no module it absorbs has hooks (a hooked module is a boundary).
 """
 
@@ -26,6 +26,7 @@ import numpy as np
 
 from modulekit.compile.graph import Graph, Node, iter_nodes
 from modulekit.compile.passes import Context
+from modulekit.compile.rules.linear import EXACT_EPILOGUES
 
 __all__ = [
     "CONV_EXACT_EPILOGUES",
@@ -40,14 +41,14 @@ __all__ = [
 ]
 
 #: The convolution epilogues that give the same bits as the activation modules' (and
-#: ``nn.functional``'s) own forward on every instruction set, NaN and infinities included
-#: (checked by ``tests/test_compile_rules_conv.py``). SiLU's vector exp in the convolution
-#: epilogue differs from ``nn.functional.silu``'s by an ulp today; it joins this set when both
-#: use one math layer.
-CONV_EXACT_EPILOGUES = frozenset(("relu", "relu6", "hardswish"))
+#: ``nn.functional``'s) own forward on every instruction set, NaN and infinities included:
+#: every one, since the epilogue and the functions evaluate the one activation math of
+#: ``kernels/common`` (tests/test_kernel_math.py, tests/test_compile_rules_conv.py).
+CONV_EXACT_EPILOGUES = EXACT_EPILOGUES
 
 #: ``nn.functional`` activations (by the graph's target name) and their epilogues
-_FUNCTIONAL_EPILOGUES = {f"modulekit.nn.functional.{n}": n for n in CONV_EXACT_EPILOGUES}
+_FUNCTIONAL_EPILOGUES = {f"modulekit.nn.functional.{n}": n for n in CONV_EXACT_EPILOGUES
+                         if n != "gelu_tanh"}  # F.gelu(x) alone is the erf form
 
 _CONV_RULES = frozenset(("conv_bn_fold", "conv_residual_add", "conv_activation"))
 
@@ -178,7 +179,7 @@ def _extend(ctx, node, user, step, rule, extra_args=()):
 def _activation_name(node: Node, ctx: Context) -> str | None:
     """The epilogue name of an activation node whose only input is its first argument: an
     activation module (``ReLU``, ``ReLU6``, ``Hardswish``: its ``_epilogue``) or
-    ``nn.functional.relu``/``relu6``/``hardswish``; None for anything else."""
+    its ``nn.functional`` form; None for anything else."""
     if node.op == "call_module":
         m = ctx.module(node)
         ep = getattr(m, "_epilogue", None) if m is not None else None
@@ -261,8 +262,9 @@ def conv_activation(graph: Graph, ctx: Context) -> int:
     """``act(conv(...))`` -> the activation in the convolution's epilogue.
 
     Matches a convolution step (plain, folded, with a residual) with no activation yet whose
-    only reader is ReLU, ReLU6 or Hardswish (module or ``nn.functional``;
-    :data:`CONV_EXACT_EPILOGUES`). Bit-identical to the step followed by the activation."""
+    only reader is an activation with an epilogue (module or ``nn.functional``; ReLU, ReLU6,
+    Hardswish, SiLU, GELU, Sigmoid, Tanh: :data:`CONV_EXACT_EPILOGUES`). Bit-identical to
+    the step followed by the activation."""
     fired = 0
     for node in list(graph.nodes):
         step = _conv_step(node, ctx)

@@ -9,8 +9,7 @@ import numpy as np
 from modulekit.compile.graph import Graph, Node
 from modulekit.compile.passes import Context
 
-__all__ = ["APPROX_EPILOGUES", "EXACT_EPILOGUES", "linear_activation",
-           "linear_activation_approx", "linear_chain", "linear_stack"]
+__all__ = ["EXACT_EPILOGUES", "linear_activation", "linear_chain", "linear_stack"]
 
 #: The GEMM epilogues that give the same bits as the activation modules' own forward: all of
 #: them, since the GEMM epilogue and ``nn.functional`` evaluate the one activation math of
@@ -18,16 +17,6 @@ __all__ = ["APPROX_EPILOGUES", "EXACT_EPILOGUES", "linear_activation",
 EXACT_EPILOGUES = frozenset(
     ("relu", "relu6", "hardswish", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
 )
-
-#: GEMM epilogues fused by :func:`linear_activation_approx` although they are not
-#: bit-identical to the activation's own forward: GELU (erf and tanh forms) and Tanh. Measured
-#: on float32 GEMM outputs of every ISA path (generic, avx2, avx512): at most 4 ulp apart
-#: (relative difference <= 4.2e-7, GELU erf form; tanh forms <= 1 ulp), the same distance as
-#: each is from a float64 reference. :data:`APPROX_RTOL`/:data:`APPROX_ATOL` is the documented
-#: tolerance (``tests/test_compile_rules_attention.py`` checks it).
-APPROX_EPILOGUES = frozenset(("gelu", "gelu_tanh", "tanh"))
-APPROX_RTOL = 2e-6
-APPROX_ATOL = 1e-6
 
 
 def _plain_linear(ctx: Context, node: Node):
@@ -93,20 +82,26 @@ def linear_activation(graph: Graph, ctx: Context) -> int:
     """``act(linear(x))`` -> one GEMM call with the activation in its epilogue.
 
     Matches a ``Linear`` whose only reader is an activation module (one with an ``_epilogue``)
-    whose epilogue computes exactly what the module's own forward computes
-    (:data:`EXACT_EPILOGUES`), so the fused step is bit-identical to the two steps."""
+    or ``F.gelu(x, approximate=...)`` whose epilogue computes exactly what the activation's
+    own forward computes (:data:`EXACT_EPILOGUES`: every one, since both evaluate the one
+    activation math of ``kernels/common``), so the fused step is bit-identical to the two
+    steps: a transformer's feed-forward GELU, BERT's pooler Tanh, an MLP's ReLU."""
     return _fuse_activations(graph, ctx, EXACT_EPILOGUES, "linear_activation")
 
 
-def linear_activation_approx(graph: Graph, ctx: Context) -> int:
-    """``gelu(linear(x))`` (a transformer's feed-forward), ``tanh(linear(x))`` (BERT's
-    pooler) -> one GEMM call with the activation in its epilogue.
+def _chain_step(modules) -> object:
+    """The kernel chain over ``modules`` (each Linear, optionally followed by its activation),
+    as a Sequential of them runs eagerly (``nn.modules.container._LinearChain``)."""
+    from modulekit.nn.modules.container import _LinearChain
+    from modulekit.nn.modules.linear import Linear
 
-    Matches a ``Linear`` whose only reader is a ``GELU``/``Tanh`` module or
-    ``F.gelu(x, approximate=...)`` (:data:`APPROX_EPILOGUES`). Not bit-identical: the GEMM
-    epilogue's vector erf/tanh differs from ``F.gelu``'s/``np.tanh`` by at most 4 ulp
-    (tolerance ``rtol=APPROX_RTOL, atol=APPROX_ATOL``); runs after :func:`linear_activation`."""
-    return _fuse_activations(graph, ctx, APPROX_EPILOGUES, "linear_activation_approx")
+    pairs: list[list] = []
+    for m in modules:
+        if isinstance(m, Linear):
+            pairs.append([m, None])
+        else:  # the matcher put an activation with an epilogue right after its Linear
+            pairs[-1][1] = m
+    return _LinearChain([tuple(p) for p in pairs]).run
 
 
 def linear_chain(graph: Graph, ctx: Context) -> int:
@@ -115,13 +110,12 @@ def linear_chain(graph: Graph, ctx: Context) -> int:
     ``Sequential`` of these layers runs eagerly).
 
     Matches two or more ``Linear`` layers, each optionally followed by an activation module
-    with an epilogue in :data:`EXACT_EPILOGUES` or :data:`APPROX_EPILOGUES`, where each step's
+    with an epilogue in :data:`EXACT_EPILOGUES`, where each step's
     only reader is the next one and the chain's input is a 2-D array of the layers' compute
     dtype (the chain kernel's contract; on other inputs it would run the modules one by one).
-    Bit-identical to the unfused layers with exact epilogues; within the
-    :func:`linear_activation_approx` tolerance with the approximate ones. Runs before the
-    activation rules, which take the single layers left."""
-    allowed = EXACT_EPILOGUES | APPROX_EPILOGUES
+    Bit-identical to the unfused layers. Runs before :func:`linear_activation`, which takes
+    the single layers left."""
+    allowed = EXACT_EPILOGUES
     fired = 0
     for node in list(graph.nodes):
         if node not in graph.nodes:
@@ -158,10 +152,7 @@ def linear_chain(graph: Graph, ctx: Context) -> int:
             modules.pop()
         if sum(1 for n in group if _plain_linear(ctx, n) is not None) < 2:
             continue
-        from modulekit.compile.plan import fused_callable
-
-        ctx.fuse(group, "linear_chain", fused_callable("linear_chain", modules),
-                 (node.args[0],))
+        ctx.fuse(group, "linear_chain", _chain_step(modules), (node.args[0],))
         fired += 1
     return fired
 
