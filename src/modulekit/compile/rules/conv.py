@@ -14,8 +14,9 @@ epilogue), or extends an earlier rule's step. They run in this order (``rules.PI
 
 What counts as "a convolution" for rules 2-6: a plain ``Conv2d`` call (exactly that class, no
 hooks, called with one positional input, ``padding_mode='zeros'``) or a :class:`ConvStep` made
-by an earlier rule. Each rule fires only where every node it absorbs is read by nothing else (a value read from outside
-the group is kept as it is), and no module it absorbs has hooks (a hooked module is a boundary).
+by an earlier rule. Each rule fires only where every node it absorbs is read by nothing else
+(a value read from outside the group is kept as it is), and no module it absorbs has hooks (a
+hooked module is a boundary).
 """
 
 from __future__ import annotations
