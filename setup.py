@@ -55,7 +55,6 @@ EXTENSIONS = {
     "_conv": [os.path.join(KERNELS, "conv", "*.c")],
     "_ops": [os.path.join(KERNELS, "ops", "*.c")],
     "_qgemm": [os.path.join(KERNELS, "qgemm", "*.c")],
-    "_threadpool": [os.path.join(KERNELS, "threadpool", "*.c")],
     "_norm": [os.path.join(KERNELS, "norm", "*.c")],
     "_arena": [os.path.join(KERNELS, "arena", "*.c")],
     "_resample": [os.path.join(KERNELS, "resample", "*.c")],

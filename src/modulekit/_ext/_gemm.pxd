@@ -16,12 +16,7 @@ cdef extern from "wino-eng-api.h" nogil:
     ctypedef struct mk_wino_eng_api:
         pass
 
-cdef extern from "threadpool/threadpool.h" nogil:
-    ctypedef struct mk_pool_api:
-        pass
-
 cdef extern from "gemm/gemm.h" nogil:
-    void mk_gemm_pool_install(const mk_pool_api *api)
     const mk_wino_eng_api mk_gemm_wino_api
     ctypedef enum mk_compute:
         MK_COMPUTE_F32

@@ -16,7 +16,7 @@ cimport numpy as cnp
 from cython.parallel cimport prange
 from cpython.dict cimport PyDict_GetItem, PyDict_Next
 from cpython.object cimport PyObject
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from cpython.pycapsule cimport PyCapsule_New
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
@@ -29,13 +29,6 @@ from modulekit._ext._isa cimport active_bf16, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads, omp_get_thread_num
 
 cnp.import_array()
-
-from modulekit._ext._threadpool import _api_capsule
-
-# mk_gemm_run's threads: modulekit's pool (kernels/threadpool/threadpool.h), from the
-# capsule _threadpool hands out
-mk_gemm_pool_install(<const mk_pool_api *>PyCapsule_GetPointer(
-    _api_capsule(), b"modulekit._ext._threadpool.api"))
 
 cdef extern from "Python.h":
     object PyObject_GenericGetDict(object obj, void *context)

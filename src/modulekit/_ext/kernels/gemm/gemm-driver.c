@@ -17,7 +17,6 @@
 
 #include "gemm.h"
 #include "mk_omp.h"
-#include "threadpool/threadpool.h"
 
 /* Below this many multiply-adds a call stays on the calling thread (a libgomp region costs
  * 1-2 us while its team spins and much more after idling; OpenBLAS uses 2^18). */
@@ -346,38 +345,6 @@ static int mk_gemm_tiles(const mk_gemm_problem *pr, int team) {
     return status;
 }
 
-/* ---------------------------------------------------------------- the thread pool
- * mk_gemm_run's threads come from modulekit's pool (kernels/threadpool/threadpool.h),
- * installed by _gemm at import: the caller never waits for a worker that has not started (a worker still
- * waking up after idle, or descheduled), only for items already running, and that wait
- * feeds the contention back-off as the OpenMP regions' waits do. The layer chain and matmul
- * still open OpenMP regions. */
-static const mk_pool_api *mk_gemm_pool = NULL;
-
-void mk_gemm_pool_install(const mk_pool_api *api) { mk_gemm_pool = api; }
-
-/* One loop of mk_gemm_run: unit u is tile u (rows_per/panels_per, as mk_gemm_tiling) or,
- * for small M, thread share u of `shares` (mk_gemm_part). */
-typedef struct {
-    const mk_gemm_problem *pr;
-    size_t rows_per, panels_per;
-    int shares;
-    int status; /* atomic */
-} mk_gemm_loop;
-
-static void mk_gemm_loop_item(void *ctx, size_t u) {
-    mk_gemm_loop *job = (mk_gemm_loop *)ctx;
-    int rc;
-    if (job->shares) {
-        size_t m0, m1, p0, p1;
-        mk_gemm_part(job->pr, (int)u, job->shares, &m0, &m1, &p0, &p1);
-        rc = mk_gemm_range(job->pr, m0, m1, p0, p1);
-    } else {
-        rc = mk_gemm_tile(job->pr, u, job->rows_per, job->panels_per);
-    }
-    if (rc != 0) __atomic_store_n(&job->status, -1, __ATOMIC_RELAXED);
-}
-
 int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
                 ptrdiff_t rsa, ptrdiff_t csa, const void *packed, void *c, size_t ldc,
                 const mk_epilogue *ep, int nthreads) {
@@ -398,31 +365,38 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
         pr.csa = 1;
     }
     int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
-    long long start = 0;
+    long long start = 0, master_done = 0;
     if (nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
     if (nt <= 1) {
         size_t m0, m1, p0, p1;
         mk_gemm_part(&pr, 0, 1, &m0, &m1, &p0, &p1);
         return mk_gemm_range(&pr, m0, m1, p0, p1);
     }
-    /* many rows: row tiles (every thread reads all the weights anyway); few rows: one
-     * share of the weight panels per thread (mk_gemm_part), so the work still splits evenly
-     * when a thread claims no share, the caller doing it */
-    mk_gemm_loop job = {&pr, 0, 0, 0, 0};
-    size_t units;
-    if (mk_gemm_row_tiles(&pr, nt)) {
-        units = mk_gemm_tiling(&pr, nt, &job.rows_per, &job.panels_per);
-    } else {
-        job.shares = nt;
-        units = (size_t)nt;
+    int status = 0;
+#pragma omp parallel num_threads(nt)
+    {
+        const int team = omp_get_num_threads();
+        int rc;
+        if (mk_gemm_row_tiles(&pr, team)) {
+            /* many rows: row tiles from a shared counter (every thread reads all the weights
+             * anyway; a thread slowed by another process hands its tiles over) */
+            rc = mk_gemm_tiles(&pr, team);
+        } else {
+            /* a fixed share of the weights per thread, the same from call to call, so each
+             * core keeps streaming its share from its own cache */
+            size_t m0, m1, p0, p1;
+            mk_gemm_part(&pr, omp_get_thread_num(), team, &m0, &m1, &p0, &p1);
+            rc = mk_gemm_range(&pr, m0, m1, p0, p1);
+        }
+        if (rc != 0) {
+#pragma omp atomic write
+            status = -1;
+        }
+        if (omp_get_thread_num() == 0) master_done = mk_gemm_now_ns();
     }
-    if (mk_gemm_pool == NULL) {
-        for (size_t u = 0; u < units; u++) mk_gemm_loop_item(&job, u);
-        return job.status;
-    }
-    const long long waited = mk_gemm_pool->parallel_for(mk_gemm_loop_item, &job, units, nt);
-    mk_gemm_contention_account(start, mk_gemm_now_ns(), waited);
-    return job.status;
+    const long long end = mk_gemm_now_ns();
+    mk_gemm_contention_account(start, end, end - master_done);
+    return status;
 }
 
 /* ---------------------------------------------------------------- matmul (B not packed) */

@@ -17,7 +17,6 @@
 
 #include "common/act.h"
 #include "isa.h"
-#include "threadpool/threadpool.h"
 #include "wino-eng-api.h"
 
 #ifdef __cplusplus
@@ -245,9 +244,6 @@ int mk_gemm_backing_off(long long *now);
 void mk_gemm_contention_account(long long start, long long end, long long waited);
 void mk_gemm_backoff_reset(void);
 
-/* The thread pool mk_gemm_run splits its work on (threadpool/threadpool.h), installed by _gemm
- * at import from _threadpool's capsule; until then it runs on the calling thread. */
-void mk_gemm_pool_install(const mk_pool_api *api);
 
 
 /* Whether problems with more than MK_SMALLM_MAX rows and a unit-stride A run the MR-row
