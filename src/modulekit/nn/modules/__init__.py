@@ -1,4 +1,4 @@
-"""modulekit's layers and containers, one concept per file."""
+"""The layer classes of :mod:`modulekit.nn`, one file per family (re-exported there)."""
 
 from modulekit.nn.modules.activation import (
     GELU,
@@ -9,6 +9,28 @@ from modulekit.nn.modules.activation import (
     SiLU,
     Softmax,
     Tanh,
+)
+from modulekit.nn.modules.activation_ext import (
+    CELU,
+    ELU,
+    GLU,
+    SELU,
+    Hardshrink,
+    Hardsigmoid,
+    Hardtanh,
+    LeakyReLU,
+    LogSigmoid,
+    LogSoftmax,
+    Mish,
+    PReLU,
+    RReLU,
+    Softmax2d,
+    Softmin,
+    Softplus,
+    Softshrink,
+    Softsign,
+    Tanhshrink,
+    Threshold,
 )
 from modulekit.nn.modules.attention import MultiheadAttention
 from modulekit.nn.modules.batchnorm import BatchNorm1d, BatchNorm2d
@@ -23,56 +45,64 @@ from modulekit.nn.modules.conv_nd import (
 )
 from modulekit.nn.modules.dropout import Dropout
 from modulekit.nn.modules.flatten import Flatten
+from modulekit.nn.modules.lazy import (
+    LazyConv1d,
+    LazyConv2d,
+    LazyConv3d,
+    LazyConvTranspose1d,
+    LazyConvTranspose2d,
+    LazyConvTranspose3d,
+)
 from modulekit.nn.modules.linear import Identity, Linear
+from modulekit.nn.modules.loss import (
+    AdaptiveLogSoftmaxWithLoss,
+    BCELoss,
+    BCEWithLogitsLoss,
+    CosineEmbeddingLoss,
+    CrossEntropyLoss,
+    CTCLoss,
+    GaussianNLLLoss,
+    HingeEmbeddingLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    LinearCrossEntropyLoss,
+    MarginRankingLoss,
+    MSELoss,
+    MultiLabelMarginLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
+    NLLLoss,
+    PoissonNLLLoss,
+    SmoothL1Loss,
+    SoftMarginLoss,
+    TripletMarginLoss,
+    TripletMarginWithDistanceLoss,
+)
+from modulekit.nn.modules.misc import (
+    AlphaDropout,
+    Bilinear,
+    CosineSimilarity,
+    Dropout1d,
+    Dropout2d,
+    Dropout3d,
+    EmbeddingBag,
+    FeatureAlphaDropout,
+    PairwiseDistance,
+    ParameterDict,
+    ParameterList,
+)
+from modulekit.nn.modules.norm_ext import (
+    BatchNorm3d,
+    GroupNorm,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    InstanceNorm3d,
+    LocalResponseNorm,
+    RMSNorm,
+)
 from modulekit.nn.modules.normalization import LayerNorm
-from modulekit.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
-from modulekit.nn.modules.sparse import Embedding
-from modulekit.nn.modules.transformer import TransformerEncoder, TransformerEncoderLayer
-
-__all__ = [
-    "AdaptiveAvgPool2d",
-    "AvgPool2d",
-    "BatchNorm1d",
-    "BatchNorm2d",
-    "Conv2d",
-    "Dropout",
-    "Embedding",
-    "Flatten",
-    "GELU",
-    "Hardswish",
-    "Identity",
-    "LayerNorm",
-    "Linear",
-    "MaxPool2d",
-    "ModuleDict",
-    "ModuleList",
-    "MultiheadAttention",
-    "ReLU",
-    "ReLU6",
-    "Sequential",
-    "SiLU",
-    "Sigmoid",
-    "Softmax",
-    "Tanh",
-    "TransformerEncoder",
-    "TransformerEncoderLayer",
-]
-
-# ---- layers (issue 17): activations, norms, embeddings, distances, losses; each file's
-# __all__ lists its public classes
-from modulekit.nn.modules import activation_ext as _activation_ext  # noqa: E402
-from modulekit.nn.modules import loss as _loss  # noqa: E402
-from modulekit.nn.modules import misc as _misc  # noqa: E402
-from modulekit.nn.modules import norm_ext as _norm_ext  # noqa: E402
-from modulekit.nn.modules.activation_ext import *  # noqa: E402, F403
-from modulekit.nn.modules.loss import *  # noqa: E402, F403
-from modulekit.nn.modules.misc import *  # noqa: E402, F403
-from modulekit.nn.modules.norm_ext import *  # noqa: E402, F403
-
-__all__ += _activation_ext.__all__ + _loss.__all__ + _misc.__all__ + _norm_ext.__all__
-
-# ---- pooling, resampling, padding and shape layers (issue #17, resample)
-from modulekit.nn.modules.padding import (  # noqa: E402
+from modulekit.nn.modules.padding import (
     CircularPad1d,
     CircularPad2d,
     CircularPad3d,
@@ -89,7 +119,8 @@ from modulekit.nn.modules.padding import (  # noqa: E402
     ZeroPad2d,
     ZeroPad3d,
 )
-from modulekit.nn.modules.pooling_ext import (  # noqa: E402
+from modulekit.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from modulekit.nn.modules.pooling_ext import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool3d,
     AdaptiveMaxPool1d,
@@ -108,65 +139,8 @@ from modulekit.nn.modules.pooling_ext import (  # noqa: E402
     MaxUnpool2d,
     MaxUnpool3d,
 )
-from modulekit.nn.modules.resample import (  # noqa: E402
-    Upsample,
-    UpsamplingBilinear2d,
-    UpsamplingNearest2d,
-)
-from modulekit.nn.modules.shape import (  # noqa: E402
-    ChannelShuffle,
-    Fold,
-    PixelShuffle,
-    PixelUnshuffle,
-    Unflatten,
-    Unfold,
-)
-
-__all__ += [  # noqa: PLE0604
-    "AdaptiveAvgPool1d",
-    "AdaptiveAvgPool3d",
-    "AdaptiveMaxPool1d",
-    "AdaptiveMaxPool2d",
-    "AdaptiveMaxPool3d",
-    "AvgPool1d",
-    "AvgPool3d",
-    "FractionalMaxPool2d",
-    "FractionalMaxPool3d",
-    "LPPool1d",
-    "LPPool2d",
-    "LPPool3d",
-    "MaxPool1d",
-    "MaxPool3d",
-    "MaxUnpool1d",
-    "MaxUnpool2d",
-    "MaxUnpool3d",
-    "Upsample",
-    "UpsamplingBilinear2d",
-    "UpsamplingNearest2d",
-    "CircularPad1d",
-    "CircularPad2d",
-    "CircularPad3d",
-    "ConstantPad1d",
-    "ConstantPad2d",
-    "ConstantPad3d",
-    "ReflectionPad1d",
-    "ReflectionPad2d",
-    "ReflectionPad3d",
-    "ReplicationPad1d",
-    "ReplicationPad2d",
-    "ReplicationPad3d",
-    "ZeroPad1d",
-    "ZeroPad2d",
-    "ZeroPad3d",
-    "ChannelShuffle",
-    "Fold",
-    "PixelShuffle",
-    "PixelUnshuffle",
-    "Unflatten",
-    "Unfold",
-]
-# ---- recurrent layers (rnn)
-from modulekit.nn.modules.rnn import (  # noqa: E402
+from modulekit.nn.modules.resample import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
+from modulekit.nn.modules.rnn import (
     GRU,
     LSTM,
     RNN,
@@ -176,31 +150,171 @@ from modulekit.nn.modules.rnn import (  # noqa: E402
     RNNCell,
     RNNCellBase,
 )
-
-__all__ += ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNBase", "RNNCell", "RNNCellBase"]
-
-# ---- transformer decoder (rnn)
-from modulekit.nn.modules.transformer_decoder import (  # noqa: E402
+from modulekit.nn.modules.shape import (
+    ChannelShuffle,
+    Fold,
+    PixelShuffle,
+    PixelUnshuffle,
+    Unflatten,
+    Unfold,
+)
+from modulekit.nn.modules.sparse import Embedding
+from modulekit.nn.modules.transformer import TransformerEncoder, TransformerEncoderLayer
+from modulekit.nn.modules.transformer_decoder import (
     Transformer,
     TransformerDecoder,
     TransformerDecoderLayer,
 )
 
-__all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
-# ---- convolution layers (conv_nd.py)
-__all__ += ["Conv1d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
-
-# ---- lazy convolutions (lazy.py)
-from modulekit.nn.modules.lazy import (  # noqa: E402
-    LazyConv1d,
-    LazyConv2d,
-    LazyConv3d,
-    LazyConvTranspose1d,
-    LazyConvTranspose2d,
-    LazyConvTranspose3d,
-)
-
-__all__ += [
-    "LazyConv1d", "LazyConv2d", "LazyConv3d",
-    "LazyConvTranspose1d", "LazyConvTranspose2d", "LazyConvTranspose3d",
+__all__ = [
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d",
+    "AdaptiveLogSoftmaxWithLoss",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d",
+    "AlphaDropout",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AvgPool3d",
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "Bilinear",
+    "CELU",
+    "CTCLoss",
+    "ChannelShuffle",
+    "CircularPad1d",
+    "CircularPad2d",
+    "CircularPad3d",
+    "ConstantPad1d",
+    "ConstantPad2d",
+    "ConstantPad3d",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "CosineEmbeddingLoss",
+    "CosineSimilarity",
+    "CrossEntropyLoss",
+    "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "ELU",
+    "Embedding",
+    "EmbeddingBag",
+    "FeatureAlphaDropout",
+    "Flatten",
+    "Fold",
+    "FractionalMaxPool2d",
+    "FractionalMaxPool3d",
+    "GELU",
+    "GLU",
+    "GRU",
+    "GRUCell",
+    "GaussianNLLLoss",
+    "GroupNorm",
+    "Hardshrink",
+    "Hardsigmoid",
+    "Hardswish",
+    "Hardtanh",
+    "HingeEmbeddingLoss",
+    "HuberLoss",
+    "Identity",
+    "InstanceNorm1d",
+    "InstanceNorm2d",
+    "InstanceNorm3d",
+    "KLDivLoss",
+    "L1Loss",
+    "LPPool1d",
+    "LPPool2d",
+    "LPPool3d",
+    "LSTM",
+    "LSTMCell",
+    "LayerNorm",
+    "LazyConv1d",
+    "LazyConv2d",
+    "LazyConv3d",
+    "LazyConvTranspose1d",
+    "LazyConvTranspose2d",
+    "LazyConvTranspose3d",
+    "LeakyReLU",
+    "Linear",
+    "LinearCrossEntropyLoss",
+    "LocalResponseNorm",
+    "LogSigmoid",
+    "LogSoftmax",
+    "MSELoss",
+    "MarginRankingLoss",
+    "MaxPool1d",
+    "MaxPool2d",
+    "MaxPool3d",
+    "MaxUnpool1d",
+    "MaxUnpool2d",
+    "MaxUnpool3d",
+    "Mish",
+    "ModuleDict",
+    "ModuleList",
+    "MultiLabelMarginLoss",
+    "MultiLabelSoftMarginLoss",
+    "MultiMarginLoss",
+    "MultiheadAttention",
+    "NLLLoss",
+    "PReLU",
+    "PairwiseDistance",
+    "ParameterDict",
+    "ParameterList",
+    "PixelShuffle",
+    "PixelUnshuffle",
+    "PoissonNLLLoss",
+    "RMSNorm",
+    "RNN",
+    "RNNBase",
+    "RNNCell",
+    "RNNCellBase",
+    "RReLU",
+    "ReLU",
+    "ReLU6",
+    "ReflectionPad1d",
+    "ReflectionPad2d",
+    "ReflectionPad3d",
+    "ReplicationPad1d",
+    "ReplicationPad2d",
+    "ReplicationPad3d",
+    "SELU",
+    "Sequential",
+    "SiLU",
+    "Sigmoid",
+    "SmoothL1Loss",
+    "SoftMarginLoss",
+    "Softmax",
+    "Softmax2d",
+    "Softmin",
+    "Softplus",
+    "Softshrink",
+    "Softsign",
+    "Tanh",
+    "Tanhshrink",
+    "Threshold",
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+    "TripletMarginLoss",
+    "TripletMarginWithDistanceLoss",
+    "Unflatten",
+    "Unfold",
+    "Upsample",
+    "UpsamplingBilinear2d",
+    "UpsamplingNearest2d",
+    "ZeroPad1d",
+    "ZeroPad2d",
+    "ZeroPad3d",
 ]
