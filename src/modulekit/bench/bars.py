@@ -54,7 +54,7 @@ BARS = [
      "checkpoint_io", "load pt-zip 200 MB, to first use", "torch.load(weights_only=True)", 1.0),
 ]
 
-#: Resampling (``resample`` suite, issue #17): bilinear x2 upsampling no slower than torch.
+#: Resampling (``resample`` suite): bilinear x2 upsampling no slower than torch.
 BARS += [
     ("bilinear x2 upsampling 1x64x128x128 >= 1.0x torch", "resample",
      "bilinear x2 1x64x128x128", "torch", 1.0),
@@ -87,7 +87,7 @@ BARS.append(("MiniLM int8 batch 32 seq 128 >= 1.3x onnxruntime's quantize_dynami
 BARS.append(("MiniLM int8 batch 32 seq 128 >= 1.5x torch's quantize_dynamic", "int8",
              "MiniLM int8 batch 32 seq 128", "torch", 1.5))
 
-# ---- recurrent layers (rnn): LSTM and GRU forwards no slower than torch's
+# ---- recurrent layers: LSTM and GRU forwards no slower than torch's
 for _layer in ("LSTM", "GRU"):
     for _hidden in (256, 1024):
         for _batch in (1, 32):

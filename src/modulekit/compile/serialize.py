@@ -151,7 +151,7 @@ def _layers() -> dict:
 def _layers_with_ext() -> dict:
     from modulekit.nn.modules._saveable_ext import layers_ext
 
-    return {**_layers(), **layers_ext()}  # issue 17's layers: nn/modules/_saveable_ext.py
+    return {**_layers(), **layers_ext()}  # nn/modules/_saveable_ext.py
 def _maxpool2d_args(m):
     if m.return_indices:  # the format's MaxPool2d has no return_indices (a tuple output)
         raise CompileError("save: MaxPool2d(return_indices=True) cannot be saved: the saved "
@@ -527,8 +527,8 @@ def _signatures_ext():
     return SIGNATURES_EXT
 
 
-_SIGNATURES.update(_signatures_ext())  # issue 17's layers
-# ---- pooling, resampling, padding and shape layers (issue #17, resample): stateless, so
+_SIGNATURES.update(_signatures_ext())  # nn/modules/_saveable_ext.py
+# ---- pooling, resampling, padding and shape layers: stateless, so
 # only their constructor arguments are saved; each is validated on load as the others are.
 _WINDOW = 1 << 16
 

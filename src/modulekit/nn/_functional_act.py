@@ -1,4 +1,4 @@
-"""Activation functions of ``torch.nn.functional`` (issue 17), re-exported by
+"""Activation functions of ``torch.nn.functional``, re-exported by
 :mod:`modulekit.nn.functional`.
 
 Every function takes any array-like of real numbers and returns an ndarray in the compute

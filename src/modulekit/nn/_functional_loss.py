@@ -1,4 +1,4 @@
-"""Loss functions of ``torch.nn.functional``, evaluated forward (issue 17); re-exported by
+"""Loss functions of ``torch.nn.functional``, evaluated forward; re-exported by
 :mod:`modulekit.nn.functional`.
 
 Each takes array-likes and returns an ndarray: the per-element (or per-sample) losses with

@@ -1,5 +1,5 @@
 """Embeddings, distances, ``bilinear``, ``one_hot`` and the dropout variants of
-``torch.nn.functional`` (issue 17), re-exported by :mod:`modulekit.nn.functional`.
+``torch.nn.functional``, re-exported by :mod:`modulekit.nn.functional`.
 
 Dropout variants are the identity (the input array itself) when not training; in training they
 draw their masks from the library's generator (:func:`modulekit.nn.manual_seed`), so the

@@ -1,4 +1,4 @@
-"""Normalisation functions of ``torch.nn.functional`` (issue 17), re-exported by
+"""Normalisation functions of ``torch.nn.functional``, re-exported by
 :mod:`modulekit.nn.functional`: ``group_norm`` and ``instance_norm`` on the group
 normalisation kernel (:mod:`modulekit._ext._norm`), ``layer_norm`` on the fused row kernel,
 ``batch_norm`` on the per-channel affine kernel, ``rms_norm``, ``local_response_norm`` and

@@ -270,7 +270,7 @@ def hardswish(input) -> np.ndarray:
     return _activation(input, "hardswish", "hardswish")
 
 
-# ---- layers: activations, norms, embeddings, distances, losses (issue 17) ----------------
+# ---- layers: activations, norms, embeddings, distances, losses ----------------
 # Implemented in modulekit/nn/_functional_act.py, _functional_norm.py, _functional_misc.py
 # and _functional_loss.py (each @traceable), re-exported here under torch's names.
 from modulekit.nn._functional_act import (  # noqa: E402

@@ -1,5 +1,5 @@
-"""What ``Module.save`` needs to write, and ``modulekit.load_module`` to rebuild, the layers of
-issue 17 (activations, norms, embeddings, distances, dropout variants): per class, its
+"""What ``Module.save`` needs to write, and ``modulekit.load_module`` to rebuild, the other
+layers (activations, norms, embeddings, distances, dropout variants): per class, its
 constructor arguments as JSON and the tensor shapes those arguments imply, and a validator per
 argument (``modulekit.compile.serialize`` checks a file against them before building anything).
 The loss classes are not in the table: a saved plan is an inference graph.

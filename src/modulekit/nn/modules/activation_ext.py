@@ -1,4 +1,4 @@
-"""The rest of torch.nn's activations (issue 17): torch names, signatures and reprs, each a
+"""The rest of torch.nn's activations: torch names, signatures and reprs, each a
 thin layer over its :mod:`modulekit.nn.functional` function."""
 
 from __future__ import annotations

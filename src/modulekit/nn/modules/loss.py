@@ -1,4 +1,4 @@
-"""Loss classes of torch.nn, evaluated forward (issue 17): torch names, constructor signatures
+"""Loss classes of torch.nn, evaluated forward: torch names, constructor signatures
 (the deprecated ``size_average`` / ``reduce`` included) and state-dict keys (a class weight is
 the buffer ``weight``, ``BCEWithLogitsLoss``'s ``pos_weight`` the buffer ``pos_weight``).
 Each ``forward`` calls its :mod:`modulekit.nn.functional` function; errors name the class."""

@@ -1,5 +1,5 @@
 """``EmbeddingBag``, ``Bilinear``, ``CosineSimilarity``, ``PairwiseDistance``, the dropout
-variants, ``ParameterList`` and ``ParameterDict`` (issue 17): torch names,
+variants, ``ParameterList`` and ``ParameterDict``: torch names,
 constructor signatures and state-dict keys."""
 
 from __future__ import annotations

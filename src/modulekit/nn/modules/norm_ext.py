@@ -1,5 +1,5 @@
 """``GroupNorm``, ``InstanceNorm1d/2d/3d``, ``RMSNorm``, ``LocalResponseNorm`` and
-``BatchNorm3d`` (issue 17): torch names, constructor signatures and state-dict keys."""
+``BatchNorm3d``: torch names, constructor signatures and state-dict keys."""
 
 from __future__ import annotations
 
