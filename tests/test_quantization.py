@@ -60,26 +60,33 @@ def test_every_path_gives_the_same_bits(rng):
     x = rng.standard_normal((45, 203)).astype(np.float32)
     q, scale = _qgemm.quantize_weight(w)
     outs, kernels = [], set()
-    previous = _isa.get_isa()
+    previous, previous_bf16 = _isa.get_isa(), _isa.get_bf16()
     try:
         for level in _isa.available_isas():
             _isa.set_isa(level)
-            packed = _qgemm.pack_qlinear(q, scale, b)
-            kernels.add(packed.kernel)
-            for threads in (1, 2):
-                old = mk.get_num_threads()
-                mk.set_num_threads(threads)
-                try:
-                    outs.append(packed.forward(x, "relu"))
-                finally:
-                    mk.set_num_threads(old)
+            # the AMX-INT8 tile follows the bfloat16 selector: every selector this CPU has
+            for bf16 in _isa.available_bf16() if level == "avx512" else (_isa.get_bf16(),):
+                _isa.set_bf16(bf16)
+                packed = _qgemm.pack_qlinear(q, scale, b)
+                kernels.add(packed.kernel)
+                for threads in (1, 2):
+                    old = mk.get_num_threads()
+                    mk.set_num_threads(threads)
+                    try:
+                        outs.append(packed.forward(x, "relu"))
+                    finally:
+                        mk.set_num_threads(old)
     finally:
         _isa.set_isa(previous)
+        _isa.set_bf16(previous_bf16)
     assert "qd8-f32-qc8w-gemm-4x16-scalar" in kernels
     with open("/proc/cpuinfo") as f:
-        vnni = "avx512_vnni" in f.read()
+        flags = f.read()
+    avx512 = "avx512" in _isa.available_isas()
     assert ("qd8-f32-qc8w-gemm-8x32-avx512vnni" in kernels) == (
-        vnni and "avx512" in _isa.available_isas())
+        "avx512_vnni" in flags and avx512)
+    assert ("qd8-f32-qc8w-gemm-32x32-amx" in kernels) == (
+        "amx_int8" in flags and avx512 and _isa.amx_status() == "granted")
     for y in outs[1:]:
         np.testing.assert_array_equal(y, outs[0])
 

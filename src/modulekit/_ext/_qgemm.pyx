@@ -14,7 +14,7 @@ cimport numpy as cnp
 from libc.stdint cimport int8_t, uint8_t
 from libc.stdlib cimport free
 
-from modulekit._ext._isa cimport active_isa
+from modulekit._ext._isa cimport active_bf16, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 
 cnp.import_array()
@@ -28,7 +28,7 @@ cdef extern from "qgemm/qgemm.h" nogil:
         const char *name
         size_t mr
         size_t nr
-    const mk_qd8_config *mk_qd8_get_config(int isa)
+    const mk_qd8_config *mk_qd8_get_config(int isa, int amx)
     size_t mk_qd8_packed_size(const mk_qd8_config *cfg, size_t n, size_t k)
     void mk_qd8_pack(const mk_qd8_config *cfg, size_t n, size_t k, const int8_t *qw,
                      const float *scale, const float *bias, void *packed)
@@ -40,6 +40,12 @@ cdef extern from "qgemm/qgemm.h" nogil:
 
 _F32 = np.dtype(np.float32)
 _I8 = np.dtype(np.int8)
+
+
+cdef const mk_qd8_config *_config() noexcept:
+    """The kernel configuration now: the active ISA level, and AMX-INT8 where the bfloat16
+    selector is on AMX (the OS granted the tile state and MODULEKIT_BF16 / set_bf16 allow it)."""
+    return mk_qd8_get_config(<int>active_isa(), active_bf16() == 2)
 
 #: The activations the kernel applies in its epilogue (as clamp bounds; "clamp" takes them
 #: from ``alpha`` and ``beta``).
@@ -164,7 +170,7 @@ cdef class PackedQLinear:
         cdef size_t m = <size_t>a.shape[0], n = <size_t>self.out_features
         cdef size_t k = <size_t>self.in_features
         cdef cnp.ndarray y = np.empty((a.shape[0], self.out_features), _F32)
-        cdef const mk_qd8_config *cfg = mk_qd8_get_config(<int>active_isa())
+        cdef const mk_qd8_config *cfg = _config()
         if cfg != self._cfg:
             q, s, b = self.unpack()
             self._pack(cfg, q, s, b)
@@ -206,5 +212,5 @@ def pack_qlinear(qweight, scale, bias=None):
     obj.in_features = k
     obj.out_features = n
     obj.has_bias = b is not None
-    obj._pack(mk_qd8_get_config(<int>active_isa()), np.ascontiguousarray(q), s, b)
+    obj._pack(_config(), np.ascontiguousarray(q), s, b)
     return obj

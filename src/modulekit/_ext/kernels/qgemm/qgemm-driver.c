@@ -14,10 +14,12 @@
 #define MK_QD8_MC 64 /* rows per tile: MC x KP bytes of quantized rows stay in L2 */
 #define MK_QD8_PANELS 4 /* panels per tile */
 
-static size_t kp_of(size_t k) { return (k + 3) & ~(size_t)3; }
+static size_t kp_of(const mk_qd8_config *cfg, size_t k) {
+    return (k + cfg->kb - 1) / cfg->kb * cfg->kb;
+}
 
 size_t mk_qd8_panel_stride(const mk_qd8_config *cfg, size_t k) {
-    const size_t bytes = cfg->nr * 12 + kp_of(k) * cfg->nr;
+    const size_t bytes = cfg->nr * 12 + kp_of(cfg, k) * cfg->nr;
     return (bytes + 63) & ~(size_t)63;
 }
 
@@ -69,10 +71,12 @@ int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, cons
                     size_t ldx, const void *packed, float *y, size_t ldc, float lo, float hi,
                     int nthreads) {
     if (m == 0 || n == 0) return 0;
-    const size_t kp = kp_of(k), lda = (kp + 63) & ~(size_t)63;
+    const size_t kp = kp_of(cfg, k), lda = (kp + 63) & ~(size_t)63;
     const size_t nr = cfg->nr, mr = cfg->mr, ps = mk_qd8_panel_stride(cfg, k);
     const size_t panels = (n + nr - 1) / nr;
-    uint8_t *qa = (uint8_t *)aligned_alloc(64, m * lda);
+    /* rows rounded up to mr, the padding rows zero (128): a kernel may read a whole block */
+    const size_t mpad = (m + mr - 1) / mr * mr;
+    uint8_t *qa = (uint8_t *)aligned_alloc(64, mpad * lda);
     float *sx = (float *)malloc(m * sizeof(float));
     if (qa == NULL || sx == NULL) {
         free(qa);
@@ -84,6 +88,7 @@ int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, cons
     const size_t rblocks = (m + MK_QD8_MC - 1) / MK_QD8_MC;
     const size_t pblocks = (panels + MK_QD8_PANELS - 1) / MK_QD8_PANELS;
     const long tiles = (long)(rblocks * pblocks);
+    memset(qa + m * lda, 128, (mpad - m) * lda);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
 #pragma omp for schedule(dynamic, 8)
@@ -92,6 +97,7 @@ int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, cons
             sx[r] = cfg->quantize(k, kp, x + (size_t)r * ldx, row);
             if (isnan(sx[r])) memset(row, 128, kp); /* computed, then overwritten with NaN */
         }
+        if (cfg->begin != NULL) cfg->begin();
 #pragma omp for schedule(dynamic, 1)
         for (long t = 0; t < tiles; t++) {
             const size_t rb = (size_t)t / pblocks, pb = (size_t)t % pblocks;
@@ -108,6 +114,7 @@ int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, cons
                 }
             }
         }
+        if (cfg->end != NULL) cfg->end();
     }
     for (size_t r = 0; r < m; r++)
         if (isnan(sx[r]))

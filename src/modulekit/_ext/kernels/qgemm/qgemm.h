@@ -14,8 +14,9 @@
  *   int32 corr[NR]  (128 * column sum of qw)
  *   float scale[NR] (sw)
  *   float bias[NR]  (0 without a bias)
- *   int8  w[KP / 4][NR][4]  (KP: K rounded up to 4; groups of 4 consecutive k per column,
- *                            the operand layout of vpdpbusd; padding k's are 0)
+ *   int8  w[KP / 4][NR][4]  (KP: K rounded up to the configuration's kb; groups of 4
+ *                            consecutive k per column, the operand layout of vpdpbusd and of
+ *                            an AMX B tile; padding k's are 0)
  * Quantized activations: rows of KP bytes (padding bytes 128, i.e. zero). */
 #ifndef MK_QGEMM_H
 #define MK_QGEMM_H
@@ -38,13 +39,17 @@ typedef float (*mk_qd8_quantize_fn)(size_t n, size_t kp, const float *x, uint8_t
 typedef struct {
     const char *name;            /* XNNPACK-style name of the main kernel */
     size_t mr, nr;               /* register block: rows, panel width */
-    mk_qd8_gemm_ukernel ukernel; /* any rows 1..mr */
+    size_t kb;                   /* KP is K rounded up to a multiple of kb (4, or 64 for AMX) */
+    mk_qd8_gemm_ukernel ukernel; /* any rows 1..mr (AMX: the driver pads rows to mr) */
     mk_qd8_quantize_fn quantize;
+    void (*begin)(void);         /* NULL, or called in each thread before its kernel calls */
+    void (*end)(void);           /* NULL, or called in each thread after them */
 } mk_qd8_config;
 
-/* The configuration for an ISA level (mk_isa): the VNNI kernels where the level is AVX-512
- * and the CPU has AVX512-VNNI, else the portable ones. */
-const mk_qd8_config *mk_qd8_get_config(int isa);
+/* The configuration for an ISA level (mk_isa): on AVX-512, the AMX-INT8 tile where `amx` is
+ * set (the OS granted the tile state and the bfloat16 selector is on AMX: _isa) and the CPU
+ * has AMX-INT8, else the VNNI kernels where the CPU has AVX512-VNNI; else the portable ones. */
+const mk_qd8_config *mk_qd8_get_config(int isa, int amx);
 
 size_t mk_qd8_panel_stride(const mk_qd8_config *cfg, size_t k);
 size_t mk_qd8_packed_size(const mk_qd8_config *cfg, size_t n, size_t k);

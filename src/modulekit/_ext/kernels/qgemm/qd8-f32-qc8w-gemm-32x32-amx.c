@@ -1,0 +1,91 @@
+/* qd8-f32-qc8w GEMM tile on AMX-INT8: up to 32 rows x one 32-column panel (qgemm.h).
+ *
+ * Four 16x16 int32 accumulator tiles (C), two A tiles (16 quantized rows x 64 k, read in place
+ * from the rows of quantized activations at their stride) and two B tiles (16 groups of 4 k x
+ * 16 columns, read from the panel's [KP/4][32][4] bytes at a 128-byte stride), tdpbusd (u8 x s8)
+ * per C tile for each 64 k. KP is a multiple of 64 for this configuration (the padding k are 0
+ * in the weights and 128, i.e. zero, in the activations), and the driver pads the quantized
+ * rows to a multiple of 32 (rows of 128), so every tile load reads memory it owns. The integer
+ * sums are the VNNI tile's; the float epilogue is its too (corr subtracted, scaled, biased,
+ * clamped), so the two kernels agree bit for bit.
+ *
+ * The tile configuration is loaded by mk_qd8_amx_begin, which the driver calls in each thread
+ * before its run of tiles (mk_qd8_amx_end releases the tiles after it): the kernel must not run
+ * without it. Runs only once the OS granted the process the tile state (isa.c), chosen in
+ * qgemm-config.c. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+#include <immintrin.h>
+#include <string.h>
+
+#include "qgemm.h"
+
+#define NR 32
+
+typedef struct __attribute__((aligned(64))) {
+    uint8_t palette_id, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} mk_qd8_tilecfg;
+
+/* tiles 0-3: C (rows 0-15 / 16-31 x columns 0-15 / 16-31), 4-5: A, 6-7: B; all 16 x 64 B */
+static const mk_qd8_tilecfg mk_qd8_amx_cfg = {
+    1, 0, {0},
+    {64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0},
+    {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0},
+};
+
+#define TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq")))
+
+TARGET void mk_qd8_amx_begin(void) { _tile_loadconfig(&mk_qd8_amx_cfg); }
+
+TARGET void mk_qd8_amx_end(void) { _tile_release(); }
+
+TARGET void mk_qd8_f32_qc8w_gemm_32x32__amx(size_t rows, size_t nc, size_t kp, const uint8_t *a,
+                                            size_t lda, const float *ascale, const void *panel,
+                                            float *c, size_t ldc, float lo, float hi) {
+    const int32_t *corr = (const int32_t *)panel;
+    const float *ws = (const float *)(corr + NR);
+    const float *bias = ws + NR;
+    const int8_t *w = (const int8_t *)(bias + NR);
+    int32_t acc[32 * 32] __attribute__((aligned(64)));
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (size_t kb = 0; kb < kp / 64; kb++) {
+        _tile_loadd(4, a + kb * 64, lda);
+        _tile_loadd(5, a + 16 * lda + kb * 64, lda);
+        _tile_loadd(6, w + kb * 16 * 4 * NR, 4 * NR);
+        _tile_loadd(7, w + kb * 16 * 4 * NR + 64, 4 * NR);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 4, 7);
+        _tile_dpbusd(2, 5, 6);
+        _tile_dpbusd(3, 5, 7);
+    }
+    _tile_stored(0, acc, 32 * sizeof(int32_t));
+    _tile_stored(1, acc + 16, 32 * sizeof(int32_t));
+    _tile_stored(2, acc + 16 * 32, 32 * sizeof(int32_t));
+    _tile_stored(3, acc + 16 * 32 + 16, 32 * sizeof(int32_t));
+    const __m512i corr0 = _mm512_load_si512((const void *)corr);
+    const __m512i corr1 = _mm512_load_si512((const void *)(corr + 16));
+    const __m512 ws0 = _mm512_load_ps(ws), ws1 = _mm512_load_ps(ws + 16);
+    const __m512 b0 = _mm512_load_ps(bias), b1 = _mm512_load_ps(bias + 16);
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    const __mmask16 m0 = nc >= 16 ? 0xffff : (__mmask16)((1u << nc) - 1);
+    const __mmask16 m1 = nc >= 32 ? 0xffff : nc <= 16 ? 0 : (__mmask16)((1u << (nc - 16)) - 1);
+    for (size_t r = 0; r < rows && r < 32; r++) {
+        const __m512 sx = _mm512_set1_ps(ascale[r]);
+        const __m512i s0 = _mm512_load_si512((const void *)(acc + r * 32));
+        const __m512i s1 = _mm512_load_si512((const void *)(acc + r * 32 + 16));
+        __m512 y0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s0, corr0)),
+                                    _mm512_mul_ps(sx, ws0), b0);
+        __m512 y1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s1, corr1)),
+                                    _mm512_mul_ps(sx, ws1), b1);
+        y0 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, y0));
+        y1 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, y1));
+        _mm512_mask_storeu_ps(c + r * ldc, m0, y0);
+        _mm512_mask_storeu_ps(c + r * ldc + 16, m1, y1);
+    }
+}
+#endif /* MK_X86 */
