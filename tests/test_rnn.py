@@ -9,7 +9,7 @@ import pytest
 
 import modulekit
 import modulekit.nn as mnn
-from modulekit._ext import _rnn
+from modulekit._ext import _isa, _ops, _rnn
 from modulekit._ext._gemm import pack_linear
 from modulekit.nn.utils import rnn as mrnn
 
@@ -466,3 +466,44 @@ def test_cell_nonlinearities_accuracy(isa):
     r = _cell_once("rnn_relu", np.array([[np.nan, -2.0, 3.0]], np.float32),
                    np.zeros((1, 3), np.float32))
     assert np.isnan(r[0, 0]) and r[0, 1] == 0 and r[0, 2] == 3
+
+
+def test_cells_are_the_common_math():
+    """The cells evaluate the activations of kernels/common: their sigmoid and tanh give
+    nn.functional's bits, and every ISA path gives the same cell outputs, bit for bit."""
+    mag = np.logspace(-8, 2.3, 997)  # 1994 lanes: whole vectors and a partial one
+    x = np.concatenate([-mag[::-1], mag]).astype(np.float32)
+    n = x.size
+    rng = np.random.default_rng(11)
+    xg = {k: (rng.standard_normal((3, g * n)) * 4).astype(np.float32)
+          for k, g in _rnn.KINDS.items()}
+    h0 = rng.standard_normal((3, n)).astype(np.float32)
+    c0 = rng.standard_normal((3, n)).astype(np.float32)
+
+    def bits(a):
+        return np.ascontiguousarray(a).view(np.uint32)
+
+    results = {}
+    for level in _isa.available_isas():
+        previous = _isa.set_isa(level)
+        try:
+            t = _cell_once("rnn_tanh", x[None].copy(), np.zeros((1, n), np.float32))
+            np.testing.assert_array_equal(bits(t[0]), bits(_ops.activation(x, "tanh")))
+            gates = np.zeros((1, 4 * n), np.float32)
+            gates[0, :n] = x  # c = sigmoid(x) * tanh(30), tanh(30) = 1
+            gates[0, 2 * n:3 * n] = 30.0
+            c = np.zeros((1, n), np.float32)
+            _cell_once("lstm", gates, np.zeros((1, n), np.float32), c)
+            np.testing.assert_array_equal(bits(c[0]), bits(_ops.activation(x, "sigmoid")))
+            for kind in _rnn.KINDS:
+                h, c = h0.copy(), (c0.copy() if kind == "lstm" else None)
+                out = _cell_once(kind, xg[kind], h, c)
+                results.setdefault(kind, []).append((level, out, h, c))
+        finally:
+            _isa.set_isa(previous)
+    for kind, runs in results.items():
+        _, *first = runs[0]
+        for level, *other in runs[1:]:
+            for got, want in zip(other, first):
+                if want is not None:  # out, h, and the LSTM's c
+                    np.testing.assert_array_equal(bits(got), bits(want), f"{kind} {level}")

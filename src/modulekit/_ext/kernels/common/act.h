@@ -10,10 +10,10 @@
  * the compiler fuses nothing on its own), and 2^n scaling rounds once on every path.
  *
  * float32 accuracy against the exact value (tests/test_kernel_math.py; the bounds per activation
- * are in docs/api.md, "Activation numerics"): tanh and GELU-tanh within 1 ulp (evaluated in
- * double), sigmoid and SiLU within 3, GELU (erf form) within 8 (evaluated in float32). NaN in gives NaN out; +-inf give the limits torch's
- * float64 functions give (NaN where torch's formula multiplies inf by 0: SiLU, GELU and
- * Hardswish at -inf). */
+ * are in docs/api.md, "Activation numerics"): GELU-tanh within 1 ulp (evaluated in double),
+ * tanh, sigmoid and SiLU within 3, GELU (erf form) within 8 (evaluated in float32). NaN in
+ * gives NaN out; +-inf give the limits torch's float64 functions give (NaN where torch's
+ * formula multiplies inf by 0: SiLU, GELU and Hardswish at -inf). */
 #ifndef MK_COMMON_ACT_H
 #define MK_COMMON_ACT_H
 

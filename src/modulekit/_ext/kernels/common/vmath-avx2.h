@@ -5,75 +5,9 @@
 
 #include "isa.h"
 #if MK_X86
-#include <immintrin.h>
-
 #include "common/act.h"
 
-#define MK_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-/* p * 2^n in two exact power-of-two steps (a subnormal result rounded once, by the second) */
-MK_TARGET_AVX2 static inline __m256 mk_vm8_scale2(__m256 p, __m256 n) {
-    const __m256i k = _mm256_cvtps_epi32(n);
-    const __m256i k1 = _mm256_srai_epi32(k, 1), k2 = _mm256_sub_epi32(k, k1);
-    const __m256i bias = _mm256_set1_epi32(127);
-    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
-    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
-    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-}
-
-/* the same for doubles: n in [-2044, 2046] (+inf past 1024) */
-MK_TARGET_AVX2 static inline __m256d mk_vd4_scale2(__m256d p, __m256d n) {
-    const __m128i k = _mm256_cvtpd_epi32(n);
-    const __m128i k1 = _mm_srai_epi32(k, 1), k2 = _mm_sub_epi32(k, k1);
-    const __m256i bias = _mm256_set1_epi64x(1023);
-    const __m256d s1 = _mm256_castsi256_pd(
-        _mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(k1), bias), 52));
-    const __m256d s2 = _mm256_castsi256_pd(
-        _mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(k2), bias), 52));
-    return _mm256_mul_pd(_mm256_mul_pd(p, s1), s2);
-}
-
-#define VM_ATTR MK_TARGET_AVX2 static inline
-#define VM_T __m256
-#define VM_FN(name) mk_##name##_f32x8
-#define VM_SET1(c) _mm256_set1_ps(c)
-#define VM_ADD _mm256_add_ps
-#define VM_SUB _mm256_sub_ps
-#define VM_MUL _mm256_mul_ps
-#define VM_DIV _mm256_div_ps
-#define VM_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
-#define VM_FNMA(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
-#define VM_FMS(a, b, c) _mm256_fmsub_ps((a), (b), (c))
-#define VM_MAX _mm256_max_ps
-#define VM_MIN _mm256_min_ps
-#define VM_ABS(v) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), (v))
-#define VM_ROUND(v) _mm256_round_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define VM_SCALE2(p, n) mk_vm8_scale2((p), (n))
-#define VM_SEL_LT(a, b, x, y) _mm256_blendv_ps((y), (x), _mm256_cmp_ps((a), (b), _CMP_LT_OQ))
-#define VM_SEL_GE(a, b, x, y) _mm256_blendv_ps((y), (x), _mm256_cmp_ps((a), (b), _CMP_GE_OQ))
-#define VM_SIGN_OF(v, s) _mm256_or_ps((v), _mm256_and_ps((s), _mm256_set1_ps(-0.0f)))
-#define VD_T __m256d
-#define VD_FN(name) mk_##name##_f64x4
-#define VD_SET1(c) _mm256_set1_pd(c)
-#define VD_ADD _mm256_add_pd
-#define VD_SUB _mm256_sub_pd
-#define VD_MUL _mm256_mul_pd
-#define VD_DIV _mm256_div_pd
-#define VD_FMA(a, b, c) _mm256_fmadd_pd((a), (b), (c))
-#define VD_FNMA(a, b, c) _mm256_fnmadd_pd((a), (b), (c))
-#define VD_MAX _mm256_max_pd
-#define VD_MIN _mm256_min_pd
-#define VD_ABS(v) _mm256_andnot_pd(_mm256_set1_pd(-0.0), (v))
-#define VD_ROUND(v) _mm256_round_pd((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define VD_SCALE2(p, n) mk_vd4_scale2((p), (n))
-#define VD_SEL_LT(a, b, x, y) _mm256_blendv_pd((y), (x), _mm256_cmp_pd((a), (b), _CMP_LT_OQ))
-#define VD_SIGN_OF(v, s) _mm256_or_pd((v), _mm256_and_pd((s), _mm256_set1_pd(-0.0)))
-#define VM_WIDEN(x, lo, hi)                                              \
-    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x)),       \
-                  hi = _mm256_cvtps_pd(_mm256_extractf128_ps((x), 1))
-#define VM_NARROW(lo, hi) \
-    _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1)
-
+#include "common/vops-avx2.h"
 #include "common/vmath.inc.h"
 #include "common/vmath-undef.h"
 

@@ -1,6 +1,17 @@
-/* Ends one instantiation of common/vmath.inc.h (so another ISA's can follow in the same file). */
+/* Ends one inclusion of a vector vocabulary (common/vops-*.h: after an instantiation of
+ * common/vmath.inc.h, or after a kernel template written against it), so that another ISA's
+ * can follow in the same file. */
+#undef VM_F64
+#undef VM_LIBM
+#undef VM_TARGET
 #undef VM_ATTR
 #undef VM_T
+#undef VM_ELEM
+#undef VM_W
+#undef VM_LOAD
+#undef VM_STORE
+#undef VM_LOADN
+#undef VM_STOREN
 #undef VM_FN
 #undef VM_SET1
 #undef VM_ADD

@@ -1,14 +1,15 @@
 /* The float32 activation math of every kernel family, written once against a small vector
- * vocabulary and instantiated per ISA by vmath-scalar.h (float), vmath-avx2.h (__m256) and
- * vmath-avx512.h (__m512). Every instantiation performs the same IEEE operations in the same
- * order, so the three give the same bits (see common/act.h).
+ * vocabulary (common/vops-scalar.h, vops-avx2.h, vops-avx512.h) and instantiated per ISA by
+ * vmath-scalar.h (float), vmath-avx2.h (__m256) and vmath-avx512.h (__m512). Every
+ * instantiation performs the same IEEE operations in the same order, so the three give the
+ * same bits (see common/act.h).
  *
  *   exp(x)       (float32: softmax, GELU's erf form) Cody-Waite reduction r = x - n ln2
  *                (two-part ln2, n = round(x log2 e)), Cephes' degree-6 polynomial for (e^r - 1 - r) / r^2, exp = 1 + (r + r^2 P(r)),
  *                scaled by 2^n with one rounding (gradual underflow: x <= -104 gives +0;
  *                x >= 88.73 gives +inf). About 1 ulp.
- *   sigmoid, silu: float32, from exp(-|x|) (below); tanh, gelu_tanh: evaluated in double
- *                (below) and rounded once.
+ *   sigmoid, silu, tanh: float32, from exp(-|x|) and expm1(-2|x|) (below); gelu_tanh:
+ *                evaluated in double (below) and rounded once.
  *   gelu_erf(x)  x Phi(x): q = Phi(-|x|) = erfc(|x|/sqrt 2) / 2 by Numerical Recipes'
  *                Chebyshev form erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), with z^2 =
  *                x^2/2 carried exactly (FMA split) into the exp reduction; x >= 0: x (1 - q),
@@ -17,9 +18,10 @@
  *   hardswish(x) x * min(max(x + 3, 0), 6) / 6, torch's operations in torch's order.
  *   relu, relu6, clamp: max/min that keep NaN (and -0.0).
  *
- * The including file defines, for a float32 vector VM_T:
- *   VM_ATTR (storage class and target attribute), VM_FN(name) (the instantiation's name),
- *   VM_SET1(c), VM_ADD, VM_SUB, VM_MUL, VM_DIV, VM_FMA(a, b, c) (a*b + c, one rounding),
+ * The vocabulary, for a float32 vector VM_T of VM_W lanes of VM_ELEM (float):
+ *   VM_TARGET (the ISA's function attribute), VM_ATTR (storage class and target attribute),
+ *   VM_FN(name) (the instantiation's name), VM_SET1(c), VM_ADD, VM_SUB, VM_MUL, VM_DIV,
+ *   VM_FMA(a, b, c) (a*b + c, one rounding),
  *   VM_FNMA(a, b, c) (c - a*b), VM_FMS(a, b, c) (a*b - c), VM_MAX(a, b) (a > b ? a : b),
  *   VM_MIN(a, b) (a < b ? a : b) (both: b when either is NaN), VM_ABS, VM_ROUND (to nearest,
  *   ties to even), VM_SCALE2(p, n) (p * 2^n for integral n in [-170, 130], one rounding; NaN
@@ -28,7 +30,10 @@
  *   v >= +0 or NaN); the same VD_* operations for the double vector VD_T (VD_SCALE2: n in
  *   [-1100, 1100], +inf past the range), VD_FN(name), and VM_WIDEN(x, lo, hi) (declares the
  *   double vectors lo and hi holding x's lanes) and VM_NARROW(lo, hi) (back to one float
- *   vector, each lane rounded once). */
+ *   vector, each lane rounded once). For the kernel templates written against it (not used by
+ *   the math): VM_LOAD(p), VM_STORE(p, v) (unaligned), VM_LOADN(p, n) (the first n lanes,
+ *   n in [1, VM_W]; the others read as 0, their memory untouched) and VM_STOREN(p, v, n) (the
+ *   first n lanes stored). */
 
 VM_ATTR VM_T VM_FN(exp)(VM_T x) {
     const VM_T xc = VM_MIN(VM_SET1(89.0f), VM_MAX(VM_SET1(-104.0f), x)); /* NaN kept */
@@ -59,7 +64,29 @@ VM_ATTR VM_T VM_FN(silu)(VM_T x) { /* -inf: -inf * 0 = NaN, as torch */
     return VM_DIV(VM_SEL_GE(x, VM_SET1(0.0f), x, VM_MUL(x, e)), VM_ADD(VM_SET1(1.0f), e));
 }
 
-/* ---- double-precision evaluation: tanh, GELU (tanh form) ---------------------------------
+/* tanh in float32 (the recurrent cells' gates, nn.functional.tanh, the epilogues): m =
+ * expm1(-2|x|) by the exp reduction above with the polynomial of e^r - 1 itself (degree 7:
+ * below 5e-9 relative on |r| <= ln2/2) and expm1 = (s - 1) + s q, s = 2^n (for |x| < 0.17,
+ * n = 0: m is the polynomial alone, no cancellation); tanh = -m / (2 + m) with the sign of x.
+ * |x| is clamped to 10 (tanh rounds to 1 from 9.011; NaN kept). Within 3 ulp (2.5 measured). */
+VM_ATTR VM_T VM_FN(tanh)(VM_T x) {
+    const VM_T z = VM_MUL(VM_SET1(-2.0f), VM_MIN(VM_SET1(10.0f), VM_ABS(x)));
+    const VM_T n = VM_ROUND(VM_MUL(z, VM_SET1(1.44269504088896341f)));
+    VM_T r = VM_FNMA(n, VM_SET1(0.693145751953125f), z); /* exact: ln2's high part has 16 bits */
+    r = VM_FNMA(n, VM_SET1(1.428606765330187045e-06f), r);
+    VM_T p = VM_SET1(1.0f / 5040.0f);
+    p = VM_FMA(p, r, VM_SET1(1.0f / 720.0f));
+    p = VM_FMA(p, r, VM_SET1(1.0f / 120.0f));
+    p = VM_FMA(p, r, VM_SET1(1.0f / 24.0f));
+    p = VM_FMA(p, r, VM_SET1(1.0f / 6.0f));
+    p = VM_FMA(p, r, VM_SET1(0.5f));
+    const VM_T q = VM_FMA(VM_MUL(p, r), r, r); /* e^r - 1 */
+    const VM_T s = VM_SCALE2(VM_SET1(1.0f), n);
+    const VM_T m = VM_FMA(s, q, VM_SUB(s, VM_SET1(1.0f)));
+    return VM_SIGN_OF(VM_DIV(VM_SUB(VM_SET1(0.0f), m), VM_ADD(VM_SET1(2.0f), m)), x);
+}
+
+/* ---- double-precision evaluation: GELU (tanh form) ---------------------------------------
  * The float32 lanes are widened to double, evaluated there, and rounded to float32 once:
  * within one float32 rounding (0.5 ulp + ~1e-15 relative) of the exact value, both tails
  * included, where a float32 evaluation loses up to ~100 ulp in GELU-tanh's negative tail (its
@@ -88,21 +115,6 @@ VM_ATTR VD_T VD_FN(exp)(VD_T x) {
     return VD_SCALE2(p, n);
 }
 
-VM_ATTR VD_T VD_FN(tanh)(VD_T x) {
-    const VD_T ax = VD_ABS(x);
-    const VD_T x2 = VD_MUL(ax, ax);
-    /* |x| < 1/16: x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835 */
-    VD_T ps = VD_SET1(62.0 / 2835.0);
-    ps = VD_FMA(ps, x2, VD_SET1(-17.0 / 315.0));
-    ps = VD_FMA(ps, x2, VD_SET1(2.0 / 15.0));
-    ps = VD_FMA(ps, x2, VD_SET1(-1.0 / 3.0));
-    ps = VD_FMA(VD_MUL(ps, x2), ax, ax);
-    /* else 1 - 2 / (exp(2|x|) + 1), |x| clamped to 20 (tanh(20) rounds to 1; NaN kept) */
-    const VD_T e = VD_FN(exp)(VD_MUL(VD_SET1(2.0), VD_MIN(VD_SET1(20.0), ax)));
-    const VD_T pl = VD_SUB(VD_SET1(1.0), VD_DIV(VD_SET1(2.0), VD_ADD(e, VD_SET1(1.0))));
-    return VD_SIGN_OF(VD_SEL_LT(ax, VD_SET1(0.0625), ps, pl), x);
-}
-
 VM_ATTR VD_T VD_FN(gelu_tanh)(VD_T x) {
     /* x/2 (1 + tanh(u)) == x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3) */
     const VD_T x3 = VD_MUL(VD_MUL(x, x), x);
@@ -110,15 +122,11 @@ VM_ATTR VD_T VD_FN(gelu_tanh)(VD_T x) {
     return VD_DIV(x, VD_ADD(VD_SET1(1.0), VD_FN(exp)(VD_MUL(VD_SET1(-2.0), u))));
 }
 
-/* the float32 functions: widen, evaluate in double, round once */
-#define MK_VM_VIA_F64(name)                                                                   \
-    VM_ATTR VM_T VM_FN(name)(VM_T x) {                                                        \
-        VM_WIDEN(x, lo_, hi_);                                                                \
-        return VM_NARROW(VD_FN(name)(lo_), VD_FN(name)(hi_));                                 \
-    }
-MK_VM_VIA_F64(tanh)
-MK_VM_VIA_F64(gelu_tanh)
-#undef MK_VM_VIA_F64
+/* the float32 GELU (tanh form): widen, evaluate in double, round once */
+VM_ATTR VM_T VM_FN(gelu_tanh)(VM_T x) {
+    VM_WIDEN(x, lo, hi);
+    return VM_NARROW(VD_FN(gelu_tanh)(lo), VD_FN(gelu_tanh)(hi));
+}
 
 VM_ATTR VM_T VM_FN(gelu_erf)(VM_T x) {
     const VM_T ax = VM_MIN(VM_SET1(15.0f), VM_ABS(x)); /* NaN stays NaN */

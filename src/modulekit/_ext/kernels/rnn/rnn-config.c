@@ -1,6 +1,6 @@
 /* The recurrent-cell configuration table: for each (compute dtype, ISA level) the fused
  * gate kernels of rnn.h. This is the ONLY place where they are chosen. float64 runs the
- * portable C cells at every level (libm's exp and tanh in double precision). */
+ * portable C cells at every level (common/act.h's float64 reference: libm). */
 #include <stddef.h>
 
 #include "rnn.h"
