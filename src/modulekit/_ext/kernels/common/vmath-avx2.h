@@ -1,11 +1,14 @@
 /* common/vmath.inc.h on 8 float32 lanes (AVX2 + FMA): mk_exp_f32x8, ..., mk_act_f32x8(v, act,
- * lo, hi). Include in x86 kernel files only (MK_X86); the callers carry MK_TARGET_AVX2. */
+ * lo, hi). Include in x86 kernel files only (MK_X86); the callers carry MK_TARGET_AVX2. The
+ * vocabulary itself is common/vmath-ops-avx2.h (a kernel template's instantiation includes
+ * that one). */
 #ifndef MK_COMMON_VMATH_AVX2_H
 #define MK_COMMON_VMATH_AVX2_H
 
 #include "isa.h"
 #if MK_X86
 #include <immintrin.h>
+#include <stddef.h>
 
 #include "common/act.h"
 
@@ -33,47 +36,37 @@ MK_TARGET_AVX2 static inline __m256d mk_vd4_scale2(__m256d p, __m256d n) {
     return _mm256_mul_pd(_mm256_mul_pd(p, s1), s2);
 }
 
-#define VM_ATTR MK_TARGET_AVX2 static inline
-#define VM_T __m256
-#define VM_FN(name) mk_##name##_f32x8
-#define VM_SET1(c) _mm256_set1_ps(c)
-#define VM_ADD _mm256_add_ps
-#define VM_SUB _mm256_sub_ps
-#define VM_MUL _mm256_mul_ps
-#define VM_DIV _mm256_div_ps
-#define VM_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
-#define VM_FNMA(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
-#define VM_FMS(a, b, c) _mm256_fmsub_ps((a), (b), (c))
-#define VM_MAX _mm256_max_ps
-#define VM_MIN _mm256_min_ps
-#define VM_ABS(v) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), (v))
-#define VM_ROUND(v) _mm256_round_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define VM_SCALE2(p, n) mk_vm8_scale2((p), (n))
-#define VM_SEL_LT(a, b, x, y) _mm256_blendv_ps((y), (x), _mm256_cmp_ps((a), (b), _CMP_LT_OQ))
-#define VM_SEL_GE(a, b, x, y) _mm256_blendv_ps((y), (x), _mm256_cmp_ps((a), (b), _CMP_GE_OQ))
-#define VM_SIGN_OF(v, s) _mm256_or_ps((v), _mm256_and_ps((s), _mm256_set1_ps(-0.0f)))
-#define VD_T __m256d
-#define VD_FN(name) mk_##name##_f64x4
-#define VD_SET1(c) _mm256_set1_pd(c)
-#define VD_ADD _mm256_add_pd
-#define VD_SUB _mm256_sub_pd
-#define VD_MUL _mm256_mul_pd
-#define VD_DIV _mm256_div_pd
-#define VD_FMA(a, b, c) _mm256_fmadd_pd((a), (b), (c))
-#define VD_FNMA(a, b, c) _mm256_fnmadd_pd((a), (b), (c))
-#define VD_MAX _mm256_max_pd
-#define VD_MIN _mm256_min_pd
-#define VD_ABS(v) _mm256_andnot_pd(_mm256_set1_pd(-0.0), (v))
-#define VD_ROUND(v) _mm256_round_pd((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define VD_SCALE2(p, n) mk_vd4_scale2((p), (n))
-#define VD_SEL_LT(a, b, x, y) _mm256_blendv_pd((y), (x), _mm256_cmp_pd((a), (b), _CMP_LT_OQ))
-#define VD_SIGN_OF(v, s) _mm256_or_pd((v), _mm256_and_pd((s), _mm256_set1_pd(-0.0)))
-#define VM_WIDEN(x, lo, hi)                                              \
-    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x)),       \
-                  hi = _mm256_cvtps_pd(_mm256_extractf128_ps((x), 1))
-#define VM_NARROW(lo, hi) \
-    _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1)
+/* lanes [0, k) of 8 set (k >= 8: all) */
+MK_TARGET_AVX2 static inline __m256i mk_vm8_tail(size_t k) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k < 8 ? (int)k : 8),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 
+/* the lanes' sum, halves folded: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+MK_TARGET_AVX2 static inline float mk_vm8_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* the lanes' maximum, halves folded as mk_vm8_hsum */
+MK_TARGET_AVX2 static inline float mk_vm8_hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* the lanes' sum in double (each lane widened exactly), halves folded as mk_vm8_hsum */
+MK_TARGET_AVX2 static inline double mk_vm8_hsum_f64(__m256 v) {
+    const __m256d d = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                                    _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    const __m128d e = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(e, _mm_unpackhi_pd(e, e)));
+}
+
+#include "common/vmath-ops-avx2.h"
 #include "common/vmath.inc.h"
 #include "common/vmath-undef.h"
 

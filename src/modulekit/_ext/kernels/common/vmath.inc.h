@@ -28,7 +28,19 @@
  *   v >= +0 or NaN); the same VD_* operations for the double vector VD_T (VD_SCALE2: n in
  *   [-1100, 1100], +inf past the range), VD_FN(name), and VM_WIDEN(x, lo, hi) (declares the
  *   double vectors lo and hi holding x's lanes) and VM_NARROW(lo, hi) (back to one float
- *   vector, each lane rounded once). */
+ *   vector, each lane rounded once).
+ *
+ * The SIMD vocabularies (vmath-ops-avx2.h, vmath-ops-avx512.h) also carry what the kernel
+ * templates (norm/f32-norm.inc.h, ...) use: VM_TARGET (the target attribute alone), VM_N
+ * (lanes), VM_M (a lane mask), VM_TAIL(k) (lanes [0, k); k >= VM_N: all), VM_ZERO(),
+ * VM_LOADU(p), VM_STOREU(p, v), VM_STREAM(p, v) (non-temporal, p vector-aligned),
+ * VM_MASKLOAD(p, m) (+0 outside m, nothing read there), VM_MASKSTORE(p, m, v), VM_MASKZ(m, v)
+ * (+0 outside m), VM_MASK_MAX(acc, m, v) (max(acc, v) in m, acc elsewhere; AVX2: max(acc,
+ * -inf) there, the same but for a NaN acc), VM_HSUM(v), VM_HMAX(v) (the lanes' float sum and
+ * maximum, halves folded: lane i with lane i + VM_N/2 first), VM_HSUM_F64(v) (the sum of the
+ * lanes widened to double, halves folded), VM_GATHER(base, idx) (base[idx[i]] for VM_N int32
+ * indices at idx) and VM_MASKGATHER(base, idx, m) (in m, +0 elsewhere; idx read in m only).
+ * The operands of these are evaluated more than once. */
 
 VM_ATTR VM_T VM_FN(exp)(VM_T x) {
     const VM_T xc = VM_MIN(VM_SET1(89.0f), VM_MAX(VM_SET1(-104.0f), x)); /* NaN kept */
