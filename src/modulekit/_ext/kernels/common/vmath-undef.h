@@ -47,3 +47,16 @@
 #undef VD_SIGN_OF
 #undef VM_WIDEN
 #undef VM_NARROW
+#undef VM_M
+#undef VM_ZERO
+#undef VM_STREAM
+#undef VM_TAIL
+#undef VM_MASKLOAD
+#undef VM_MASKSTORE
+#undef VM_MASKZ
+#undef VM_MASK_MAX
+#undef VM_HSUM
+#undef VM_HMAX
+#undef VM_HSUM_F64
+#undef VM_GATHER
+#undef VM_MASKGATHER

@@ -33,7 +33,18 @@
  *   vector, each lane rounded once). For the kernel templates written against it (not used by
  *   the math): VM_LOAD(p), VM_STORE(p, v) (unaligned), VM_LOADN(p, n) (the first n lanes,
  *   n in [1, VM_W]; the others read as 0, their memory untouched) and VM_STOREN(p, v, n) (the
- *   first n lanes stored). */
+ *   first n lanes stored).
+ *
+ * The SIMD vocabularies (vops-avx2.h, vops-avx512.h) also carry what the kernel templates
+ * (norm/f32-norm.inc.h, ...) use: VM_M (a lane mask), VM_TAIL(k) (lanes [0, k); k >= VM_W:
+ * all), VM_ZERO(), VM_STREAM(p, v) (non-temporal, p vector-aligned), VM_MASKLOAD(p, m) (+0
+ * outside m, nothing read there), VM_MASKSTORE(p, m, v), VM_MASKZ(m, v) (+0 outside m),
+ * VM_MASK_MAX(acc, m, v) (max(acc, v) in m, acc elsewhere; AVX2: max(acc, -inf) there, the
+ * same but for a NaN acc), VM_HSUM(v), VM_HMAX(v) (the lanes' float sum and maximum, halves
+ * folded: lane i with lane i + VM_W/2 first), VM_HSUM_F64(v) (the sum of the lanes widened to
+ * double, halves folded), VM_GATHER(base, idx) (base[idx[i]] for VM_W int32 indices at idx)
+ * and VM_MASKGATHER(base, idx, m) (in m, +0 elsewhere; idx read in m only). The operands of
+ * these are evaluated more than once. */
 
 VM_ATTR VM_T VM_FN(exp)(VM_T x) {
     const VM_T xc = VM_MIN(VM_SET1(89.0f), VM_MAX(VM_SET1(-104.0f), x)); /* NaN kept */

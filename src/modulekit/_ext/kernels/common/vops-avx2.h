@@ -5,6 +5,7 @@
 #define MK_COMMON_VOPS_AVX2_FNS
 #include <immintrin.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define MK_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -30,11 +31,37 @@ MK_TARGET_AVX2 static inline __m256d mk_vd4_scale2(__m256d p, __m256d n) {
     return _mm256_mul_pd(_mm256_mul_pd(p, s1), s2);
 }
 
-/* the first n of the 8 lanes (n in [0, 8]) */
-MK_TARGET_AVX2 static inline __m256i mk_vm8_mask(size_t n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+/* lanes [0, k) of 8 set (k >= 8: all): one load from a window of the table (cheaper than a
+ * broadcast and compare in the loops that mask every vector, softmax's) */
+MK_TARGET_AVX2 static inline __m256i mk_vm8_tail(size_t k) {
+    static const int32_t bits[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256((const __m256i *)(bits + 8 - (k < 8 ? k : 8)));
 }
+
+/* the lanes' sum, halves folded: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+MK_TARGET_AVX2 static inline float mk_vm8_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* the lanes' maximum, halves folded as mk_vm8_hsum */
+MK_TARGET_AVX2 static inline float mk_vm8_hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* the lanes' sum in double (each lane widened exactly), halves folded as mk_vm8_hsum */
+MK_TARGET_AVX2 static inline double mk_vm8_hsum_f64(__m256 v) {
+    const __m256d d = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                                    _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    const __m128d e = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(e, _mm_unpackhi_pd(e, e)));
+}
+
 #endif
 
 #define VM_TARGET MK_TARGET_AVX2
@@ -45,8 +72,8 @@ MK_TARGET_AVX2 static inline __m256i mk_vm8_mask(size_t n) {
 #define VM_FN(name) mk_##name##_f32x8
 #define VM_LOAD(p) _mm256_loadu_ps(p)
 #define VM_STORE(p, v) _mm256_storeu_ps((p), (v))
-#define VM_LOADN(p, n) _mm256_maskload_ps((p), mk_vm8_mask(n))
-#define VM_STOREN(p, v, n) _mm256_maskstore_ps((p), mk_vm8_mask(n), (v))
+#define VM_LOADN(p, n) _mm256_maskload_ps((p), mk_vm8_tail(n))
+#define VM_STOREN(p, v, n) _mm256_maskstore_ps((p), mk_vm8_tail(n), (v))
 #define VM_SET1(c) _mm256_set1_ps(c)
 #define VM_ADD _mm256_add_ps
 #define VM_SUB _mm256_sub_ps
@@ -84,3 +111,21 @@ MK_TARGET_AVX2 static inline __m256i mk_vm8_mask(size_t n) {
                   hi = _mm256_cvtps_pd(_mm256_extractf128_ps((x), 1))
 #define VM_NARROW(lo, hi) \
     _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1)
+#define VM_M __m256i
+#define VM_ZERO() _mm256_setzero_ps()
+#define VM_STREAM(p, v) _mm256_stream_ps((p), (v))
+#define VM_TAIL(k) mk_vm8_tail(k)
+#define VM_MASKLOAD(p, m) _mm256_maskload_ps((p), (m))
+#define VM_MASKSTORE(p, m, v) _mm256_maskstore_ps((p), (m), (v))
+#define VM_MASKZ(m, v) _mm256_and_ps((v), _mm256_castsi256_ps(m))
+#define VM_MASK_MAX(acc, m, v) \
+    _mm256_max_ps((acc), _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), (v), _mm256_castsi256_ps(m)))
+#define VM_HSUM(v) mk_vm8_hsum(v)
+#define VM_HMAX(v) mk_vm8_hmax(v)
+#define VM_HSUM_F64(v) mk_vm8_hsum_f64(v)
+#define VM_GATHER(base, idx) \
+    _mm256_i32gather_ps((base), _mm256_loadu_si256((const __m256i *)(idx)), 4)
+#define VM_MASKGATHER(base, idx, m)                                                          \
+    _mm256_mask_i32gather_ps(_mm256_setzero_ps(), (base), _mm256_maskload_epi32((idx), (m)), \
+                             _mm256_castsi256_ps(m), 4)
+

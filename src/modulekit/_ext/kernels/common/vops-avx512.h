@@ -5,8 +5,22 @@
 #ifndef MK_COMMON_VOPS_AVX512_FNS
 #define MK_COMMON_VOPS_AVX512_FNS
 #include <immintrin.h>
+#include <stddef.h>
 
 #define MK_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+/* lanes [0, k) of 16 set (k >= 16: all) */
+static inline __mmask16 mk_vm16_tail(size_t k) {
+    return k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << k) - 1u);
+}
+
+/* the lanes' sum in double (each lane widened exactly), halves folded: lane i + lane i + 8,
+ * then as _mm512_reduce_add_pd */
+MK_TARGET_AVX512 static inline double mk_vm16_hsum_f64(__m512 v) {
+    const __m512d d = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)),
+                                    _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)));
+    return _mm512_reduce_add_pd(d);
+}
 #endif
 
 #define VM_TARGET MK_TARGET_AVX512
@@ -60,3 +74,19 @@
                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))
 #define VM_NARROW(lo, hi) \
     _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1)
+#define VM_M __mmask16
+#define VM_ZERO() _mm512_setzero_ps()
+#define VM_STREAM(p, v) _mm512_stream_ps((p), (v))
+#define VM_TAIL(k) mk_vm16_tail(k)
+#define VM_MASKLOAD(p, m) _mm512_maskz_loadu_ps((m), (p))
+#define VM_MASKSTORE(p, m, v) _mm512_mask_storeu_ps((p), (m), (v))
+#define VM_MASKZ(m, v) _mm512_maskz_mov_ps((m), (v))
+#define VM_MASK_MAX(acc, m, v) _mm512_mask_max_ps((acc), (m), (acc), (v))
+#define VM_HSUM(v) _mm512_reduce_add_ps(v)
+#define VM_HMAX(v) _mm512_reduce_max_ps(v)
+#define VM_HSUM_F64(v) mk_vm16_hsum_f64(v)
+#define VM_GATHER(base, idx) _mm512_i32gather_ps(_mm512_loadu_si512(idx), (base), 4)
+#define VM_MASKGATHER(base, idx, m)                                                      \
+    _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (m), _mm512_maskz_loadu_epi32((m), (idx)), \
+                             (base), 4)
+

@@ -21,20 +21,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "common/amx.h"
 #include "gemm.h"
-
-typedef struct __attribute__((aligned(64))) {
-    uint8_t palette_id, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} mk_tilecfg;
-
-/* tiles 0-3: C (rows 0-15 / 16-31 x columns 0-15 / 16-31), 4-5: A, 6-7: B; all 16 x 64 B */
-static const mk_tilecfg mk_amx_cfg = {
-    1, 0, {0},
-    {64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0},
-    {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0},
-};
 
 #ifndef MK_AMX_PF
 #define MK_AMX_PF 4 /* k blocks of weight prefetch distance */
@@ -43,7 +31,7 @@ static const mk_tilecfg mk_amx_cfg = {
 #define MK_TARGET_AMX \
     __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq")))
 
-MK_TARGET_AMX void mk_bf16_amx_begin(void) { _tile_loadconfig(&mk_amx_cfg); }
+MK_TARGET_AMX void mk_bf16_amx_begin(void) { _tile_loadconfig(&mk_amx_cfg_32x32); }
 
 MK_TARGET_AMX void mk_bf16_amx_end(void) { _tile_release(); }
 

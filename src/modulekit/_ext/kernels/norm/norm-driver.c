@@ -7,6 +7,18 @@
 #include "mk_omp.h"
 #include "norm.h"
 
+/* A group's mean and 1 / sqrt(var + eps) from its sums of x - shift over span values (the
+ * biased variance, clamped at 0) */
+static void group_stats(size_t span, double shift, double sum, double sq, double eps,
+                        double *mu, double *r)
+{
+    const double m = span ? sum / (double)span : 0.0;
+    double var = span ? sq / (double)span - m * m : 0.0;
+    if (var < 0.0) var = 0.0;
+    *mu = shift + m;
+    *r = 1.0 / sqrt(var + eps);
+}
+
 void mk_groupnorm_f32(int isa, size_t n, size_t c, size_t s, size_t groups, const float *x,
                       const float *gamma, const float *beta, double eps, float *y,
                       double *mean, double *rstd, int nthreads)
@@ -26,10 +38,8 @@ void mk_groupnorm_f32(int isa, size_t n, size_t c, size_t s, size_t groups, cons
         /* shifted by the group's first value: a large mean does not cancel the variance */
         const float shift = span ? xg[0] : 0.0f;
         cfg->moments(span, xg, shift, &sum, &sq);
-        const double m = span ? sum / (double)span : 0.0;
-        double var = span ? sq / (double)span - m * m : 0.0;
-        if (var < 0.0) var = 0.0;
-        const double mu = (double)shift + m, r = 1.0 / sqrt(var + eps);
+        double mu, r;
+        group_stats(span, (double)shift, sum, sq, eps, &mu, &r);
         if (mean) mean[i] = mu;
         if (rstd) rstd[i] = r;
         for (size_t k = 0; k < cpg; k++) {
@@ -60,10 +70,8 @@ void mk_groupnorm_f64(size_t n, size_t c, size_t s, size_t groups, const double 
             sum += d;
             sq += d * d;
         }
-        const double m = span ? sum / (double)span : 0.0;
-        double var = span ? sq / (double)span - m * m : 0.0;
-        if (var < 0.0) var = 0.0;
-        const double mu = shift + m, r = 1.0 / sqrt(var + eps);
+        double mu, r;
+        group_stats(span, shift, sum, sq, eps, &mu, &r);
         if (mean) mean[i] = mu;
         if (rstd) rstd[i] = r;
         for (size_t k = 0; k < cpg; k++) {

@@ -1,11 +1,12 @@
 /* Group normalisation (GroupNorm, and InstanceNorm as one group per channel) over a C-contiguous
  * (N, C, S) array: each (n, g) group is the contiguous span of C/G channels of S values.
  *
- * Per-ISA span kernels (f32-norm-{scalar,avx2,avx512}.c), chosen once per call by the config
- * table in norm-config.c, and drivers (norm-driver.c) that run the groups on up to nthreads
- * OpenMP threads: each group's moments, then its normalisation while the group is still in
- * cache (one read from memory, one write). The C functions only compute: every shape, dtype and
- * alignment check happens in modulekit/_ext/_norm.pyx before any of them runs. */
+ * Per-ISA span kernels (f32-norm-scalar.c; f32-norm-{avx2,avx512}.c instantiate the one SIMD
+ * template f32-norm.inc.h), chosen once per call by the config table in norm-config.c, and
+ * drivers (norm-driver.c) that run the groups on up to nthreads OpenMP threads: each group's
+ * moments, then its normalisation while the group is still in cache (one read from memory,
+ * one write). The C functions only compute: every shape, dtype and alignment check happens in
+ * modulekit/_ext/_norm.pyx before any of them runs. */
 #ifndef MK_NORM_H
 #define MK_NORM_H
 

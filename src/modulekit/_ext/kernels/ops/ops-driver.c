@@ -70,6 +70,19 @@ ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows)
     return -1;
 }
 
+/* dst[j] = src[j] (accumulate: +=), j < dim: one function per element type */
+#define MK_COPY_ROW(T, NAME)                                                   \
+    static void NAME(size_t dim, const T *src, T *dst, int accumulate)        \
+    {                                                                         \
+        if (accumulate)                                                       \
+            for (size_t j = 0; j < dim; j++) dst[j] += src[j];                \
+        else                                                                  \
+            memcpy(dst, src, dim * sizeof(T));                                \
+    }
+MK_COPY_ROW(double, copy_row_f64)
+MK_COPY_ROW(float, copy_row_f32)
+#undef MK_COPY_ROW
+
 void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
                const void *table, void *out, size_t ldo, int accumulate, int nthreads)
 {
@@ -80,15 +93,10 @@ void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *id
         const size_t row = (size_t)ids[i];
         size_t j;
         switch (table_dtype) {
-        case MK_TABLE_F64: {
-            const double *src = (const double *)table + row * dim;
-            double *dst = (double *)out + (size_t)i * ldo;
-            if (accumulate)
-                for (j = 0; j < dim; j++) dst[j] += src[j];
-            else
-                memcpy(dst, src, dim * sizeof(double));
+        case MK_TABLE_F64:
+            copy_row_f64(dim, (const double *)table + row * dim, (double *)out + (size_t)i * ldo,
+                         accumulate);
             break;
-        }
         case MK_TABLE_F16:
             cfg->f16_widen(dim, (const uint16_t *)table + row * dim, (float *)out + (size_t)i * ldo,
                            accumulate);
@@ -104,14 +112,9 @@ void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *id
             }
             break;
         }
-        default: {
-            const float *src = (const float *)table + row * dim;
-            float *dst = (float *)out + (size_t)i * ldo;
-            if (accumulate)
-                for (j = 0; j < dim; j++) dst[j] += src[j];
-            else
-                memcpy(dst, src, dim * sizeof(float));
-        }
+        default:
+            copy_row_f32(dim, (const float *)table + row * dim, (float *)out + (size_t)i * ldo,
+                         accumulate);
         }
     }
 }

@@ -1,10 +1,11 @@
 /* Row-wise transformer ops: LayerNorm (one pass, optional fused residual add), softmax with the
  * scale and an additive mask folded in, embedding gather.
  *
- * Each op has per-row kernels for the generic, AVX2 (+FMA, F16C) and AVX-512 levels
- * (f32-ops-*.c) and a driver (ops-driver.c) that picks the row kernel once per call and runs
- * the rows on up to nthreads OpenMP threads. The C functions only compute: every shape, stride,
- * dtype and index check happens in modulekit/_ext/_ops.pyx before any of them runs. */
+ * Each op has per-row kernels for the generic (ops-scalar.c), AVX2 (+FMA, F16C) and AVX-512
+ * levels (f32-ops-{avx2,avx512}.c: the one SIMD template f32-ops.inc.h) and a driver
+ * (ops-driver.c) that picks the row kernel once per call and runs the rows on up to nthreads
+ * OpenMP threads. The C functions only compute: every shape, stride, dtype and index check
+ * happens in modulekit/_ext/_ops.pyx before any of them runs. */
 #ifndef MK_OPS_H
 #define MK_OPS_H
 

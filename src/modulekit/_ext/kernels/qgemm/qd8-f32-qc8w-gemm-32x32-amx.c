@@ -16,28 +16,15 @@
 #include "isa.h"
 #if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
 #include <immintrin.h>
-#include <string.h>
 
+#include "common/amx.h"
 #include "qgemm.h"
 
 #define NR 32
 
-typedef struct __attribute__((aligned(64))) {
-    uint8_t palette_id, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} mk_qd8_tilecfg;
-
-/* tiles 0-3: C (rows 0-15 / 16-31 x columns 0-15 / 16-31), 4-5: A, 6-7: B; all 16 x 64 B */
-static const mk_qd8_tilecfg mk_qd8_amx_cfg = {
-    1, 0, {0},
-    {64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0},
-    {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0},
-};
-
 #define TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq")))
 
-TARGET void mk_qd8_amx_begin(void) { _tile_loadconfig(&mk_qd8_amx_cfg); }
+TARGET void mk_qd8_amx_begin(void) { _tile_loadconfig(&mk_amx_cfg_32x32); }
 
 TARGET void mk_qd8_amx_end(void) { _tile_release(); }
 

@@ -97,12 +97,11 @@ int mk_f32_bilinear2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, s
     return 0;
 }
 
-void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
-                      const float *x, float *y, const int32_t *ys, const int32_t *xs,
-                      int nthreads, long long *acct)
+/* Rows [0, total) in chunks of per rows taken from the shared counter by up to nthreads
+ * threads: rows(ctx, lo, hi) for each chunk; acct as above. */
+static void run_chunks(size_t total, size_t per, int nthreads, long long *acct,
+                       void (*rows)(const void *ctx, size_t lo, size_t hi), const void *ctx)
 {
-    const mk_resample_config *cfg = mk_resample_config_for(isa);
-    const size_t total = planes * oh, per = chunk_rows(ow);
     const ptrdiff_t nchunks = (ptrdiff_t)((total + per - 1) / per);
     const long long start = now_ns();
     long long master_done = start;
@@ -111,50 +110,77 @@ void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, s
         ptrdiff_t c;
         #pragma omp for schedule(dynamic, 1) nowait
         for (c = 0; c < nchunks; c++) {
-            const size_t lo = (size_t)c * per, hi = lo + per < total ? lo + per : total;
-            for (size_t r = lo; r < hi; r++) {
-                const size_t p = r / oh, oy = r % oh;
-                float *out = y + r * ow;
-                if (oy > 0 && r > lo && ys[oy] == ys[oy - 1])
-                    memcpy(out, out - ow, ow * sizeof(float));
-                else
-                    cfg->gather(ow, x + p * ih * iw + (size_t)ys[oy] * iw, xs, out);
-            }
+            const size_t lo = (size_t)c * per;
+            rows(ctx, lo, lo + per < total ? lo + per : total);
         }
         if (omp_get_thread_num() == 0) master_done = now_ns();
     }
     account(acct, start, master_done, now_ns());
 }
 
+typedef struct {
+    const mk_resample_config *cfg;
+    size_t ih, iw, oh, ow;
+    const float *x;
+    float *y;
+    const int32_t *ys, *xs;
+} nearest_job;
+
+static void nearest_rows(const void *ctx, size_t lo, size_t hi)
+{
+    const nearest_job *j = (const nearest_job *)ctx;
+    const size_t oh = j->oh, ow = j->ow;
+    for (size_t r = lo; r < hi; r++) {
+        const size_t p = r / oh, oy = r % oh;
+        float *out = j->y + r * ow;
+        if (oy > 0 && r > lo && j->ys[oy] == j->ys[oy - 1])
+            memcpy(out, out - ow, ow * sizeof(float));
+        else
+            j->cfg->gather(ow, j->x + p * j->ih * j->iw + (size_t)j->ys[oy] * j->iw, j->xs, out);
+    }
+}
+
+void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
+                      const float *x, float *y, const int32_t *ys, const int32_t *xs,
+                      int nthreads, long long *acct)
+{
+    const nearest_job j = {mk_resample_config_for(isa), ih, iw, oh, ow, x, y, ys, xs};
+    run_chunks(planes * oh, chunk_rows(ow), nthreads, acct, nearest_rows, &j);
+}
+
+typedef struct {
+    const mk_resample_config *cfg;
+    size_t len, inner, out_len, ntaps;
+    const float *x;
+    float *y;
+    const int32_t *idx;
+    const float *w;
+} taps_job;
+
+static void taps_rows(const void *ctx, size_t lo, size_t hi)
+{
+    const taps_job *j = (const taps_job *)ctx;
+    const size_t len = j->len, inner = j->inner, out_len = j->out_len;
+    for (size_t r = lo; r < hi; r++) {
+        if (inner == 1) {
+            j->cfg->wgather(out_len, j->ntaps, j->x + r * len, j->idx, j->w, out_len,
+                            j->y + r * out_len);
+        } else {
+            const size_t a = r / out_len, o = r % out_len;
+            j->cfg->wsum(inner, j->ntaps, j->x + a * len * inner, inner, j->idx + o, j->w + o,
+                         out_len, j->y + r * inner);
+        }
+    }
+}
+
 void mk_f32_taps_axis(int isa, size_t outer, size_t len, size_t inner, size_t out_len,
                       size_t ntaps, const float *x, float *y, const int32_t *idx, const float *w,
                       int nthreads, long long *acct)
 {
-    const mk_resample_config *cfg = mk_resample_config_for(isa);
+    const taps_job j = {mk_resample_config_for(isa), len, inner, out_len, ntaps, x, y, idx, w};
     /* inner == 1: rows of out_len weighted gathers, one per outer index; else rows of inner
      * values, one per (outer, output) pair */
     const size_t row_len = inner == 1 ? out_len : inner;
-    const size_t total = inner == 1 ? outer : outer * out_len, per = chunk_rows(row_len);
-    const ptrdiff_t nchunks = (ptrdiff_t)((total + per - 1) / per);
-    const long long start = now_ns();
-    long long master_done = start;
-    #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
-    {
-        ptrdiff_t c;
-        #pragma omp for schedule(dynamic, 1) nowait
-        for (c = 0; c < nchunks; c++) {
-            const size_t lo = (size_t)c * per, hi = lo + per < total ? lo + per : total;
-            for (size_t r = lo; r < hi; r++) {
-                if (inner == 1) {
-                    cfg->wgather(out_len, ntaps, x + r * len, idx, w, out_len, y + r * out_len);
-                } else {
-                    const size_t a = r / out_len, o = r % out_len;
-                    cfg->wsum(inner, ntaps, x + a * len * inner, inner, idx + o, w + o, out_len,
-                              y + r * inner);
-                }
-            }
-        }
-        if (omp_get_thread_num() == 0) master_done = now_ns();
-    }
-    account(acct, start, master_done, now_ns());
+    const size_t total = inner == 1 ? outer : outer * out_len;
+    run_chunks(total, chunk_rows(row_len), nthreads, acct, taps_rows, &j);
 }

@@ -12,9 +12,10 @@
  * Rows are handed out in chunks from a shared counter; acct (may be NULL) receives
  * {ns the calling thread worked, ns it then waited for the team} for the contention back-off.
  *
- * Per-ISA row kernels (f32-resample-{scalar,avx2,avx512}.c), one config table
- * (resample-config.c) and the drivers (resample-driver.c). Every index is checked in
- * modulekit/_ext/_resample.pyx before any of this runs. */
+ * Per-ISA row kernels (f32-resample-scalar.c; f32-resample-{avx2,avx512}.c instantiate the one
+ * SIMD template f32-resample.inc.h), one config table (resample-config.c) and the drivers
+ * (resample-driver.c). Every index is checked in modulekit/_ext/_resample.pyx before any of
+ * this runs. */
 #ifndef MK_RESAMPLE_H
 #define MK_RESAMPLE_H
 
