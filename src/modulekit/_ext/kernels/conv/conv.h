@@ -56,25 +56,13 @@ typedef struct {
  *           c + r*c_rs + segs[s].off + i                     output
  *   res   : residual, same addressing as c (NULL: none)   input
  *   act   : MK_ACT_* */
-typedef void (*mk_igemm_fn)(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
-                            int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
-                            const mk_seg *segs, int nseg, int act);
+typedef void mk_igemm_ukernel(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
+                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                              const mk_seg *segs, int nseg, int act);
+typedef mk_igemm_ukernel *mk_igemm_fn;
 
-void mk_f32_igemm_8x16_scalar(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
-                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
-                              const mk_seg *segs, int nseg, int act);
-void mk_f32_igemm_8x24_avx2(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
-                            int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
-                            const mk_seg *segs, int nseg, int act);
-void mk_f32_igemm_8x32_avx512(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
-                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
-                              const mk_seg *segs, int nseg, int act);
-void mk_f32_igemm_8x16_avx512(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
-                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
-                              const mk_seg *segs, int nseg, int act);
-void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
-                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
-                              const mk_seg *segs, int nseg, int act);
+mk_igemm_ukernel mk_f32_igemm_8x16_scalar, mk_f32_igemm_8x24_avx2, mk_f32_igemm_8x32_avx512,
+    mk_f32_igemm_8x16_avx512, mk_f32_igemm_8x48_avx512;
 
 /* Geometry of one 2-D convolution / pooling window walk. */
 typedef struct {
