@@ -14,8 +14,9 @@ from modulekit.nn._input import as_input
 __all__ = ["BatchNorm1d", "BatchNorm2d"]
 
 
-class _BatchNorm(Module):
-    _dims: tuple[int, ...] = ()
+class _NormBase(Module):
+    """What the batch and instance norms share (torch's ``_NormBase``): ``num_features``,
+    ``eps``, ``momentum``, the affine ``weight``/``bias`` and the running statistics."""
 
     def __init__(
         self,
@@ -78,6 +79,10 @@ class _BatchNorm(Module):
             self.running_mean.copy_(np.zeros(self.num_features))
             self.running_var.copy_(np.ones(self.num_features))
             self.num_batches_tracked.copy_(np.zeros((), np.int64))
+
+
+class _BatchNorm(_NormBase):
+    _dims: tuple[int, ...] = ()
 
     def _check_input(self, x: np.ndarray) -> None:
         name = type(self).__name__

@@ -9,13 +9,13 @@ import warnings
 
 import numpy as np
 
-from modulekit._ext._tensor import Parameter, Tensor
+from modulekit._ext._tensor import Parameter
 from modulekit.device import as_device
-from modulekit.dtypes import as_dtype, float32, int64
+from modulekit.dtypes import as_dtype, float32
 from modulekit.module import Module
 from modulekit.nn import _functional_norm as FN
 from modulekit.nn._input import as_input
-from modulekit.nn.modules.batchnorm import _BatchNorm
+from modulekit.nn.modules.batchnorm import _BatchNorm, _NormBase
 
 __all__ = [
     "BatchNorm3d",
@@ -102,43 +102,14 @@ class GroupNorm(Module):
                                    self.eps, op="GroupNorm")
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(_NormBase):
     _spatial = 0
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = False, track_running_stats: bool = False, device=None,
                  dtype=None, *, bias: bool = True) -> None:
-        super().__init__()
-        name = type(self).__name__
-        num_features = _positive_int(num_features, "num_features", name)
-        if device is not None:
-            as_device(device)
-        dtype = _float_dtype(dtype, name)
-        self.num_features, self.eps, self.momentum = num_features, float(eps), momentum
-        self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
-        npdt = dtype.numpy
-        if self.affine:
-            self.weight = Parameter(np.ones(num_features, npdt))
-            if bias:
-                self.bias = Parameter(np.zeros(num_features, npdt))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if self.track_running_stats:
-            self.register_buffer("running_mean", Tensor(np.zeros(num_features, npdt)))
-            self.register_buffer("running_var", Tensor(np.ones(num_features, npdt)))
-            self.register_buffer("num_batches_tracked", Tensor(np.zeros((), int64.numpy)))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
-
-    def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-                f"affine={self.affine}, bias={self.bias is not None}, "
-                f"track_running_stats={self.track_running_stats}")
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
+                         dtype, bias=bias)
 
     def forward(self, input) -> np.ndarray:
         name = type(self).__name__
