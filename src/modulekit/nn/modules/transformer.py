@@ -25,6 +25,20 @@ def linear_act(linear: Linear, x2d: np.ndarray, activation: str = "none", alpha=
     return linear._compute(x2d, activation, alpha, beta)
 
 
+
+def _feedforward_activation(activation) -> tuple:
+    """``(activation, epilogue)`` of a transformer layer's feed-forward: 'relu' / 'gelu' as
+    torch's (a module), or any callable; the epilogue (ReLU, GELU, SiLU...: applied in
+    linear1's GEMM) or None."""
+    if isinstance(activation, str):
+        if activation not in ("relu", "gelu"):
+            raise RuntimeError(f"activation should be relu/gelu, not {activation}")
+        activation = ReLU() if activation == "relu" else GELU()
+    elif not callable(activation):
+        raise TypeError(f"activation must be 'relu', 'gelu' or a callable, got {activation!r}")
+    epilogue = getattr(activation, "_epilogue", None) if isinstance(activation, Module) else None
+    return activation, epilogue
+
 class TransformerEncoderLayer(Module):
     """Self-attention and feed-forward block, as ``torch.nn.TransformerEncoderLayer``.
 
@@ -73,17 +87,7 @@ class TransformerEncoderLayer(Module):
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
         self.batch_first = batch_first
-        if isinstance(activation, str):
-            if activation not in ("relu", "gelu"):
-                raise RuntimeError(f"activation should be relu/gelu, not {activation}")
-            activation = ReLU() if activation == "relu" else GELU()
-        elif not callable(activation):
-            raise TypeError(f"activation must be 'relu', 'gelu' or a callable, got {activation!r}")
-        self.activation = activation
-        # ReLU, GELU (both forms), SiLU...: applied in linear1's GEMM epilogue
-        self._ff_epilogue = (
-            getattr(activation, "_epilogue", None) if isinstance(activation, Module) else None
-        )
+        self.activation, self._ff_epilogue = _feedforward_activation(activation)
 
     def _sa(self, x, attn_mask, key_padding_mask, batched):
         # x: (N, L, E) batch-first

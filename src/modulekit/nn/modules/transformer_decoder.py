@@ -10,7 +10,6 @@ import numpy as np
 
 from modulekit.module import Module
 from modulekit.nn._input import as_input
-from modulekit.nn.modules.activation import GELU, ReLU
 from modulekit.nn.modules.attention import MultiheadAttention
 from modulekit.nn.modules.container import ModuleList
 from modulekit.nn.modules.dropout import Dropout
@@ -19,6 +18,7 @@ from modulekit.nn.modules.normalization import LayerNorm
 from modulekit.nn.modules.transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
+    _feedforward_activation,
     linear_act,
 )
 
@@ -85,16 +85,7 @@ class TransformerDecoderLayer(Module):
         self.dropout2 = Dropout(dropout)
         self.dropout3 = Dropout(dropout)
         self.batch_first = batch_first
-        if isinstance(activation, str):
-            if activation not in ("relu", "gelu"):
-                raise RuntimeError(f"activation should be relu/gelu, not {activation}")
-            activation = ReLU() if activation == "relu" else GELU()
-        elif not callable(activation):
-            raise TypeError(f"activation must be 'relu', 'gelu' or a callable, got {activation!r}")
-        self.activation = activation
-        self._ff_epilogue = (
-            getattr(activation, "_epilogue", None) if isinstance(activation, Module) else None
-        )
+        self.activation, self._ff_epilogue = _feedforward_activation(activation)
 
     def _sa(self, x, attn_mask, key_padding_mask, batched, is_causal):
         if is_causal and attn_mask is None:
