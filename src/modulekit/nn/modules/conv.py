@@ -11,12 +11,12 @@ import numpy as np
 
 from modulekit._ext import _conv
 from modulekit._ext._tensor import Parameter
-from modulekit.device import as_device
-from modulekit.dtypes import as_dtype, float32
+from modulekit.dtypes import as_dtype
 from modulekit.nn._input import as_input
 from modulekit.nn._random import default_generator
 from modulekit.nn.modules._packed import PackedWeightLayer
 from modulekit.nn.modules.batchnorm import BatchNorm2d
+from modulekit.nn.modules.conv_nd import _check_channels, _layer_dtype
 
 __all__ = ["Conv2d", "fold_conv_bn"]
 
@@ -82,26 +82,12 @@ class Conv2d(PackedWeightLayer):
         dtype=None,
     ) -> None:
         super().__init__()
-        for name, value in (
-            ("in_channels", in_channels),
-            ("out_channels", out_channels),
-            ("groups", groups),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"Conv2d: {name} must be a positive int, got {value!r}")
-        if in_channels % groups:
-            raise ValueError("Conv2d: in_channels must be divisible by groups")
-        if out_channels % groups:
-            raise ValueError("Conv2d: out_channels must be divisible by groups")
+        _check_channels(in_channels, out_channels, groups, "Conv2d")
         if padding_mode not in _PADDING_MODES:
             raise ValueError(
                 f"Conv2d: padding_mode must be one of {_PADDING_MODES}, got {padding_mode!r}"
             )
-        if device is not None:
-            as_device(device)
-        dtype = float32 if dtype is None else as_dtype(dtype)
-        if not dtype.is_floating:
-            raise TypeError(f"Conv2d: dtype must be a floating type, got {dtype.name}")
+        dtype = _layer_dtype(dtype, device, "Conv2d")
         self.in_channels = int(in_channels)
         self.out_channels = int(out_channels)
         self.kernel_size = _pair(kernel_size, "kernel_size")
