@@ -294,6 +294,13 @@ IM2COL_GEOMETRIES = [
 ]
 
 
+def test_conv_config_names_the_active_path(isa):
+    # one table (conv-config.c) holds each level's kernels: its wide igemm tile is named for it
+    assert _conv.kernel_name() == {"generic": "f32-igemm-8x16-scalar",
+                                   "avx2": "f32-igemm-8x24-avx2",
+                                   "avx512": "f32-igemm-8x48-avx512"}[isa]
+
+
 @pytest.mark.parametrize("geom", IM2COL_GEOMETRIES, ids=lambda g: "-".join(map(str, g)))
 def test_im2col_path(isa, rng, geom):
     """im2col + the lane-exact GEMM: against torch, on views, and bit-identical to the igemm."""

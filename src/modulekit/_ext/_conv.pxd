@@ -28,11 +28,33 @@ cdef extern from "conv/conv.h" nogil:
     void mk_conv2d_f64(const mk_conv_geom *g, const double *x, int groups, int Cout,
                        const double *w, const double *bias, double *out, const double *res,
                        int act, int nthreads)
+    # the configuration: each call's algorithm (conv-config.c)
+    enum:
+        MK_W_F64
+        MK_CONV_FORCE_AUTO
+        MK_CONV_FORCE_IGEMM
+    enum:  # mk_conv_algo
+        MK_CONV_ALGO_F64
+        MK_CONV_ALGO_DEPTHWISE
+        MK_CONV_ALGO_WINOGRAD
+        MK_CONV_ALGO_IM2COL
+        MK_CONV_ALGO_ROWS
+        MK_CONV_ALGO_1X1
+        MK_CONV_ALGO_IGEMM
+    ctypedef struct mk_conv_config:
+        const char *name
+        int lane_exact
+    const mk_conv_config *mk_conv_get_config(int isa)
+    ctypedef struct mk_conv_layer:
+        int groups, Cout, wtype, depthwise, force
+    ctypedef struct mk_conv_choice:
+        int algo, wino_m, wino_eng, direct
+    void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads,
+                        mk_conv_choice *c)
+    int mk_conv_maxpool_fused(const mk_conv_layer *l, const mk_conv_geom *g,
+                              const mk_conv_geom *pg, int isa, int nthreads)
     # Winograd F(m x m, 3 x 3) (f32-winograd-driver.c)
-    int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthreads)
-    int mk_conv_winograd_supported(int m, int isa)
     int mk_conv_winograd_set_engine(int mode)
-    int mk_conv_winograd_engine(const mk_conv_geom *g, int Cout, int m, int isa, int nthreads)
     ctypedef struct mk_wino_eng_api:
         pass
     void mk_wino_eng_install(const mk_wino_eng_api *api)
@@ -107,12 +129,11 @@ cdef class PackedConv2d:
     # lazily built transformed weights, {tile size: float32 panels}
     cdef str _algorithm
     cdef dict _wino
-    cdef int _winograd_tile(self, mk_conv_geom *g, int isa, int nthreads)
+    cdef mk_conv_layer _layer(self)
     cdef _shape_geom(self, input_shape, mk_conv_geom *g)
-    cdef bint _im2col(self, mk_conv_geom *g, int isa)
-    cdef bint _rows(self, mk_conv_geom *g, int isa)
     cdef tuple _geometry(self, x, mk_conv_geom *gp)
-    cdef bint _maxpool_fused(self, mk_conv_geom *g, mk_conv_geom *pg, int isa)
     cdef _run(self, mk_conv_geom *g, cnp.ndarray x, cnp.ndarray out, cnp.ndarray res, int act,
               float *mean=*)
+    cdef _igemm(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act, bint direct,
+                int isa, int nthreads)
     cdef _forward(self, x, activation, residual, bint want_mean)

@@ -89,11 +89,19 @@ cdef cnp.ndarray _scratch(Py_ssize_t n):
         buf = np.empty(max(n, 1024), np.float32)
         _tls.buf = buf
     return buf
-_STORAGE = {"float32": MK_W_F32, "float16": MK_W_F16, "bfloat16": MK_W_BF16, "float64": -1}
+_STORAGE = {"float32": MK_W_F32, "float16": MK_W_F16, "bfloat16": MK_W_BF16,
+            "float64": MK_W_F64}
 _MAX_TAPS = 256  # depthwise kernels up to KH*KW = 256 (16x16)
 
 # Winograd: the algorithm names and the weight-transform matrices G (alpha x 3) per tile size
 _ALGORITHMS = frozenset({"auto", "igemm", "winograd-2x2", "winograd-4x4"})
+# PackedConv2d.algorithm as mk_conv_layer.force, and mk_conv_choose's answers by name (the
+# lane-exact direct 1x1 is the igemm's GEMM without its lane waste: 'igemm' to the user)
+_FORCE = {"auto": MK_CONV_FORCE_AUTO, "igemm": MK_CONV_FORCE_IGEMM, "winograd-2x2": 2,
+          "winograd-4x4": 4}
+_ALGORITHM_NAMES = {MK_CONV_ALGO_F64: "float64", MK_CONV_ALGO_DEPTHWISE: "depthwise",
+                    MK_CONV_ALGO_IM2COL: "im2col", MK_CONV_ALGO_ROWS: "igemm-rows",
+                    MK_CONV_ALGO_1X1: "igemm", MK_CONV_ALGO_IGEMM: "igemm"}
 _WINO_G = {
     2: np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64),
     # float literals: cdivision would fold 1 / 4 as a C integer division
@@ -305,53 +313,28 @@ cdef class PackedConv2d:
         'igemm', 'im2col' (small output maps on AVX-512, see ``f32-conv-im2col.c``),
         'igemm-rows' (at most 4 input channels on AVX-512: the igemm in row bands, see
         ``mk_conv2d_rows_f32``), 'winograd-2x2', 'winograd-4x4', 'depthwise' or 'float64'.
+        The choice is ``mk_conv_choose``'s (``kernels/conv/conv-config.c``).
 
         Depends on the instruction-set path and the thread count in effect.
         """
-        if self.storage == "float64":
-            return "float64"
-        if self.depthwise:
-            return "depthwise"
         cdef mk_conv_geom g
         self._shape_geom(input_shape, &g)
-        cdef int isa = <int>active_isa()
-        cdef int m = self._winograd_tile(&g, isa, effective_threads())
-        if m:
-            return f"winograd-{m}x{m}"
-        if self._im2col(&g, isa):
-            return "im2col"
-        if self._rows(&g, isa):
-            return "igemm-rows"
-        return "igemm"
+        cdef mk_conv_layer layer = self._layer()
+        cdef mk_conv_choice c
+        mk_conv_choose(&layer, &g, <int>active_isa(), effective_threads(), &c)
+        if c.algo == MK_CONV_ALGO_WINOGRAD:
+            return f"winograd-{c.wino_m}x{c.wino_m}"
+        return _ALGORITHM_NAMES[c.algo]
 
-    cdef bint _rows(self, mk_conv_geom *g, int isa):
-        """Whether a non-Winograd, non-im2col call runs the row-band igemm
-        (mk_conv2d_rows_f32): on AVX-512 with float32 weights, groups 1, for inputs of at
-        most 4 channels (a network's first layer), not a direct 1x1 convolution. Each thread
-        copies the phase rows of its bands of output rows into a band-sized buffer that stays
-        in its caches, where the whole-image phase image is as large as the input and is
-        written, synchronised and read back. Same sums as the igemm (bit-identical);
-        'igemm' forces the whole-image path."""
-        return (isa >= MK_ISA_AVX512 and self._wtype == MK_W_F32 and self.groups == 1 and
-                not self.depthwise and self._algorithm != "igemm" and g.C <= 4 and
-                not _direct_1x1(g))
-
-    cdef bint _im2col(self, mk_conv_geom *g, int isa):
-        """Whether a non-Winograd call runs im2col + the lane-exact 1x1 GEMM
-        (f32-conv-im2col.c): on AVX-512 with float32 weights, groups 1, not a direct 1x1
-        convolution, output maps of at most 4096 pixels whose count is not a multiple of 16
-        (where the igemm's grid tiles waste lanes: 64 lanes for a 7x7 map, 240 for 14x14) or
-        from a strided 1x1 kernel (ResNet's 28x28 downsample: 53-58 -> 47-50 us, the
-        channel split of mk_conv1x1_f32 balancing its 17 tiles of 48 pixels), and
-        at least 32 output channels (the copy is 1/Cout of the multiply-adds), one image (at
-        batch 32 ResNet-18 measured about 4% slower with it). 'igemm' forces the phase-image
-        igemm."""
-        cdef Py_ssize_t hw = <Py_ssize_t>g.OH * g.OW
-        return (isa >= MK_ISA_AVX512 and self._wtype == MK_W_F32 and self.groups == 1 and
-                g.N == 1 and
-                self._algorithm != "igemm" and self.out_channels >= 32 and
-                (hw % 16 != 0 or (g.KH == 1 and g.KW == 1)) and
-                hw <= 4096 and not _direct_1x1(g))
+    cdef mk_conv_layer _layer(self):
+        """The layer as ``mk_conv_choose`` sees it."""
+        cdef mk_conv_layer layer
+        layer.groups = self.groups
+        layer.Cout = self.out_channels
+        layer.wtype = self._wtype
+        layer.depthwise = self.depthwise
+        layer.force = _FORCE[self._algorithm]
+        return layer
 
     cdef _shape_geom(self, input_shape, mk_conv_geom *g):
         """Fill *g for an (N, C_in, H, W) C-contiguous input."""
@@ -368,27 +351,12 @@ cdef class PackedConv2d:
     def _winograd_engine_for(self, input_shape):
         """Whether a Winograd call for this input runs its GEMM stage in the GEMM engine's
         orientation (False: the igemm one, or no Winograd). For tests and benchmarks."""
-        if self.storage == "float64" or self.depthwise:
-            return False
         cdef mk_conv_geom g
         self._shape_geom(input_shape, &g)
-        cdef int isa = <int>active_isa()
-        cdef int nthreads = effective_threads()
-        cdef int m = self._winograd_tile(&g, isa, nthreads)
-        return bool(m and mk_conv_winograd_engine(&g, self.out_channels, m, isa, nthreads))
-
-    cdef int _winograd_tile(self, mk_conv_geom *g, int isa, int nthreads):
-        """Winograd tile size for this call (0: the implicit GEMM)."""
-        if (self.groups != 1 or self.storage == "float64" or self.depthwise or
-                self._algorithm == "igemm" or g.KH != 3 or g.KW != 3 or g.sy != 1 or
-                g.sx != 1 or g.dy != 1 or g.dx != 1 or g.sw != 1):
-            return 0
-        if self._algorithm == "auto":
-            return mk_conv_winograd_choose(g, self.out_channels, isa, nthreads)
-        cdef int m = 4 if self._algorithm == "winograd-4x4" else 2
-        if not mk_conv_winograd_supported(m, isa):
-            m = 2
-        return m
+        cdef mk_conv_layer layer = self._layer()
+        cdef mk_conv_choice c
+        mk_conv_choose(&layer, &g, <int>active_isa(), effective_threads(), &c)
+        return bool(c.wino_eng)
 
     def _winograd_weights(self, int m, int eng=0, int isa=0):
         """U = G w G^T for tile size m (cached): packed as alpha^2 groups of igemm panels, or
@@ -597,15 +565,6 @@ cdef class PackedConv2d:
         gp[0] = g
         return xa, unbatched, oshape
 
-    cdef bint _maxpool_fused(self, mk_conv_geom *g, mk_conv_geom *pg, int isa):
-        """Whether forward_maxpool runs the fused kernel (mk_conv2d_rows_f32): on AVX-512,
-        float32 weights, groups 1, where the phase-image or row-band igemm would run (not
-        Winograd, im2col or the direct 1x1 paths), pooling column stride 1 or 2."""
-        return (isa >= MK_ISA_AVX512 and self._wtype == MK_W_F32 and self.groups == 1 and
-                not self.depthwise and self._algorithm != "igemm" and
-                self._winograd_tile(g, isa, effective_threads()) == 0 and
-                not self._im2col(g, isa) and not _direct_1x1(g) and pg.sx in (1, 2))
-
     def forward_maxpool(self, x, activation=None, kernel_size=2, stride=None, padding=0,
                         dilation=1, ceil_mode=False):
         """``max_pool2d(act(conv(x) + bias), kernel_size, stride, padding, dilation,
@@ -625,11 +584,12 @@ cdef class PackedConv2d:
         xa, unbatched, oshape = self._geometry(x, &g)
         cdef int isa = <int>active_isa()
         cdef int nthreads = effective_threads()
+        cdef mk_conv_layer layer = self._layer()
         k, s, p, d = _conv_pool_geom(&pg, oshape, kernel_size, stride, padding, dilation,
                                      ceil_mode)
         if g.N == 0:  # an empty batch: nothing to compute
             return np.empty((0, self.out_channels, pg.OH, pg.OW), self.compute_dtype)
-        if self.storage == "float64" or not self._maxpool_fused(&g, &pg, isa):
+        if not mk_conv_maxpool_fused(&layer, &g, &pg, isa, nthreads):
             y = self.forward(xa, activation)
             y = max_pool2d(y, k, s, p, d, ceil_mode)
             return y[0] if unbatched else y
@@ -658,7 +618,8 @@ cdef class PackedConv2d:
         xa = np.empty((n, c, h, w), self.compute_dtype)
         _, _, oshape = self._geometry(xa, &g)
         _conv_pool_geom(&pg, oshape, kernel_size, stride, padding, dilation, ceil_mode)
-        if self.storage != "float64" and self._maxpool_fused(&g, &pg, <int>active_isa()):
+        cdef mk_conv_layer layer = self._layer()
+        if mk_conv_maxpool_fused(&layer, &g, &pg, <int>active_isa(), effective_threads()):
             return "igemm-maxpool"
         return self.algorithm_for(input_shape) + "+max_pool2d"
 
@@ -753,20 +714,22 @@ cdef class PackedConv2d:
         cdef void *rp = NULL if res is None else cnp.PyArray_DATA(res)
         cdef cnp.ndarray packed = self._packed
         cdef cnp.ndarray bias = self._bias
-        cdef cnp.ndarray phase, koff, wide, scratch, wf, bf
+        cdef cnp.ndarray koff, scratch, wf, bf
         cdef void *wp = cnp.PyArray_DATA(packed)
         cdef void *bp = NULL
         cdef int groups = self.groups, cout = self.out_channels
-        cdef bint direct
-        if self.storage == "float64":
+        cdef mk_conv_layer layer = self._layer()
+        cdef mk_conv_choice c
+        mk_conv_choose(&layer, g, isa, nthreads, &c)
+        cdef int rc
+        if c.algo == MK_CONV_ALGO_F64:
             if bias is not None:
                 bp = cnp.PyArray_DATA(bias)
             with nogil:
                 mk_conv2d_f64(g, <const double *>xp, groups, cout, <const double *>wp,
                               <const double *>bp, <double *>op, <const double *>rp, act,
                               nthreads)
-            return
-        if self.depthwise:
+        elif c.algo == MK_CONV_ALGO_DEPTHWISE:
             wf = packed if self._wtype == MK_W_F32 else np.ascontiguousarray(
                 packed, dtype=np.float32)
             bf = None
@@ -780,44 +743,34 @@ cdef class PackedConv2d:
                 mk_dwconv2d_f32(g, <const float *>xp, <const float *>wp, <const float *>bp,
                                 <float *>cnp.PyArray_DATA(scratch), <float *>op,
                                 <const float *>rp, act, isa, nthreads)
-            return
-        cdef int wm = self._winograd_tile(g, isa, nthreads)
-        cdef cnp.ndarray wu, wscratch
-        cdef int rc, eng
-        if wm:
-            eng = mk_conv_winograd_engine(g, cout, wm, isa, nthreads)
-            wu = self._winograd_weights(wm, eng, isa)
-            wscratch = _scratch(mk_conv_winograd_scratch(g, cout, wm, isa, nthreads, eng))
+        elif c.algo == MK_CONV_ALGO_WINOGRAD:
+            wf = self._winograd_weights(c.wino_m, c.wino_eng, isa)
+            scratch = _scratch(mk_conv_winograd_scratch(g, cout, c.wino_m, isa, nthreads,
+                                                        c.wino_eng))
             with nogil:
-                rc = mk_conv2d_winograd_f32(g, <const float *>xp, cout, wm,
-                                            <const float *>cnp.PyArray_DATA(wu), eng,
-                                            <float *>cnp.PyArray_DATA(wscratch), <float *>op,
+                rc = mk_conv2d_winograd_f32(g, <const float *>xp, cout, c.wino_m,
+                                            <const float *>cnp.PyArray_DATA(wf), c.wino_eng,
+                                            <float *>cnp.PyArray_DATA(scratch), <float *>op,
                                             <const float *>rp, act, isa, nthreads)
             if rc != 0:
                 raise MemoryError("conv2d: Winograd GEMM buffer allocation failed")
-            return
-        if self._im2col(g, isa):
-            wscratch = _scratch(mk_conv_im2col_size(g))
+        elif c.algo == MK_CONV_ALGO_IM2COL:
+            scratch = _scratch(mk_conv_im2col_size(g))
             koff = np.empty(g.C * g.KH * g.KW, np.intp)
             with nogil:
                 mk_conv2d_im2col_f32(g, <const float *>xp, cout, <const float *>wp,
-                                     <float *>cnp.PyArray_DATA(wscratch),
+                                     <float *>cnp.PyArray_DATA(scratch),
                                      <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                                      <const float *>rp, act, nthreads)
-            return
-        if self._rows(g, isa):
-            wscratch = _scratch(mk_conv_rows_scratch(g, NULL, cout, nthreads))
+        elif c.algo == MK_CONV_ALGO_ROWS:
+            scratch = _scratch(mk_conv_rows_scratch(g, NULL, cout, nthreads))
             koff = np.empty(g.C * g.KH * g.KW, np.intp)
             with nogil:
                 mk_conv2d_rows_f32(g, NULL, <const float *>xp, cout, <const float *>wp,
-                                   <float *>cnp.PyArray_DATA(wscratch),
+                                   <float *>cnp.PyArray_DATA(scratch),
                                    <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                                    <const float *>rp, act, isa, nthreads)
-            return
-        direct = _direct_1x1(g)
-        cdef float *php = NULL
-        cdef float *widep = NULL
-        if direct and _conv1x1_lanes(g, groups, cout, self._wtype, isa):
+        elif c.algo == MK_CONV_ALGO_1X1:
             koff = np.empty(g.C, np.intp)
             with nogil:
                 mk_conv1x1_mean_f32(g.N, g.C, <Py_ssize_t>g.H * g.W, <const float *>xp, g.sn,
@@ -825,15 +778,27 @@ cdef class PackedConv2d:
                                     <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                                     <const float *>rp, act, mean, nthreads)
             return True if mean != NULL else None
+        else:
+            self._igemm(g, xp, op, rp, act, c.direct, isa, nthreads)
+
+    cdef _igemm(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act, bint direct,
+                int isa, int nthreads):
+        """The implicit GEMM (mk_conv2d_f32) over the phase image, or (``direct``) over the
+        input itself."""
+        cdef cnp.ndarray packed = self._packed
+        cdef cnp.ndarray phase, wide
+        cdef float *php = NULL
+        cdef float *widep = NULL
         if not direct:
             phase = _scratch(mk_conv_phase_size(g, g.C))
             php = <float *>cnp.PyArray_DATA(phase)
         if self._wtype != MK_W_F32:
             wide = np.empty(packed.size, np.float32)
             widep = <float *>cnp.PyArray_DATA(wide)
-        koff = np.empty((g.C // groups) * g.KH * g.KW, np.intp)
+        cdef cnp.ndarray koff = np.empty((g.C // self.groups) * g.KH * g.KW, np.intp)
         with nogil:
-            mk_conv2d_f32(g, <const float *>xp, groups, cout, wp, self._wtype, widep, php,
+            mk_conv2d_f32(g, <const float *>xp, self.groups, self.out_channels,
+                          cnp.PyArray_DATA(packed), self._wtype, widep, php,
                           <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                           <const float *>rp, act, isa, nthreads)
 
@@ -849,22 +814,6 @@ cdef tuple _conv_pool_geom(mk_conv_geom *pg, tuple oshape, kernel_size, stride, 
     pg.sn = pg.C * pg.sc
     _fill_pool_window(pg, k, s, p, d, ceil_mode, "max_pool2d")
     return k, s, p, d
-
-
-cdef bint _direct_1x1(mk_conv_geom *g):
-    """1x1, stride 1, unpadded, over a contiguous plane: the input itself is the GEMM's B."""
-    return (g.KH == 1 and g.KW == 1 and g.sy == 1 and g.sx == 1 and g.pt == 0 and
-            g.pl == 0 and g.pb == 0 and g.pr == 0 and g.sw == 1 and g.sh == g.W)
-
-
-cdef bint _conv1x1_lanes(mk_conv_geom *g, int groups, int cout, int wtype, int isa):
-    """Whether a direct 1x1 convolution runs f32-conv1x1-driver.c instead of the generic
-    driver: on AVX-512 with float32 weights, for maps whose pixel count leaves a remainder of
-    16 (7x7, 14x14: no lane waste there) and small enough (4096 pixels) that splitting the
-    output channels over the threads keeps them busy."""
-    cdef Py_ssize_t hw = <Py_ssize_t>g.H * g.W
-    return (isa >= MK_ISA_AVX512 and wtype == MK_W_F32 and groups == 1 and hw % 16 != 0
-            and hw <= 4096)
 
 
 def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, storage=None):
@@ -958,7 +907,7 @@ def pack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1, st
     self.has_bias = b is not None
     self.depthwise = (groups > 1 and groups == cout and cin_g == 1 and kh * kw <= _MAX_TAPS
                       and storage != "float64")
-    self._wtype = _STORAGE[storage] if storage != "float64" else MK_W_F32
+    self._wtype = _STORAGE[storage]
     sdtype = bfloat16_numpy() if storage == "bfloat16" else np.dtype(storage)
 
     if storage == "float64" or self.depthwise:
@@ -1054,6 +1003,12 @@ def _attach_conv2d(in_channels, out_channels, groups, kernel_size, stride, dilat
         out._bias = braw.view(out._bias.dtype).reshape(out._bias.shape)
     out._wino = {}
     return out
+
+
+def kernel_name():
+    """The wide implicit-GEMM kernel of the convolution configuration the active
+    instruction-set level runs (``"f32-igemm-8x48-avx512"``, ...; ``conv-config.c``)."""
+    return mk_conv_get_config(<int>active_isa()).name.decode()
 
 
 def _set_winograd_engine(int mode):
@@ -1520,7 +1475,7 @@ cdef class DepthwiseChain:
 
     def __call__(self, x, band_rows=0):
         """Run the block on ``x`` (N, C_in, H, W); returns (N, C_out, OH, OW) float32."""
-        if active_isa() < MK_ISA_AVX512 or not self._fusable:
+        if not mk_conv_get_config(<int>active_isa()).lane_exact or not self._fusable:
             ae, ad, ap = self.activations
             y = x if self.expand is None else self.expand.forward(x, ae)
             y = self.dw.forward(y, ad)

@@ -34,7 +34,7 @@
 #define MK_CONV_ACT_F64(v, act) mk_act_f64x1((v), (act), 0.0, 0.0)
 
 /* Storage type of packed weights. */
-enum { MK_W_F32 = 0, MK_W_F16 = 1, MK_W_BF16 = 2 };
+enum { MK_W_F32 = 0, MK_W_F16 = 1, MK_W_BF16 = 2, MK_W_F64 = 3 /* the float64 loop's */ };
 
 /* One run of tile lanes [lo, hi) that lands on one output row: lane i goes to out + off + i. */
 typedef struct {
@@ -115,11 +115,6 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
  * U = G w G^T is packed once per tile size as alpha^2 groups of igemm panels; the bias sits in
  * the panel bias slot of t = (1, 1) only (column 1 of A^T is all ones). */
 
-/* Pick the igemm kernel and tile width for a GEMM of `lanes` output columns: the wide tile,
- * or a narrower one when it computes fewer padded lanes (see IGEMM_CONFIG). Returns its
- * time: the padded lanes times the tile's cost per lane (relative to the wide tile). */
-double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr);
-
 /* A run of consecutive tiles of one tile row, as the transforms see it. */
 typedef struct {
     int n;            /* image */
@@ -176,10 +171,9 @@ int mk_wino_eng_gemm(int isa, int rows, int Cout, int Cin, const float *a, ptrdi
                      const void *u, float *c, ptrdiff_t ldc, int p0, int p1);
 
 /* Output tile size to use for this convolution: 0 (implicit GEMM), 2 or 4, from the cost
- * model of f32-winograd-driver.c. g must be 3x3, stride 1, dilation 1 (else 0). */
+ * model of f32-winograd-driver.c (mk_conv_choose asks it). g must be 3x3, stride 1, dilation 1
+ * (else 0). */
 int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthreads);
-/* 1 when tile size m has transforms for this isa. */
-int mk_conv_winograd_supported(int m, int isa);
 /* The GEMM stage's orientation the cost model takes for this call: 1 the engine's (u in the
  * mk_wino_eng_pack layout), 0 the igemm's (the igemm panels below). The caller passes it on
  * to the scratch size and the call (so a change of the test hook between them is harmless). */
@@ -202,6 +196,84 @@ int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int 
                            const float *u, int eng, float *scratch, float *out,
                            const float *res, int act, int isa, int nthreads);
 /* ---- end of Winograd block ---------------------------------------------------------------- */
+
+/* ---- the convolution configuration (conv-config.c) ----------------------------------------
+ * One table per ISA level holds the float32 convolution kernels and their tuning, and
+ * mk_conv_choose decides each call's algorithm: the only place where either is chosen. */
+typedef struct {
+    mk_igemm_fn fn;
+    int nr;     /* output pixels per tile */
+    float cost; /* time per computed lane, relative to the wide tile's */
+} mk_igemm_config;
+typedef struct {
+    mk_wino_in_fn in;
+    mk_wino_out_fn out;
+} mk_wino_config;
+/* Depthwise kernels (f32-dwconv-driver.c): one output grid of a channel from its phase image
+ * (T taps at toff), the grid's rows to the output (+ res, activation), and the 3x3 kernel
+ * that reads the input plane in place (rows [oh0, oh1)). */
+typedef void mk_dw_row_fn(int T, const float *ph, const ptrdiff_t *toff, const float *w,
+                          float bias, int OW, float *out, const float *res, int act);
+typedef void mk_dw_grid_fn(const float *grid, int Wq, int OH, int OW, float *out,
+                           const float *res, int act);
+typedef void mk_dw_3x3_fn(const float *x, ptrdiff_t sh, int H, int W, int stride, int pt,
+                          int pl, int OW, int oh0, int oh1, const float *w, float bias,
+                          float *out, ptrdiff_t ors, const float *res, ptrdiff_t rrs, int act);
+mk_dw_row_fn mk_f32_dwconv_row_scalar, mk_f32_dwconv_row_avx2, mk_f32_dwconv_row_avx512;
+mk_dw_grid_fn mk_f32_grid_rows_scalar, mk_f32_grid_rows_avx2, mk_f32_grid_rows_avx512;
+mk_dw_3x3_fn mk_f32_dwconv2d_chw_3x3_avx512;
+
+#define MK_IGEMM_ALTS 3
+typedef struct {
+    const char *name;                     /* the wide igemm tile's, XNNPACK style */
+    mk_igemm_config igemm[MK_IGEMM_ALTS]; /* the wide tile first; a NULL fn ends the list */
+    mk_wino_config wino[2];               /* F(2x2), F(4x4); NULL: not offered here */
+    double wino_transform_cost[2];        /* cost model units per tile and channel */
+    double wino_eng_lane_cost;            /* the engine orientation's per multiply-add */
+    mk_dw_row_fn *dw_row;
+    mk_dw_grid_fn *dw_grid;
+    mk_dw_3x3_fn *dw_3x3;                 /* NULL: 3x3 layers take the phase image too */
+    int lane_exact; /* the 1x1 band kernel and the paths over it (direct 1x1, im2col, row
+                       bands, conv + max pool, the depthwise chain of f32-invres-driver.c) */
+} mk_conv_config;
+const mk_conv_config *mk_conv_get_config(int isa);
+
+/* Pick the igemm kernel and tile width for a GEMM of `lanes` output columns: the wide tile,
+ * or a narrower one when it computes fewer padded lanes. Returns its time: the padded lanes
+ * times the tile's cost per lane (relative to the wide tile). */
+double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr);
+/* 1 when tile size m has Winograd transforms for this isa. */
+int mk_conv_winograd_supported(int m, int isa);
+
+/* What a layer is, for mk_conv_choose. */
+enum { MK_CONV_FORCE_AUTO = 0, MK_CONV_FORCE_IGEMM = 1 }; /* or 2 / 4: a Winograd tile */
+typedef struct {
+    int groups, Cout;
+    int wtype;     /* MK_W_* of the packed weights */
+    int depthwise; /* packed for the depthwise kernels */
+    int force;     /* MK_CONV_FORCE_AUTO, MK_CONV_FORCE_IGEMM, or a Winograd tile (2, 4) */
+} mk_conv_layer;
+typedef enum {
+    MK_CONV_ALGO_F64 = 0,   /* mk_conv2d_f64 */
+    MK_CONV_ALGO_DEPTHWISE, /* mk_dwconv2d_f32 */
+    MK_CONV_ALGO_WINOGRAD,  /* mk_conv2d_winograd_f32 (tile wino_m, orientation wino_eng) */
+    MK_CONV_ALGO_IM2COL,    /* mk_conv2d_im2col_f32 */
+    MK_CONV_ALGO_ROWS,      /* mk_conv2d_rows_f32 */
+    MK_CONV_ALGO_1X1,       /* mk_conv1x1_mean_f32 over the input itself */
+    MK_CONV_ALGO_IGEMM,     /* mk_conv2d_f32 (direct: no phase image) */
+} mk_conv_algo;
+typedef struct {
+    int algo;             /* mk_conv_algo */
+    int wino_m, wino_eng; /* the Winograd tile and orientation (0 elsewhere) */
+    int direct;           /* a 1x1 stride-1 unpadded layer over a contiguous plane */
+} mk_conv_choice;
+/* The algorithm of one call: layer l on input geometry g (mk_conv_geometry filled). */
+void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads,
+                    mk_conv_choice *c);
+/* Whether the max pooling pg after layer l runs fused (mk_conv2d_rows_f32 with pg). */
+int mk_conv_maxpool_fused(const mk_conv_layer *l, const mk_conv_geom *g,
+                          const mk_conv_geom *pg, int isa, int nthreads);
+/* ---- end of the configuration ------------------------------------------------------------- */
 
 /* float64 convolution: a direct loop.
  *   w: (Cout, Cin_g, KH, KW) C-contiguous, bias: (Cout) or NULL; out/res as above. */

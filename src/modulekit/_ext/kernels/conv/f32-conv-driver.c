@@ -9,47 +9,6 @@
 #include "mk_omp.h"
 #include "isa.h"
 
-/* Kernels per ISA, each chosen together with its tile width (the panel height MR = 8 is common
- * to all, so packed weights do not depend on the ISA). The first entry is the wide default;
- * the others narrower tiles, each with its cost per computed lane relative to the first (a
- * narrow tile loads more per FMA): mk_conv_igemm_lanes takes the one of least
- * padded-lanes x cost. */
-typedef struct {
-    mk_igemm_fn fn;
-    int nr;      /* output pixels per tile */
-    float cost;  /* time per computed lane, relative to entry 0 */
-} mk_igemm_config;
-
-#define MK_IGEMM_ALTS 3
-static const mk_igemm_config IGEMM_CONFIG[MK_ISA_COUNT][MK_IGEMM_ALTS] = {
-    [MK_ISA_GENERIC] = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
-#if MK_X86
-    [MK_ISA_AVX2] = {{mk_f32_igemm_8x24_avx2, 24, 1.0f}},
-    [MK_ISA_AVX512] = {{mk_f32_igemm_8x48_avx512, 48, 1.0f},
-                       {mk_f32_igemm_8x32_avx512, 32, 1.11f},
-                       {mk_f32_igemm_8x16_avx512, 16, 1.35f}},
-#else /* never selected: mk_isa_detect() reports MK_ISA_GENERIC (see isa.h) */
-    [MK_ISA_AVX2] = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
-    [MK_ISA_AVX512] = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
-#endif
-};
-
-double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr) {
-    int best = 0;
-    double best_cost = 0.0;
-    for (int i = 0; i < MK_IGEMM_ALTS && IGEMM_CONFIG[isa][i].fn; i++) {
-        const mk_igemm_config *c = &IGEMM_CONFIG[isa][i];
-        const double cost = (double)((lanes + c->nr - 1) / c->nr * c->nr) * c->cost;
-        if (i == 0 || cost < best_cost) {
-            best = i;
-            best_cost = cost;
-        }
-    }
-    *fn = IGEMM_CONFIG[isa][best].fn;
-    *nr = IGEMM_CONFIG[isa][best].nr;
-    return best_cost;
-}
-
 void mk_conv_geometry(mk_conv_geom *g) {
     const int Hp = g->H + g->pt + g->pb, Wp = g->W + g->pl + g->pr;
     g->Hq = (Hp + g->sy - 1) / g->sy;

@@ -8,20 +8,7 @@
 #include "isa.h"
 #include "mk_omp.h"
 
-void mk_f32_dwconv_row_avx512(int T, const float *ph, const ptrdiff_t *toff, const float *w,
-                              float bias, int OW, float *out, const float *res, int act);
-void mk_f32_dwconv_row_avx2(int T, const float *ph, const ptrdiff_t *toff, const float *w,
-                            float bias, int OW, float *out, const float *res, int act);
-void mk_f32_dwconv2d_chw_3x3_avx512(const float *x, ptrdiff_t sh, int H, int W, int stride,
-                                    int pt, int pl, int OW, int oh0, int oh1, const float *w,
-                                    float bias, float *out, ptrdiff_t ors, const float *res,
-                                    ptrdiff_t rrs, int act);
-void mk_f32_grid_rows_avx512(const float *grid, int Wq, int OH, int OW, float *out,
-                             const float *res, int act);
-void mk_f32_grid_rows_avx2(const float *grid, int Wq, int OH, int OW, float *out,
-                           const float *res, int act);
-
-static void grid_rows_scalar(const float *grid, int Wq, int OH, int OW, float *out,
+void mk_f32_grid_rows_scalar(const float *grid, int Wq, int OH, int OW, float *out,
                              const float *res, int act) {
     for (int oh = 0; oh < OH; oh++)
         for (int ow = 0; ow < OW; ow++) {
@@ -31,7 +18,7 @@ static void grid_rows_scalar(const float *grid, int Wq, int OH, int OW, float *o
         }
 }
 
-static void dwconv_row_scalar(int T, const float *ph, const ptrdiff_t *toff, const float *w,
+void mk_f32_dwconv_row_scalar(int T, const float *ph, const ptrdiff_t *toff, const float *w,
                               float bias, int OW, float *out, const float *res, int act) {
     for (int ow = 0; ow < OW; ow++) {
         float acc = bias;
@@ -41,11 +28,11 @@ static void dwconv_row_scalar(int T, const float *ph, const ptrdiff_t *toff, con
     }
 }
 
-/* 3x3, stride 1 or 2 (both axes), dilation 1, unit column stride, any padding: the AVX-512
- * kernel reads the input in place (f32-dwconv2d-chw-3x3-avx512.c), no scratch. */
-static int dwconv_direct3x3(const mk_conv_geom *g, int isa) {
-    return isa >= MK_ISA_AVX512 && g->KH == 3 && g->KW == 3 && g->dy == 1 && g->dx == 1 &&
-           g->sy == g->sx && (g->sy == 1 || g->sy == 2) && g->sw == 1;
+/* 3x3, stride 1 or 2 (both axes), dilation 1, unit column stride, any padding: a kernel that
+ * reads the input in place (the table's dw_3x3, f32-dwconv2d-chw-3x3-avx512.c), no scratch. */
+static int dwconv_direct3x3(const mk_conv_geom *g) {
+    return g->KH == 3 && g->KW == 3 && g->dy == 1 && g->dx == 1 && g->sy == g->sx &&
+           (g->sy == 1 || g->sy == 2) && g->sw == 1;
 }
 
 ptrdiff_t mk_dwconv_scratch(const mk_conv_geom *g) {
@@ -57,32 +44,23 @@ ptrdiff_t mk_dwconv_scratch(const mk_conv_geom *g) {
 void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, const float *bias,
                      float *scratch, float *out, const float *res, int act, int isa,
                      int nthreads) {
-    void (*row)(int, const float *, const ptrdiff_t *, const float *, float, int, float *,
-                const float *, int) = dwconv_row_scalar;
-    void (*rows)(const float *, int, int, int, float *, const float *, int) = grid_rows_scalar;
-#if MK_X86
-    if (isa >= MK_ISA_AVX512) {
-        row = mk_f32_dwconv_row_avx512;
-        rows = mk_f32_grid_rows_avx512;
-    } else if (isa >= MK_ISA_AVX2) {
-        row = mk_f32_dwconv_row_avx2;
-        rows = mk_f32_grid_rows_avx2;
-    }
-    if (dwconv_direct3x3(g, isa)) {
+    const mk_conv_config *cfg = mk_conv_get_config(isa);
+    mk_dw_row_fn *row = cfg->dw_row;
+    mk_dw_grid_fn *rows = cfg->dw_grid;
+    if (cfg->dw_3x3 && dwconv_direct3x3(g)) {
         const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
         const int planes = g->N * g->C;
         if ((double)planes * ohw * 9 < 2e4) nthreads = 1;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
         for (int pc = 0; pc < planes; pc++) {
             const int n = pc / g->C, c = pc % g->C;
-            mk_f32_dwconv2d_chw_3x3_avx512(
-                x + n * g->sn + c * g->sc, g->sh, g->H, g->W, g->sy, g->pt, g->pl, g->OW, 0,
-                g->OH, w + (ptrdiff_t)c * 9, bias ? bias[c] : 0.0f, out + (ptrdiff_t)pc * ohw,
-                g->OW, res ? res + (ptrdiff_t)pc * ohw : NULL, g->OW, act);
+            cfg->dw_3x3(x + n * g->sn + c * g->sc, g->sh, g->H, g->W, g->sy, g->pt, g->pl, g->OW,
+                        0, g->OH, w + (ptrdiff_t)c * 9, bias ? bias[c] : 0.0f,
+                        out + (ptrdiff_t)pc * ohw, g->OW, res ? res + (ptrdiff_t)pc * ohw : NULL,
+                        g->OW, act);
         }
         return;
     }
-#endif
     /* the output grid is contiguous in the phase image: one pass over all its lanes */
     const int lanes = (g->OH - 1) * g->Wq + g->OW;
     const int T = g->KH * g->KW;

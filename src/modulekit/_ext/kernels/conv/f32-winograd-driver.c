@@ -18,44 +18,15 @@
 #include "isa.h"
 #include "mk_omp.h"
 
-typedef struct {
-    mk_wino_in_fn in;
-    mk_wino_out_fn out;
-} mk_wino_config;
-
-/* [isa][0]: F(2x2, 3x3), [isa][1]: F(4x4, 3x3) (NULL: not offered on that path; the portable
- * C path keeps the smaller tile, whose transforms are cheap without vectors) */
-static const mk_wino_config WINO_CONFIG[MK_ISA_COUNT][2] = {
-    [MK_ISA_GENERIC] = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}, {NULL, NULL}},
-#if MK_X86
-    [MK_ISA_AVX2] = {{mk_f32_wino_in_2x2_avx2, mk_f32_wino_out_2x2_avx2},
-                     {mk_f32_wino_in_4x4_avx2, mk_f32_wino_out_4x4_avx2}},
-    [MK_ISA_AVX512] = {{mk_f32_wino_in_2x2_avx512, mk_f32_wino_out_2x2_avx512},
-                       {mk_f32_wino_in_4x4_avx512, mk_f32_wino_out_4x4_avx512}},
-#else /* never selected: mk_isa_detect() reports MK_ISA_GENERIC (see isa.h) */
-    [MK_ISA_AVX2] = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}, {NULL, NULL}},
-    [MK_ISA_AVX512] = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}, {NULL, NULL}},
-#endif
-};
-
 /* Bytes of one block's V and M kept in L2 (about half of a 1-2 MiB L2, the rest for the
  * U[t] panels streaming through). */
 #define WINO_BLOCK_BYTES (512 * 1024)
-/* The GEMM stage's engine orientation in the cost model's units (see there): per multiply-add,
- * relative to the wide igemm tile's (the engine's 8x32 / 6x16 row kernels against the 8x48 /
- * 8x24 igemm ones; the portable path has no engine row kernels), and per element of V and M
- * for the two transposes and the engine calls' fixed costs, which grow with 1/Cin + 1/Cout. */
-static const double ENG_LANE_COST[MK_ISA_COUNT] = {0.0, 0.62, 0.85};
+/* The GEMM stage's engine orientation in the cost model's units (see there), per element of V
+ * and M for the two transposes and the engine calls' fixed costs, which grow with
+ * 1/Cin + 1/Cout (per multiply-add: the table's wino_eng_lane_cost, conv-config.c). */
 #define ENG_ROW_COST 16.0
 /* channels per transform chunk in the engine orientation */
 #define WINO_CH 16
-
-int mk_conv_winograd_supported(int m, int isa) {
-    if (isa < 0 || isa >= MK_ISA_COUNT) return 0;
-    if (m == 2) return WINO_CONFIG[isa][0].in != NULL;
-    if (m == 4) return WINO_CONFIG[isa][1].in != NULL;
-    return 0;
-}
 
 static int wino_engine_mode = -1;
 
@@ -156,7 +127,7 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
         const int enr = mk_wino_eng_nr(isa);
         p->enp = (Cout + enr - 1) / enr;
         ecost = (double)p->T * p->ntiles *
-                ((double)p->enp * enr * Cin * ENG_LANE_COST[isa] + (Cin + Cout) * ENG_ROW_COST);
+                ((double)p->enp * enr * Cin * mk_conv_get_config(isa)->wino_eng_lane_cost + (Cin + Cout) * ENG_ROW_COST);
     }
     const int force = eng >= 0 ? eng : __atomic_load_n(&wino_engine_mode, __ATOMIC_RELAXED);
     /* a margin for the model's error, as in the cost model: ties keep the igemm (at batch 32
@@ -232,16 +203,14 @@ int mk_wino_eng_gemm(int isa, int rows, int Cout, int Cin, const float *a, ptrdi
  *                  + the packed weights streamed from L3 once per image
  *   F(m):          the GEMM stage (gcost, make_plan), the cheaper orientation of
  *                    igemm:  alpha^2 Cout_pad Cin * (each block's tiles rounded up to its
- *                            igemm tile, times that tile's cost per lane: IGEMM_CONFIG)
- *                    engine: alpha^2 tiles * (Cout_pad(NR) Cin ENG_LANE_COST
+ *                            igemm tile, times that tile's cost per lane: conv-config.c)
+ *                    engine: alpha^2 tiles * (Cout_pad(NR) Cin wino_eng_lane_cost
  *                                             + (Cin + Cout) ENG_ROW_COST)
- *                  + tiles * (Cin + Cout) * TRANSFORM_COST[m]   (input + output transforms)
+ *                  + tiles * (Cin + Cout) * wino_transform_cost[m]   (input + output transforms)
  *                  + U streamed once per block (once in all when it fits L2; within a block
  *                    each U[t] stays in L2 across the block's igemm tiles)
- * TRANSFORM_COST was measured on AVX-512 against the igemm kernels (F(2x2): ~400 units per
- * tile and channel, F(4x4): ~1100), STREAM_COST likewise (units per byte of weights that do
- * not stay in L2). The same table serves the other paths: there the GEMM is slower too. */
-static const double TRANSFORM_COST[2] = {400.0, 1100.0};
+ * STREAM_COST was measured on AVX-512 against the igemm kernels, as the table's transform
+ * costs were (units per byte of weights that do not stay in L2). */
 #define STREAM_COST 4.0
 #define L2_BYTES (1 << 20)
 
@@ -271,7 +240,7 @@ int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthrea
         make_plan(g, Cout, m, isa, nthreads, -1, &p);
         const double T = p.T, tiles = (double)p.ntiles;
         const double ubytes = T * coutp * cin * sizeof(float);
-        const double cost = p.gcost + tiles * (cin + Cout) * TRANSFORM_COST[i] +
+        const double cost = p.gcost + tiles * (cin + Cout) * mk_conv_get_config(isa)->wino_transform_cost[i] +
                             STREAM_COST * stream_bytes(ubytes, (double)p.nblocks);
         if (cost < 0.9 * best) { /* a margin for the model's error: ties go to the GEMM */
             best = cost;
@@ -459,7 +428,7 @@ static int step_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
 int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int m,
                            const float *u, int eng, float *scratch, float *out,
                            const float *res, int act, int isa, int nthreads) {
-    const mk_wino_config cfg = WINO_CONFIG[isa][m == 4];
+    const mk_wino_config cfg = mk_conv_get_config(isa)->wino[m == 4];
     const int Cin = g->C;
     wino_plan p;
     make_plan(g, Cout, m, isa, nthreads, eng, &p);

@@ -1,0 +1,196 @@
+/* The convolution configuration table: for each ISA level the float32 convolution kernels and
+ * their tuning (the igemm tiles with their cost per lane, the Winograd transforms and the cost
+ * model's constants, the depthwise kernels, whether the lane-exact AVX-512 paths exist), and
+ * mk_conv_choose, which decides each call's algorithm from the layer, the input geometry and
+ * the thread count. This is the ONLY place where these are chosen (as gemm-config.c is for the
+ * GEMM engine); the drivers run what they are given.
+ *
+ * The rules of mk_conv_choose, in order (the measurements behind each threshold beside it):
+ *   float64 weights       -> the direct float64 loop
+ *   depthwise layer       -> the depthwise kernels (3x3 stride 1/2 in place where the table
+ *                            has one, else through a per-plane phase image)
+ *   3x3 stride 1, groups 1 -> Winograd F(2x2) or F(4x4) where its cost model says so (or a
+ *                            tile forced by the layer), with the GEMM stage's orientation
+ *   lane-exact paths (AVX-512, float32 weights, groups 1; not with 'igemm' forced):
+ *     small output maps   -> im2col + the 1x1 band kernel
+ *     few input channels  -> the igemm in row bands
+ *     direct 1x1          -> the 1x1 band kernel over the input itself
+ *   everything else       -> the implicit GEMM over the phase image (or the input itself for a
+ *                            direct 1x1) */
+#include "conv.h"
+#include "isa.h"
+
+/* Cost model units per tile and input or output channel of the Winograd transforms, F(2x2)
+ * and F(4x4): measured on AVX-512 against the igemm kernels; the other paths keep them (their
+ * GEMM is slower too). */
+#define WINO_TRANSFORM_COST {400.0, 1100.0}
+
+static const mk_conv_config conv_configs[MK_ISA_COUNT] = {
+    [MK_ISA_GENERIC] = {
+        .name = "f32-igemm-8x16-scalar",
+        .igemm = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
+        .wino = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}},
+        .wino_transform_cost = WINO_TRANSFORM_COST,
+        .dw_row = mk_f32_dwconv_row_scalar,
+        .dw_grid = mk_f32_grid_rows_scalar,
+    },
+#if MK_X86
+    /* F(4x4) only with vector transforms (the portable path keeps the cheaper small tile).
+     * wino_eng_lane_cost: the engine's 6x16 / 8x32 row kernels per multiply-add against the
+     * igemm's 8x24 / 8x48 tiles. */
+    [MK_ISA_AVX2] = {
+        .name = "f32-igemm-8x24-avx2",
+        .igemm = {{mk_f32_igemm_8x24_avx2, 24, 1.0f}},
+        .wino = {{mk_f32_wino_in_2x2_avx2, mk_f32_wino_out_2x2_avx2},
+                 {mk_f32_wino_in_4x4_avx2, mk_f32_wino_out_4x4_avx2}},
+        .wino_transform_cost = WINO_TRANSFORM_COST,
+        .wino_eng_lane_cost = 0.62,
+        .dw_row = mk_f32_dwconv_row_avx2,
+        .dw_grid = mk_f32_grid_rows_avx2,
+    },
+    /* the narrower igemm tiles cost more per computed lane (more loads per FMA) and serve maps
+     * whose lane count the wide tile would pad more */
+    [MK_ISA_AVX512] = {
+        .name = "f32-igemm-8x48-avx512",
+        .igemm = {{mk_f32_igemm_8x48_avx512, 48, 1.0f},
+                  {mk_f32_igemm_8x32_avx512, 32, 1.11f},
+                  {mk_f32_igemm_8x16_avx512, 16, 1.35f}},
+        .wino = {{mk_f32_wino_in_2x2_avx512, mk_f32_wino_out_2x2_avx512},
+                 {mk_f32_wino_in_4x4_avx512, mk_f32_wino_out_4x4_avx512}},
+        .wino_transform_cost = WINO_TRANSFORM_COST,
+        .wino_eng_lane_cost = 0.85,
+        .dw_row = mk_f32_dwconv_row_avx512,
+        .dw_grid = mk_f32_grid_rows_avx512,
+        .dw_3x3 = mk_f32_dwconv2d_chw_3x3_avx512,
+        .lane_exact = 1,
+    },
+#else /* never selected: mk_isa_detect() reports MK_ISA_GENERIC (see isa.h) */
+    [MK_ISA_AVX2] = {.name = "f32-igemm-8x16-scalar",
+                     .igemm = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
+                     .wino = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}},
+                     .wino_transform_cost = WINO_TRANSFORM_COST,
+                     .dw_row = mk_f32_dwconv_row_scalar, .dw_grid = mk_f32_grid_rows_scalar},
+    [MK_ISA_AVX512] = {.name = "f32-igemm-8x16-scalar",
+                       .igemm = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
+                       .wino = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}},
+                       .wino_transform_cost = WINO_TRANSFORM_COST,
+                       .dw_row = mk_f32_dwconv_row_scalar, .dw_grid = mk_f32_grid_rows_scalar},
+#endif
+};
+
+const mk_conv_config *mk_conv_get_config(int isa) {
+    return &conv_configs[isa < 0 || isa >= MK_ISA_COUNT ? MK_ISA_GENERIC : isa];
+}
+
+double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr) {
+    const mk_igemm_config *alts = mk_conv_get_config(isa)->igemm;
+    int best = 0;
+    double best_cost = 0.0;
+    for (int i = 0; i < MK_IGEMM_ALTS && alts[i].fn; i++) {
+        const double cost = (double)((lanes + alts[i].nr - 1) / alts[i].nr * alts[i].nr) *
+                            alts[i].cost;
+        if (i == 0 || cost < best_cost) {
+            best = i;
+            best_cost = cost;
+        }
+    }
+    *fn = alts[best].fn;
+    *nr = alts[best].nr;
+    return best_cost;
+}
+
+int mk_conv_winograd_supported(int m, int isa) {
+    if (isa < 0 || isa >= MK_ISA_COUNT || (m != 2 && m != 4)) return 0;
+    return conv_configs[isa].wino[m == 4].in != NULL;
+}
+
+/* ---- the rules ----------------------------------------------------------------------------- */
+
+/* im2col: output maps of at most this many pixels (larger maps keep every thread busy on the
+ * igemm's pixel tiles) ... */
+#define IM2COL_MAX_PIXELS 4096
+/* ... and at least this many output channels (the copy is 1/Cout of the multiply-adds) */
+#define IM2COL_MIN_COUT 32
+/* row bands: inputs of at most this many channels (a network's first layer) */
+#define ROWS_MAX_CIN 4
+/* the direct 1x1 band kernel: maps of at most this many pixels (splitting the output channels
+ * over the threads keeps them busy there) */
+#define CONV1X1_MAX_PIXELS 4096
+
+/* 1x1, stride 1, unpadded, over a contiguous plane: the input itself is the GEMM's B. */
+static int direct_1x1(const mk_conv_geom *g) {
+    return g->KH == 1 && g->KW == 1 && g->sy == 1 && g->sx == 1 && g->pt == 0 && g->pl == 0 &&
+           g->pb == 0 && g->pr == 0 && g->sw == 1 && g->sh == g->W;
+}
+
+/* Winograd tile for the call (0: none): 3x3, stride 1, dilation 1, groups 1, float32 compute,
+ * unit input column stride; the cost model's choice, or the forced tile (F(4x4) falls back to
+ * F(2x2) where the path has no F(4x4)). */
+static int winograd_tile(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads) {
+    if (l->groups != 1 || l->force == MK_CONV_FORCE_IGEMM || g->KH != 3 || g->KW != 3 ||
+        g->sy != 1 || g->sx != 1 || g->dy != 1 || g->dx != 1 || g->sw != 1)
+        return 0;
+    if (l->force == MK_CONV_FORCE_AUTO) return mk_conv_winograd_choose(g, l->Cout, isa, nthreads);
+    return mk_conv_winograd_supported(l->force, isa) ? l->force : 2;
+}
+
+/* im2col + the lane-exact 1x1 GEMM (f32-conv-im2col.c): one image (at batch 32 ResNet-18
+ * measured about 4% slower with it), not a direct 1x1, output maps whose pixel count is not a
+ * multiple of 16 (where the igemm's grid tiles waste lanes: 64 lanes for a 7x7 map, 240 for
+ * 14x14) or from a strided 1x1 kernel (ResNet's 28x28 downsample: 53-58 -> 47-50 us, the
+ * channel split of mk_conv1x1_f32 balancing its 17 tiles of 48 pixels). */
+static int im2col_pays(const mk_conv_layer *l, const mk_conv_geom *g) {
+    const ptrdiff_t hw = (ptrdiff_t)g->OH * g->OW;
+    return g->N == 1 && l->Cout >= IM2COL_MIN_COUT && (hw % 16 != 0 || (g->KH == 1 && g->KW == 1)) &&
+           hw <= IM2COL_MAX_PIXELS && !direct_1x1(g);
+}
+
+void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads,
+                    mk_conv_choice *c) {
+    const mk_conv_config *cfg = mk_conv_get_config(isa);
+    c->wino_m = c->wino_eng = 0;
+    c->direct = 0;
+    if (l->wtype == MK_W_F64) {
+        c->algo = MK_CONV_ALGO_F64;
+        return;
+    }
+    if (l->depthwise) {
+        c->algo = MK_CONV_ALGO_DEPTHWISE;
+        return;
+    }
+    const int m = winograd_tile(l, g, isa, nthreads);
+    if (m) {
+        c->algo = MK_CONV_ALGO_WINOGRAD;
+        c->wino_m = m;
+        c->wino_eng = mk_conv_winograd_engine(g, l->Cout, m, isa, nthreads);
+        return;
+    }
+    c->direct = direct_1x1(g);
+    const int lane_exact = cfg->lane_exact && l->wtype == MK_W_F32 && l->groups == 1;
+    const int forced = l->force == MK_CONV_FORCE_IGEMM;
+    const ptrdiff_t hw = (ptrdiff_t)g->H * g->W;
+    if (lane_exact && !forced && im2col_pays(l, g))
+        c->algo = MK_CONV_ALGO_IM2COL;
+    else if (lane_exact && !forced && g->C <= ROWS_MAX_CIN && !c->direct)
+        /* each thread copies the phase rows of its bands of output rows into a band-sized
+         * buffer that stays in its caches, where the whole-image phase image is as large as the
+         * input and is written, synchronised and read back (the same sums, bit for bit) */
+        c->algo = MK_CONV_ALGO_ROWS;
+    else if (lane_exact && c->direct && hw % 16 != 0 && hw <= CONV1X1_MAX_PIXELS)
+        /* maps whose pixel count leaves a remainder of 16 (7x7, 14x14): no lane waste there */
+        c->algo = MK_CONV_ALGO_1X1;
+    else
+        c->algo = MK_CONV_ALGO_IGEMM;
+}
+
+int mk_conv_maxpool_fused(const mk_conv_layer *l, const mk_conv_geom *g, const mk_conv_geom *pg,
+                          int isa, int nthreads) {
+    mk_conv_choice c;
+    mk_conv_choose(l, g, isa, nthreads, &c);
+    /* the row-band kernel with pooling: where the lane-exact paths exist and the row bands or
+     * the phase-image igemm would run, pooling column stride 1 or 2 */
+    return mk_conv_get_config(isa)->lane_exact && l->wtype == MK_W_F32 && l->groups == 1 &&
+           l->force != MK_CONV_FORCE_IGEMM && !c.direct &&
+           (c.algo == MK_CONV_ALGO_ROWS || c.algo == MK_CONV_ALGO_IGEMM) &&
+           (pg->sx == 1 || pg->sx == 2);
+}
