@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 import modulekit
 import modulekit.nn as mnn
@@ -100,6 +101,43 @@ def test_every_isa_path(isa, name, extra):
         with torch.no_grad():
             want = tm(torch.from_numpy(x))
         _check(mk(x), want)
+
+
+@pytest.mark.parametrize("name,extra", LAYERS, ids=LAYER_IDS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_time_loop_is_the_step_by_step_loop(isa, name, extra, threads):
+    # hidden sizes that are whole GEMM panels on every path (8, 16, 32 columns) take the
+    # fused time loop (gemm-recurrence.c: one parallel region, each thread the GEMM columns
+    # and the cell of its units); it gives the bits of a GEMM call and a cell call per step,
+    # for packed sequences of several lengths (rows dropping out), both directions, h0 given
+    hidden = 64
+    tm, mk = _pair(name, 6, hidden, num_layers=2, bidirectional=True, **extra)
+    rng = np.random.default_rng(4)
+    lengths = [9, 9, 6, 3, 1]
+    x = rng.standard_normal((9, 5, 6)).astype(np.float32) * 2
+    hout = extra.get("proj_size", hidden)
+    h0 = rng.standard_normal((4, 5, hout)).astype(np.float32)
+    c0 = rng.standard_normal((4, 5, hidden)).astype(np.float32)
+    state = (h0, c0) if name == "LSTM" else h0
+    tstate = tuple(map(torch.from_numpy, state)) if name == "LSTM" else torch.from_numpy(h0)
+    tp = torch.nn.utils.rnn.pack_padded_sequence(torch.from_numpy(x), torch.tensor(lengths))
+    mp = mrnn.pack_padded_sequence(x, lengths)
+    with threadpool_limits(threads):
+        fused = [mk(x), mk(mp, state)]
+        was = _rnn._set_fused(False)
+        try:
+            stepwise = [mk(x), mk(mp, state)]
+        finally:
+            _rnn._set_fused(was)
+    for f, s in zip(fused, stepwise):
+        np.testing.assert_array_equal(f[0].data if hasattr(f[0], "data") else f[0],
+                                      s[0].data if hasattr(s[0], "data") else s[0])
+        for fh, sh in zip(f[1] if name == "LSTM" else (f[1],),
+                          s[1] if name == "LSTM" else (s[1],)):
+            np.testing.assert_array_equal(fh, sh)
+    with torch.no_grad():
+        _check(fused[0], tm(torch.from_numpy(x)))
+        _check(fused[1], tm(tp, tstate))
 
 
 @pytest.mark.parametrize("name,extra", LAYERS, ids=LAYER_IDS)

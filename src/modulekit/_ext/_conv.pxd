@@ -130,6 +130,7 @@ cdef class PackedConv2d:
     cdef str _algorithm
     cdef dict _wino
     cdef mk_conv_layer _layer(self)
+    cdef mk_conv_choice _choose(self, mk_conv_geom *g, int isa, int nthreads)
     cdef _shape_geom(self, input_shape, mk_conv_geom *g)
     cdef tuple _geometry(self, x, mk_conv_geom *gp)
     cdef _run(self, mk_conv_geom *g, cnp.ndarray x, cnp.ndarray out, cnp.ndarray res, int act,

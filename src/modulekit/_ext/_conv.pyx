@@ -319,9 +319,7 @@ cdef class PackedConv2d:
         """
         cdef mk_conv_geom g
         self._shape_geom(input_shape, &g)
-        cdef mk_conv_layer layer = self._layer()
-        cdef mk_conv_choice c
-        mk_conv_choose(&layer, &g, <int>active_isa(), effective_threads(), &c)
+        cdef mk_conv_choice c = self._choose(&g, <int>active_isa(), effective_threads())
         if c.algo == MK_CONV_ALGO_WINOGRAD:
             return f"winograd-{c.wino_m}x{c.wino_m}"
         return _ALGORITHM_NAMES[c.algo]
@@ -335,6 +333,13 @@ cdef class PackedConv2d:
         layer.depthwise = self.depthwise
         layer.force = _FORCE[self._algorithm]
         return layer
+
+    cdef mk_conv_choice _choose(self, mk_conv_geom *g, int isa, int nthreads):
+        """What a call on geometry ``g`` runs (``mk_conv_choose``)."""
+        cdef mk_conv_layer layer = self._layer()
+        cdef mk_conv_choice c
+        mk_conv_choose(&layer, g, isa, nthreads, &c)
+        return c
 
     cdef _shape_geom(self, input_shape, mk_conv_geom *g):
         """Fill *g for an (N, C_in, H, W) C-contiguous input."""
@@ -353,10 +358,7 @@ cdef class PackedConv2d:
         orientation (False: the igemm one, or no Winograd). For tests and benchmarks."""
         cdef mk_conv_geom g
         self._shape_geom(input_shape, &g)
-        cdef mk_conv_layer layer = self._layer()
-        cdef mk_conv_choice c
-        mk_conv_choose(&layer, &g, <int>active_isa(), effective_threads(), &c)
-        return bool(c.wino_eng)
+        return bool(self._choose(&g, <int>active_isa(), effective_threads()).wino_eng)
 
     def _winograd_weights(self, int m, int eng=0, int isa=0):
         """U = G w G^T for tile size m (cached): packed as alpha^2 groups of igemm panels, or
@@ -718,9 +720,7 @@ cdef class PackedConv2d:
         cdef void *wp = cnp.PyArray_DATA(packed)
         cdef void *bp = NULL
         cdef int groups = self.groups, cout = self.out_channels
-        cdef mk_conv_layer layer = self._layer()
-        cdef mk_conv_choice c
-        mk_conv_choose(&layer, g, isa, nthreads, &c)
+        cdef mk_conv_choice c = self._choose(g, isa, nthreads)
         cdef int rc
         if c.algo == MK_CONV_ALGO_F64:
             if bias is not None:

@@ -78,6 +78,20 @@ cdef extern from "gemm/gemm.h" nogil:
     void mk_gemm_contention_account(long long start, long long end, long long waited)
     void mk_gemm_backoff_reset()
     int mk_gemm_set_rowdirect(int on)
+    ctypedef void (*mk_gemm_step_fn)(void *ctx, size_t s, size_t m, size_t u0, size_t u1,
+                                     const void *prev, void *next) noexcept nogil
+    ctypedef struct mk_gemm_recurrence:
+        const mk_gemm_config *cfg
+        const void *packed
+        const mk_epilogue *ep
+        size_t gates, h, steps
+        const size_t *rows
+        void *state
+        void *spare
+        void *g
+        mk_gemm_step_fn step
+        void *ctx
+    int mk_gemm_recurrence_run(const mk_gemm_recurrence *r, int nthreads)
     int mk_gemm_chain_plan_threads(size_t nl, const mk_gemm_chain_layer *layers, size_t m,
                                    int nthreads)
     int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, const void *a,
@@ -119,6 +133,7 @@ cdef class PackedLinear:
     cdef PackedLinear _like(self)
     cdef int gemm(self, size_t m, const void *a, ptrdiff_t rsa, ptrdiff_t csa, void *c,
                   size_t ldc, const mk_epilogue *ep, int nthreads) noexcept nogil
+    cdef int recurrence(self, mk_gemm_recurrence *r, int nthreads) noexcept nogil
 
 
 # Consecutive PackedLinear layers with their epilogues, run as one kernel call

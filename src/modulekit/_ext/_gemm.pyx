@@ -259,6 +259,19 @@ cdef class PackedLinear:
         return mk_gemm_run(self._cfg, m, <size_t>self.out_features, <size_t>self.in_features,
                            a, rsa, csa, self._packed, c, ldc, ep, nthreads)
 
+    cdef int recurrence(self, mk_gemm_recurrence *r, int nthreads) noexcept nogil:
+        """``mk_gemm_recurrence_run`` with this layer as W (``r.gates * r.h`` outputs, ``r.h``
+        inputs), in the configuration :meth:`gemm` would use: fills ``r.cfg`` and
+        ``r.packed``. Returns 0, -1 (a packing buffer) or -2 (``r.h`` not a multiple of the
+        panel width: nothing done)."""
+        cdef const mk_gemm_config *cfg16 = self._bf16_now()
+        cdef const mk_gemm_config *have = self._cfg16
+        if cfg16 != NULL and have != NULL and _same_layout(cfg16, have):
+            r.cfg, r.packed = cfg16, self._packed16
+        else:
+            r.cfg, r.packed = self._cfg, self._packed
+        return mk_gemm_recurrence_run(r, nthreads)
+
     cdef const mk_gemm_config *_bf16_now(self) noexcept nogil:
         """The bfloat16-compute configuration a call from this thread uses now, or NULL:
         float32 compute with float32 or bfloat16 weights, precision "medium" in this thread,

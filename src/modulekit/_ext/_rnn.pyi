@@ -4,6 +4,7 @@ from modulekit._ext._gemm import PackedLinear
 
 KINDS: dict[str, int]
 
+def _set_fused(on: bool) -> bool: ...
 def cell_kernel(dtype: object) -> str: ...
 def recurrence(
     kind: str,

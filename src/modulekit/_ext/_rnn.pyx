@@ -1,7 +1,8 @@
 # cython: language_level=3
 """Recurrent layers' time loop: per step, the recurrent GEMM (packed GEMM engine) and ONE
 fused cell kernel (kernels/rnn: gate nonlinearities, state update, output write), the whole
-sequence in one ``nogil`` call.
+sequence in one ``nogil`` call and one parallel region (``kernels/gemm/gemm-recurrence.c``:
+each thread computes the GEMM columns of its share of the hidden units, then their cell).
 
 The layer (``modulekit/nn/modules/rnn.py``) computes the input projection of every time step
 at once (one packed GEMM over all rows, biases folded in) and calls :func:`recurrence` once
@@ -18,7 +19,7 @@ from libc.string cimport memcpy
 import numpy as np
 
 from modulekit._ext._align cimport check_aligned
-from modulekit._ext._gemm cimport PackedLinear, make_epilogue, mk_epilogue
+from modulekit._ext._gemm cimport PackedLinear, make_epilogue, mk_epilogue, mk_gemm_recurrence
 from modulekit._ext._isa cimport active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 
@@ -27,14 +28,52 @@ cnp.import_array()
 __all__ = ["KINDS", "recurrence", "cell_kernel"]
 
 cdef extern from "rnn/rnn.h" nogil:
-    ctypedef void (*mk_rnn_cell_fn)(size_t m, size_t h, const void *x, size_t ldx,
-                                    const void *g, size_t ldg, void *c, size_t ldc, void *hs,
-                                    size_t ldh, void *out, size_t ldo)
+    ctypedef void (*mk_rnn_cell_fn)(size_t m, size_t w, size_t gs, const void *x, size_t ldx,
+                                    const void *g, size_t ldg, void *c, size_t ldc,
+                                    const void *hp, size_t ldp, void *hs, size_t ldh,
+                                    void *out, size_t ldo)
     ctypedef struct mk_rnn_config:
         const char *name
         int isa
         mk_rnn_cell_fn cell[4]
     const mk_rnn_config *mk_rnn_get_config(int f64, int isa)
+
+cdef bint _fused = True
+
+
+def _set_fused(bint on):
+    """Whether :func:`recurrence` runs the fused time loop where it can (True, the default)
+    or a GEMM call and a cell call per step; returns the previous setting. Both give the
+    same bits: for tests and benchmarks."""
+    global _fused
+    cdef bint was = _fused
+    _fused = on
+    return was
+
+
+# One step's cell for a thread's hidden units [u0, u1) (mk_gemm_step_fn of the recurrence
+# driver): the rows of time step order[s], the units' lanes of every operand.
+ctypedef struct _StepCtx:
+    mk_rnn_cell_fn cell
+    size_t H, G, X, O, es
+    const long long *off
+    Py_ssize_t T
+    bint reverse
+    const char *xp      # xg at column xcol
+    char *op            # out at column ocol
+    char *cp            # c, or NULL
+    char *gp            # the GEMM's rows
+
+
+cdef void _cell_step(void *ctx, size_t s, size_t m, size_t u0, size_t u1, const void *prev,
+                     void *nxt) noexcept nogil:
+    cdef _StepCtx *k = <_StepCtx *>ctx
+    cdef size_t tt = <size_t>(k.T - 1) - s if k.reverse else s
+    cdef size_t r0 = <size_t>k.off[tt], es = k.es, H = k.H
+    k.cell(m, u1 - u0, H, k.xp + (r0 * k.X + u0) * es, k.X, k.gp + u0 * es, k.G * H,
+           k.cp + u0 * es if k.cp != NULL else NULL, H, <const char *>prev + u0 * es, H,
+           <char *>nxt + u0 * es, H, k.op + (r0 * k.O + u0) * es, k.O)
+
 
 #: The cell kinds and their gate counts.
 KINDS = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
@@ -175,32 +214,52 @@ def recurrence(str kind, PackedLinear hh, PackedLinear hr, object xg, Py_ssize_t
     cdef char *gp = <char *>cnp.PyArray_DATA(gates)
     cdef char *fp = <char *>cnp.PyArray_DATA(hfull) if hr is not None else NULL
     cdef int nthreads = effective_threads()
-    cdef int rc = 0
+    cdef int rc = -2
     cdef Py_ssize_t s, m, r, tt
     cdef char *xrow
     cdef char *orow
-    with nogil:
-        for s in range(T):
-            tt = T - 1 - s if reverse else s
-            m = <Py_ssize_t>bs[tt]
-            if m == 0:
-                continue
-            rc = hh.gemm(<size_t>m, hp, Hout, 1, gp, <size_t>(G * H), &ep, nthreads)
-            if rc != 0:
-                break
-            xrow = xp + (<size_t>off[tt] * <size_t>X + <size_t>xcol) * es
-            orow = op + (<size_t>off[tt] * <size_t>O + <size_t>ocol) * es
-            if hr is None:
-                cell(<size_t>m, <size_t>H, xrow, <size_t>X, gp, <size_t>(G * H), cp,
-                     <size_t>H, hp, <size_t>Hout, orow, <size_t>O)
-            else:
-                cell(<size_t>m, <size_t>H, xrow, <size_t>X, gp, <size_t>(G * H), cp,
-                     <size_t>H, fp, <size_t>H, NULL, 0)
-                rc = hr.gemm(<size_t>m, fp, H, 1, hp, <size_t>Hout, &ep, nthreads)
+    cdef _StepCtx ctx
+    cdef mk_gemm_recurrence rec
+    cdef cnp.ndarray rows, spare
+    if hr is None and _fused:
+        # the fused time loop (gemm-recurrence.c); -2 when H is not a multiple of the GEMM's
+        # panel width: then the loop below
+        rows = np.ascontiguousarray(batch_sizes[::-1] if reverse else batch_sizes, np.uintp)
+        spare = np.empty((max(B, 1), H), dtype=dt)
+        ctx.cell, ctx.H, ctx.G, ctx.X, ctx.O, ctx.es = cell, H, G, X, O, es
+        ctx.off, ctx.T, ctx.reverse = &off[0] if T else NULL, T, reverse
+        ctx.xp, ctx.op, ctx.cp, ctx.gp = xp + xcol * es, op + ocol * es, cp, gp
+        rec.ep = &ep
+        rec.gates, rec.h, rec.steps = G, H, T
+        rec.rows = <const size_t *>cnp.PyArray_DATA(rows)
+        rec.state, rec.spare, rec.g = hp, cnp.PyArray_DATA(spare), gp
+        rec.step, rec.ctx = _cell_step, &ctx
+        with nogil:
+            rc = hh.recurrence(&rec, nthreads)
+    if rc == -2:
+        rc = 0
+        with nogil:
+            for s in range(T):
+                tt = T - 1 - s if reverse else s
+                m = <Py_ssize_t>bs[tt]
+                if m == 0:
+                    continue
+                rc = hh.gemm(<size_t>m, hp, Hout, 1, gp, <size_t>(G * H), &ep, nthreads)
                 if rc != 0:
                     break
-                for r in range(m):
-                    memcpy(orow + <size_t>r * <size_t>O * es, hp + <size_t>r * <size_t>Hout * es,
-                           <size_t>Hout * es)
+                xrow = xp + (<size_t>off[tt] * <size_t>X + <size_t>xcol) * es
+                orow = op + (<size_t>off[tt] * <size_t>O + <size_t>ocol) * es
+                if hr is None:
+                    cell(<size_t>m, <size_t>H, <size_t>H, xrow, <size_t>X, gp, <size_t>(G * H),
+                         cp, <size_t>H, hp, <size_t>Hout, hp, <size_t>Hout, orow, <size_t>O)
+                else:
+                    cell(<size_t>m, <size_t>H, <size_t>H, xrow, <size_t>X, gp, <size_t>(G * H),
+                         cp, <size_t>H, fp, <size_t>H, fp, <size_t>H, NULL, 0)
+                    rc = hr.gemm(<size_t>m, fp, H, 1, hp, <size_t>Hout, &ep, nthreads)
+                    if rc != 0:
+                        break
+                    for r in range(m):
+                        memcpy(orow + <size_t>r * <size_t>O * es,
+                               hp + <size_t>r * <size_t>Hout * es, <size_t>Hout * es)
     if rc != 0:
         raise MemoryError("recurrence: cannot allocate the GEMM packing buffer")

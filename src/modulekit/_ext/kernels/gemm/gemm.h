@@ -198,6 +198,30 @@ typedef struct {
     mk_epilogue ep;
 } mk_gemm_chain_layer;
 
+/* A recurrent layer's time loop as one call (gemm-recurrence.c): for s < steps, the GEMM
+ * G = H * W^T + bias over the first rows[s] rows of the state H (h columns, row stride h),
+ * W packed for cfg (gates * h outputs, h inputs; h a multiple of cfg->nr), into g (row stride
+ * gates * h), then step(ctx, s, m, u0, u1, prev, next) for each thread's units [u0, u1):
+ * the cell reads G's gate columns of those units and prev's (H_{s-1}) and writes next's
+ * (H_s), which the next step reads. state holds H_0 in and the final state out (rows past
+ * a step's count keep theirs until they join, and from the step they end); spare is a
+ * second buffer of its size. */
+typedef void (*mk_gemm_step_fn)(void *ctx, size_t s, size_t m, size_t u0, size_t u1,
+                                const void *prev, void *next);
+typedef struct {
+    const mk_gemm_config *cfg;
+    const void *packed;
+    const mk_epilogue *ep;
+    size_t gates, h, steps;
+    const size_t *rows;
+    void *state, *spare, *g;
+    mk_gemm_step_fn step;
+    void *ctx;
+} mk_gemm_recurrence;
+/* Returns 0, -1 when a packing buffer could not be allocated, -2 (nothing done) when h is
+ * not a multiple of the panel width. */
+int mk_gemm_recurrence_run(const mk_gemm_recurrence *r, int nthreads);
+
 /* Threads mk_gemm_chain_run would use: the most any of its layers would use alone. */
 int mk_gemm_chain_plan_threads(size_t nl, const mk_gemm_chain_layer *layers, size_t m,
                                int nthreads);

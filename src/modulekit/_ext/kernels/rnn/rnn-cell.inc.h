@@ -18,12 +18,13 @@
             VM_STOREN((p), (v), n);    \
     } while (0)
 #define MK_RNN_ACT(v, code) VM_FN(act)((v), (code), 0, 0)
-/* the sum of gate block k's pre-activations x and g (blocks h apart) */
-#define MK_RNN_GATE(k) VM_ADD(MK_RNN_LD(x + (k) * h + j), MK_RNN_LD(g + (k) * h + j))
+/* the sum of gate block k's pre-activations x and g (blocks gs apart) */
+#define MK_RNN_GATE(k) VM_ADD(MK_RNN_LD(x + (k) * gs + j), MK_RNN_LD(g + (k) * gs + j))
 
 /* lanes [j, j + n) of one row of a kind's cell, n <= VM_W (c: the LSTM's cell state only) */
 VM_ATTR void VM_FN(rnn_lanes)(int kind, const VM_ELEM *x, const VM_ELEM *g, VM_ELEM *c,
-                              VM_ELEM *hs, VM_ELEM *o, size_t h, size_t j, size_t n) {
+                              const VM_ELEM *hp, VM_ELEM *hs, VM_ELEM *o, size_t gs, size_t j,
+                              size_t n) {
     VM_T hn;
     switch (kind) {
         case MK_RNN_LSTM: {
@@ -39,9 +40,9 @@ VM_ATTR void VM_FN(rnn_lanes)(int kind, const VM_ELEM *x, const VM_ELEM *g, VM_E
         case MK_RNN_GRU: {
             const VM_T r = MK_RNN_ACT(MK_RNN_GATE(0), MK_ACT_SIGMOID);
             const VM_T z = MK_RNN_ACT(MK_RNN_GATE(1), MK_ACT_SIGMOID);
-            const VM_T nn = MK_RNN_ACT(VM_FMA(r, MK_RNN_LD(g + 2 * h + j),
-                                              MK_RNN_LD(x + 2 * h + j)), MK_ACT_TANH);
-            hn = VM_FMA(z, VM_SUB(MK_RNN_LD(hs + j), nn), nn);
+            const VM_T nn = MK_RNN_ACT(VM_FMA(r, MK_RNN_LD(g + 2 * gs + j),
+                                              MK_RNN_LD(x + 2 * gs + j)), MK_ACT_TANH);
+            hn = VM_FMA(z, VM_SUB(MK_RNN_LD(hp + j), nn), nn);
             break;
         }
         default: /* MK_RNN_TANH, MK_RNN_RELU */
@@ -54,28 +55,31 @@ VM_ATTR void VM_FN(rnn_lanes)(int kind, const VM_ELEM *x, const VM_ELEM *g, VM_E
 }
 
 /* the cell of one kind over m rows (rnn.h's arguments) */
-VM_ATTR void VM_FN(rnn_rows)(int kind, size_t m, size_t h, const void *xv, size_t ldx,
-                             const void *gv, size_t ldg, void *cv, size_t ldc, void *hv,
-                             size_t ldh, void *ov, size_t ldo) {
+VM_ATTR void VM_FN(rnn_rows)(int kind, size_t m, size_t w, size_t gs, const void *xv,
+                             size_t ldx, const void *gv, size_t ldg, void *cv, size_t ldc,
+                             const void *pv, size_t ldp, void *hv, size_t ldh, void *ov,
+                             size_t ldo) {
     for (size_t b = 0; b < m; b++) {
         const VM_ELEM *x = (const VM_ELEM *)xv + b * ldx;
         const VM_ELEM *g = (const VM_ELEM *)gv + b * ldg;
         VM_ELEM *c = cv ? (VM_ELEM *)cv + b * ldc : NULL;
+        const VM_ELEM *hp = (const VM_ELEM *)pv + b * ldp;
         VM_ELEM *hs = (VM_ELEM *)hv + b * ldh;
         VM_ELEM *o = ov ? (VM_ELEM *)ov + b * ldo : NULL;
         size_t j = 0;
-        for (; j + VM_W <= h; j += VM_W)
-            VM_FN(rnn_lanes)(kind, x, g, c, hs, o, h, j, VM_W);
-        if (j < h)
-            VM_FN(rnn_lanes)(kind, x, g, c, hs, o, h, j, h - j);
+        for (; j + VM_W <= w; j += VM_W)
+            VM_FN(rnn_lanes)(kind, x, g, c, hp, hs, o, gs, j, VM_W);
+        if (j < w)
+            VM_FN(rnn_lanes)(kind, x, g, c, hp, hs, o, gs, j, w - j);
     }
 }
 
 #define MK_RNN_ENTRY(kind, KIND)                                                             \
-    VM_TARGET void MK_RNN_FN(kind)(size_t m, size_t h, const void *x, size_t ldx,           \
-                                   const void *g, size_t ldg, void *c, size_t ldc, void *hs, \
-                                   size_t ldh, void *o, size_t ldo) {                        \
-        VM_FN(rnn_rows)(KIND, m, h, x, ldx, g, ldg, c, ldc, hs, ldh, o, ldo);                \
+    VM_TARGET void MK_RNN_FN(kind)(size_t m, size_t w, size_t gs, const void *x, size_t ldx, \
+                                   const void *g, size_t ldg, void *c, size_t ldc,           \
+                                   const void *hp, size_t ldp, void *hs, size_t ldh,         \
+                                   void *o, size_t ldo) {                                    \
+        VM_FN(rnn_rows)(KIND, m, w, gs, x, ldx, g, ldg, c, ldc, hp, ldp, hs, ldh, o, ldo);   \
     }
 MK_RNN_ENTRY(lstm, MK_RNN_LSTM)
 MK_RNN_ENTRY(gru, MK_RNN_GRU)

@@ -4,7 +4,9 @@
  * with the packed GEMM engine (kernels/gemm), and then ONE call of a cell kernel here, which
  * reads the step's input projection X (x_t W_ih^T + biases, precomputed for the whole
  * sequence by one GEMM), the GEMM result G and the state, applies the gate nonlinearities,
- * updates the state and writes the new hidden state, all in one pass over the rows:
+ * updates the state and writes the new hidden state, all in one pass over the rows. The
+ * whole sequence runs in one parallel region (kernels/gemm/gemm-recurrence.c): each thread
+ * computes the GEMM columns of its hidden units and then their cell, one barrier per step:
  *
  *   LSTM (gates i, f, g, o, each h wide; X and G are m x 4h):
  *       i = sigmoid(X_i + G_i), f = sigmoid(X_f + G_f), g = tanh(X_g + G_g),
@@ -16,11 +18,14 @@
  *       X holds b_ih, G holds b_hh (b_hn must stay inside r * (...)).
  *   RNN (m x h): h = tanh(X + G) or relu(X + G); X holds b_ih + b_hh.
  *
- * Arguments (element strides, rows of the m x h state):
- *   x, ldx:   the step's input projection rows (gate blocks side by side)
- *   g, ldg:   the recurrent GEMM's rows
+ * Arguments (element strides; m rows, lanes [0, w) of each: a range of hidden units, the
+ * whole state or one thread's share of it, kernels/gemm/gemm-recurrence.c):
+ *   gs:       the distance between gate blocks in x and g (the layer's hidden size)
+ *   x, ldx:   the step's input projection rows (gate blocks gs apart)
+ *   g, ldg:   the recurrent GEMM's rows (gate blocks gs apart)
  *   c, ldc:   LSTM cell state, read and written; unused (NULL) for GRU and RNN
- *   hs, ldh:  hidden state: written (LSTM, RNN), read and written (GRU)
+ *   hp, ldp:  the previous hidden state (read by GRU; may be hs itself)
+ *   hs, ldh:  the new hidden state (written)
  *   out, ldo: a second destination of the new hidden state (the layer's output rows), or NULL
  * The C functions only compute: the caller (modulekit/_ext/_rnn.pyx) checks every shape. */
 #ifndef MK_RNN_H
@@ -42,9 +47,10 @@ typedef enum {
     MK_RNN_KIND_COUNT = 4
 } mk_rnn_kind;
 
-typedef void (*mk_rnn_cell_fn)(size_t m, size_t h, const void *x, size_t ldx, const void *g,
-                               size_t ldg, void *c, size_t ldc, void *hs, size_t ldh, void *out,
-                               size_t ldo);
+typedef void mk_rnn_cell(size_t m, size_t w, size_t gs, const void *x, size_t ldx,
+                         const void *g, size_t ldg, void *c, size_t ldc, const void *hp,
+                         size_t ldp, void *hs, size_t ldh, void *out, size_t ldo);
+typedef mk_rnn_cell *mk_rnn_cell_fn;
 
 typedef struct {
     const char *name;             /* e.g. "f32-rnn-cell-avx512" */
@@ -55,39 +61,15 @@ typedef struct {
 /* The cell kernels for float32 (f64 = 0) or float64 (f64 = 1) at an ISA level. */
 const mk_rnn_config *mk_rnn_get_config(int f64, int isa);
 
-void mk_f32_rnn_lstm__scalar(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                             size_t, void *, size_t, void *, size_t);
-void mk_f32_rnn_gru__scalar(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                            size_t, void *, size_t, void *, size_t);
-void mk_f32_rnn_tanh__scalar(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                             size_t, void *, size_t, void *, size_t);
-void mk_f32_rnn_relu__scalar(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                             size_t, void *, size_t, void *, size_t);
-void mk_f64_rnn_lstm__scalar(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                             size_t, void *, size_t, void *, size_t);
-void mk_f64_rnn_gru__scalar(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                            size_t, void *, size_t, void *, size_t);
-void mk_f64_rnn_tanh__scalar(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                             size_t, void *, size_t, void *, size_t);
-void mk_f64_rnn_relu__scalar(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                             size_t, void *, size_t, void *, size_t);
+mk_rnn_cell mk_f32_rnn_lstm__scalar, mk_f32_rnn_gru__scalar, mk_f32_rnn_tanh__scalar,
+    mk_f32_rnn_relu__scalar;
+mk_rnn_cell mk_f64_rnn_lstm__scalar, mk_f64_rnn_gru__scalar, mk_f64_rnn_tanh__scalar,
+    mk_f64_rnn_relu__scalar;
 #if MK_X86
-void mk_f32_rnn_lstm__avx2(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                           size_t, void *, size_t, void *, size_t);
-void mk_f32_rnn_gru__avx2(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                          size_t, void *, size_t, void *, size_t);
-void mk_f32_rnn_tanh__avx2(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                           size_t, void *, size_t, void *, size_t);
-void mk_f32_rnn_relu__avx2(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                           size_t, void *, size_t, void *, size_t);
-void mk_f32_rnn_lstm__avx512(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                             size_t, void *, size_t, void *, size_t);
-void mk_f32_rnn_gru__avx512(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                            size_t, void *, size_t, void *, size_t);
-void mk_f32_rnn_tanh__avx512(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                             size_t, void *, size_t, void *, size_t);
-void mk_f32_rnn_relu__avx512(size_t, size_t, const void *, size_t, const void *, size_t, void *,
-                             size_t, void *, size_t, void *, size_t);
+mk_rnn_cell mk_f32_rnn_lstm__avx2, mk_f32_rnn_gru__avx2, mk_f32_rnn_tanh__avx2,
+    mk_f32_rnn_relu__avx2;
+mk_rnn_cell mk_f32_rnn_lstm__avx512, mk_f32_rnn_gru__avx512, mk_f32_rnn_tanh__avx512,
+    mk_f32_rnn_relu__avx512;
 #endif
 
 #ifdef __cplusplus
