@@ -1,5 +1,6 @@
-"""Write docs/performance.md from a bench run's JSON: ``python bench/make_performance_md.py
-run.json --out docs/performance.md [--plot performance.png] [--notes FILE]``."""
+"""Write docs/performance.md from bench runs' JSON, one per kind of machine:
+``python bench/make_performance_md.py bench/results/*.json --out docs/performance.md
+[--plot 'performance-{kind}.png'] [--notes FILE]`` (see ``modulekit.bench.report``)."""
 
 import sys
 

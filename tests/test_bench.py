@@ -74,6 +74,27 @@ def test_report_renders_the_run(quick_run, tmp_path):
         assert f"## {suite}" in page
 
 
+def test_report_renders_one_table_per_machine_kind(quick_run):
+    # docs/performance.md keeps a run per kind of machine: targets side by side, each suite's
+    # table per machine, a suite one run lacks said so
+    _, result = quick_run
+    other = json.loads(json.dumps(result))
+    other["machine"]["cpu"] = "Intel(R) Xeon(R) Platinum"
+    other["machine"]["cpu_family"] = ["GenuineIntel", 6, 143]
+    other["rows"] = [r for r in other["rows"] if r["suite"] != "overhead"]
+    other["suites"]["overhead"] = {"error": "not measured"}
+    page = render([("amd-zen4", result), ("intel-amx", other)], plot="perf-{kind}.png")
+    assert "## Machines" in page and "### amd-zen4" in page and "### intel-amx" in page
+    assert "GenuineIntel family 6, model 143" in page
+    targets = page.split("## Targets")[1].split("\n## ")[0]
+    assert "| target | needed | amd-zen4 | intel-amx |" in targets
+    assert "](perf-amd-zen4.png)" in page and "](perf-intel-amx.png)" in page
+    overhead = page.split("\n## overhead")[1].split("\n## ")[0]
+    assert "### intel-amx\n\nNot run: not measured" in overhead
+    for suite in {r["suite"] for r in result["rows"]}:
+        assert page.count(f"\n## {suite}\n") == 1
+
+
 def test_check_bars_marks_met_and_missed():
     rows = [
         {"suite": "overhead", "case": "Identity call", "impl": "modulekit", "seconds": 1.0},

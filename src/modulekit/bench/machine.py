@@ -16,18 +16,49 @@ _PEERS = ("numpy", "torch", "onnxruntime", "ml_dtypes", "safetensors", "scikit-l
 
 
 def _cpu():
-    model, flags = platform.processor() or platform.machine(), set()
+    """The CPU's model name, its (vendor, family, model) from /proc/cpuinfo (None where it
+    has none: the model name alone does not tell Zen 4 from Zen 5, or one Xeon from the
+    next), and the flags of _FLAGS it has."""
+    model, flags, ident = platform.processor() or platform.machine(), set(), {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name") and model in ("", platform.machine()):
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "model name" and model in ("", platform.machine()):
+                    model = value
+                elif key in ("vendor_id", "cpu family", "model"):
+                    ident.setdefault(key, value)
+                elif key == "flags":
+                    flags = set(value.split())
                     break
     except OSError:
         pass
-    return model, [f for f in _FLAGS if f in flags]
+    family = (ident["vendor_id"], int(ident["cpu family"]), int(ident["model"])) if len(
+        ident) == 3 else None
+    return model, family, [f for f in _FLAGS if f in flags]
+
+
+def _caches():
+    """Per-core data caches and the shared last level, in KiB, from sysfs (cpu0): what the
+    kernels' block sizes are chosen against."""
+    out = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            if not entry.startswith("index"):
+                continue
+            with open(os.path.join(base, entry, "level")) as f:
+                level = f.read().strip()
+            with open(os.path.join(base, entry, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(base, entry, "size")) as f:
+                size = f.read().strip()
+            if kind != "Instruction":
+                out[f"L{level}{'d' if level == '1' else ''}"] = int(size.rstrip("K"))
+    except (OSError, ValueError):
+        pass
+    return out
 
 
 def _version(name):
@@ -38,7 +69,7 @@ def _version(name):
 
 
 def machine_info():
-    cpu, flags = _cpu()
+    cpu, family, flags = _cpu()
     try:
         from threadpoolctl import threadpool_info
 
@@ -49,6 +80,8 @@ def machine_info():
         pools = [{"error": str(exc)}]
     return {
         "cpu": cpu,
+        "cpu_family": list(family) if family else None,
+        "caches_kib": _caches(),
         "cores": os.cpu_count(),
         "cpu_flags": flags,
         "isa": _isa.get_isa(),
