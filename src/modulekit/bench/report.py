@@ -67,6 +67,7 @@ def render(runs, plot=None, notes=None):
     if isinstance(runs, dict):
         runs = [(None, runs)]
     several = len(runs) > 1
+    kinds = runs[0][0] is not None  # runs from bench/results/KIND.json files
     runs = [(kind, run, with_ratios(run["rows"])) for kind, run in runs]
     command = runs[0][1]["command"]
     lines = [
@@ -84,12 +85,12 @@ def render(runs, plot=None, notes=None):
         "thread, layer by layer) and `floor: ...` rows do only the unavoidable part of the "
         "work: they are references, not competitors.",
         "",
-        "Reproduce with (on each kind of machine, KIND naming it):" if several else
+        "Reproduce with (on each kind of machine, KIND naming it):" if kinds else
         "Reproduce with:",
         "",
         "```bash",
     ]
-    if several:
+    if kinds:
         lines += [f"{command} --json bench/results/KIND.json --plot docs/performance-KIND.png",
                   "python -m modulekit.bench.report bench/results/*.json --out "
                   "docs/performance.md --plot 'performance-{kind}.png' --notes "
@@ -98,9 +99,12 @@ def render(runs, plot=None, notes=None):
         lines += [f"{command} --json run.json --plot docs/performance.png",
                   "python -m modulekit.bench.report run.json --out docs/performance.md "
                   "--plot performance.png --notes bench/performance_notes.md"]
-    lines += ["```", "", "## Machines" if several else "## Machine", ""]
+    lines += ["```", "", "## Machines" if kinds else "## Machine", ""]
+    if kinds:
+        lines += ["Kinds measured: " + ", ".join(f"`{k}`" for k, _, _ in runs)
+                  + " (one JSON each in `bench/results/`).", ""]
     for kind, run, _ in runs:
-        if several:
+        if kinds:
             lines += [f"### {kind}", ""]
         lines += _machine_lines(run["machine"]) + [""]
     bars = [(kind, {b["bar"]: b for b in check_bars(rows)}) for kind, _, rows in runs]
@@ -126,7 +130,7 @@ def render(runs, plot=None, notes=None):
         for kind, _, _ in runs:
             where = f" on {kind}" if several else ""
             lines += [f"![modulekit speedup over each peer, and over the reference rows{where}]"
-                      f"({plot.format(kind=kind) if several else plot})", ""]
+                      f"({plot.format(kind=kind) if kinds else plot})", ""]
     if notes:
         lines += [notes.rstrip(), ""]
     suites = []
@@ -166,13 +170,13 @@ def main(argv=None):
     for path in args.json:
         with open(path) as f:
             runs.append((os.path.splitext(os.path.basename(path))[0], json.load(f)))
-    if len(runs) > 1 and args.plot and "{kind}" not in args.plot:
+    if args.plot and "{kind}" not in args.plot and len(runs) > 1:
         parser.error(f"--plot {args.plot!r}: with several runs, the path needs {{kind}}")
     notes = None
     if args.notes:
         with open(args.notes) as f:
             notes = f.read()
-    page = render(runs if len(runs) > 1 else runs[0][1], plot=args.plot, notes=notes)
+    page = render(runs, plot=args.plot, notes=notes)
     if args.out == "-":
         sys.stdout.write(page)
     else:
