@@ -52,7 +52,7 @@ def _set_fused(bint on):
 
 
 # One step's cell for a thread's hidden units [u0, u1) (mk_gemm_step_fn of the recurrence
-# driver): the rows of time step order[s], the units' lanes of every operand.
+# driver): step s is time step s (T - 1 - s in reverse); the units' lanes of every operand.
 ctypedef struct _StepCtx:
     mk_rnn_cell_fn cell
     size_t H, G, X, O, es
