@@ -221,10 +221,13 @@ def test_scatter_n_threads_in_process_leaves_the_callers_setting(X, estimator, o
             np.testing.assert_array_equal(got.compute(), estimator.predict(X))
             first.release()
             assert _openmp_helpers.user_threads() == own
-            # a handle that is never released: closing the cluster tears the plugin down
-            mkd.scatter(estimator, client, n_threads=2)
+            # a handle that is never released: closing the cluster tears the plugin down (the
+            # handle is kept: dropped, the garbage-collection path would release it at once,
+            # racing the check below)
+            kept = mkd.scatter(estimator, client, n_threads=2)
             assert mk.get_num_threads() == 2
         assert _openmp_helpers.user_threads() == own
+        del kept  # the cluster is closed: nothing left for it to release
     finally:
         _openmp_helpers.reset_num_threads()
 
