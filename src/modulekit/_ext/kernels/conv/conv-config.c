@@ -25,15 +25,17 @@
  * GEMM is slower too). */
 #define WINO_TRANSFORM_COST {400.0, 1100.0}
 
+/* The portable C path (and every level where the x86 kernels are not built). */
+#define CONV_SCALAR                                                                   \
+    {                                                                                 \
+        .name = "f32-igemm-8x16-scalar", .igemm = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}}, \
+        .wino = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}},            \
+        .wino_transform_cost = WINO_TRANSFORM_COST, .dw_row = mk_f32_dwconv_row_scalar, \
+        .dw_grid = mk_f32_grid_rows_scalar,                                           \
+    }
+
 static const mk_conv_config conv_configs[MK_ISA_COUNT] = {
-    [MK_ISA_GENERIC] = {
-        .name = "f32-igemm-8x16-scalar",
-        .igemm = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
-        .wino = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}},
-        .wino_transform_cost = WINO_TRANSFORM_COST,
-        .dw_row = mk_f32_dwconv_row_scalar,
-        .dw_grid = mk_f32_grid_rows_scalar,
-    },
+    [MK_ISA_GENERIC] = CONV_SCALAR,
 #if MK_X86
     /* F(4x4) only with vector transforms (the portable path keeps the cheaper small tile).
      * wino_eng_lane_cost: the engine's 6x16 / 8x32 row kernels per multiply-add against the
@@ -65,16 +67,8 @@ static const mk_conv_config conv_configs[MK_ISA_COUNT] = {
         .lane_exact = 1,
     },
 #else /* never selected: mk_isa_detect() reports MK_ISA_GENERIC (see isa.h) */
-    [MK_ISA_AVX2] = {.name = "f32-igemm-8x16-scalar",
-                     .igemm = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
-                     .wino = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}},
-                     .wino_transform_cost = WINO_TRANSFORM_COST,
-                     .dw_row = mk_f32_dwconv_row_scalar, .dw_grid = mk_f32_grid_rows_scalar},
-    [MK_ISA_AVX512] = {.name = "f32-igemm-8x16-scalar",
-                       .igemm = {{mk_f32_igemm_8x16_scalar, 16, 1.0f}},
-                       .wino = {{mk_f32_wino_in_2x2_scalar, mk_f32_wino_out_2x2_scalar}},
-                       .wino_transform_cost = WINO_TRANSFORM_COST,
-                       .dw_row = mk_f32_dwconv_row_scalar, .dw_grid = mk_f32_grid_rows_scalar},
+    [MK_ISA_AVX2] = CONV_SCALAR,
+    [MK_ISA_AVX512] = CONV_SCALAR,
 #endif
 };
 
@@ -117,6 +111,12 @@ int mk_conv_winograd_supported(int m, int isa) {
  * over the threads keeps them busy there) */
 #define CONV1X1_MAX_PIXELS 4096
 
+/* Whether the lane-exact paths can run this layer: the level has them, float32 weights,
+ * groups 1. */
+static int lane_exact(const mk_conv_layer *l, int isa) {
+    return mk_conv_get_config(isa)->lane_exact && l->wtype == MK_W_F32 && l->groups == 1;
+}
+
 /* 1x1, stride 1, unpadded, over a contiguous plane: the input itself is the GEMM's B. */
 static int direct_1x1(const mk_conv_geom *g) {
     return g->KH == 1 && g->KW == 1 && g->sy == 1 && g->sx == 1 && g->pt == 0 && g->pl == 0 &&
@@ -141,13 +141,13 @@ static int winograd_tile(const mk_conv_layer *l, const mk_conv_geom *g, int isa,
  * channel split of mk_conv1x1_f32 balancing its 17 tiles of 48 pixels). */
 static int im2col_pays(const mk_conv_layer *l, const mk_conv_geom *g) {
     const ptrdiff_t hw = (ptrdiff_t)g->OH * g->OW;
-    return g->N == 1 && l->Cout >= IM2COL_MIN_COUT && (hw % 16 != 0 || (g->KH == 1 && g->KW == 1)) &&
-           hw <= IM2COL_MAX_PIXELS && !direct_1x1(g);
+    return g->N == 1 && l->Cout >= IM2COL_MIN_COUT &&
+           (hw % 16 != 0 || (g->KH == 1 && g->KW == 1)) && hw <= IM2COL_MAX_PIXELS &&
+           !direct_1x1(g);
 }
 
 void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads,
                     mk_conv_choice *c) {
-    const mk_conv_config *cfg = mk_conv_get_config(isa);
     c->wino_m = c->wino_eng = 0;
     c->direct = 0;
     if (l->wtype == MK_W_F64) {
@@ -166,17 +166,16 @@ void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int 
         return;
     }
     c->direct = direct_1x1(g);
-    const int lane_exact = cfg->lane_exact && l->wtype == MK_W_F32 && l->groups == 1;
-    const int forced = l->force == MK_CONV_FORCE_IGEMM;
+    const int exact = lane_exact(l, isa), forced = l->force == MK_CONV_FORCE_IGEMM;
     const ptrdiff_t hw = (ptrdiff_t)g->H * g->W;
-    if (lane_exact && !forced && im2col_pays(l, g))
+    if (exact && !forced && im2col_pays(l, g))
         c->algo = MK_CONV_ALGO_IM2COL;
-    else if (lane_exact && !forced && g->C <= ROWS_MAX_CIN && !c->direct)
+    else if (exact && !forced && g->C <= ROWS_MAX_CIN && !c->direct)
         /* each thread copies the phase rows of its bands of output rows into a band-sized
          * buffer that stays in its caches, where the whole-image phase image is as large as the
          * input and is written, synchronised and read back (the same sums, bit for bit) */
         c->algo = MK_CONV_ALGO_ROWS;
-    else if (lane_exact && c->direct && hw % 16 != 0 && hw <= CONV1X1_MAX_PIXELS)
+    else if (exact && c->direct && hw % 16 != 0 && hw <= CONV1X1_MAX_PIXELS)
         /* maps whose pixel count leaves a remainder of 16 (7x7, 14x14): no lane waste there */
         c->algo = MK_CONV_ALGO_1X1;
     else
@@ -189,8 +188,7 @@ int mk_conv_maxpool_fused(const mk_conv_layer *l, const mk_conv_geom *g, const m
     mk_conv_choose(l, g, isa, nthreads, &c);
     /* the row-band kernel with pooling: where the lane-exact paths exist and the row bands or
      * the phase-image igemm would run, pooling column stride 1 or 2 */
-    return mk_conv_get_config(isa)->lane_exact && l->wtype == MK_W_F32 && l->groups == 1 &&
-           l->force != MK_CONV_FORCE_IGEMM && !c.direct &&
+    return lane_exact(l, isa) && l->force != MK_CONV_FORCE_IGEMM && !c.direct &&
            (c.algo == MK_CONV_ALGO_ROWS || c.algo == MK_CONV_ALGO_IGEMM) &&
            (pg->sx == 1 || pg->sx == 2);
 }
