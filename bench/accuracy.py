@@ -6,7 +6,9 @@ docs/api.md ("Accuracy of bfloat16 and int8 against float32").
 For ResNet-18 and MobileNetV2 (224x224) and a MiniLM-L6-sized BERT (sequence 64), each with
 random weights (and norm statistics) and random inputs, a fixed seed: the float32 output
 against the output under ``float32_matmul_precision("medium")`` (bfloat16 compute where
-modulekit has it) and after ``quantization.quantize_dynamic`` (int8 Linear layers). Printed
+modulekit has it), after ``quantization.quantize_dynamic`` (int8 Linear layers) and, for the
+CNNs, after ``quantization.quantize_static`` (calibrated on 32 other random images, then
+compiled: int8 activations between the convolutions). Printed
 per model and mode: the largest absolute difference, the largest difference relative to the
 output's largest magnitude, the smallest cosine similarity between an input's float32 and
 low-precision output vectors (per image; per token for BERT) and, for the CNNs, how often the
@@ -22,7 +24,7 @@ import numpy as np
 
 import modulekit as mk
 from modulekit import models
-from modulekit.quantization import quantize_dynamic
+from modulekit.quantization import quantize_dynamic, quantize_static
 
 MINILM = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
               intermediate_size=1536, max_position_embeddings=512, type_vocab_size=2,
@@ -74,6 +76,11 @@ def main():
             _compare(name, "bfloat16 (medium)", ref, _run(model, images), len(ref), top1=True)
         _compare(name, "int8 dynamic", ref, _run(quantize_dynamic(model), images), len(ref),
                  top1=True)
+        calibration = [rng.standard_normal((8, 3, 224, 224)).astype(np.float32)
+                       for _ in range(4)]  # 32 other images
+        static = quantize_static(model, calibration)
+        static.compile()  # the activations in int8 between convolutions
+        _compare(name, "int8 static", ref, _run(static, images), len(ref), top1=True)
     bert = models.BertModel(MINILM).eval()
     bert.load_state_dict(_random_state(bert, rng))
     sentences = [(rng.integers(1000, MINILM["vocab_size"], (1, 64)),)

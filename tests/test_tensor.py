@@ -240,6 +240,8 @@ def test_pickle_and_copy(dt):
     d = copy.deepcopy(p)
     assert not np.shares_memory(d.numpy(), p.numpy())
     assert np.shares_memory(copy.copy(p).numpy(), p.numpy())
+    scalar = pickle.loads(pickle.dumps(Tensor(np.ones((), dt.numpy))))
+    assert scalar.shape == () and scalar.dtype is dt  # a 0-d tensor stays 0-d
 
 
 def test_identity_semantics():

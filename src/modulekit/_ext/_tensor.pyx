@@ -429,7 +429,8 @@ cdef class Parameter(Tensor):
 
 def _rebuild(cls, arr):
     cdef Tensor out = cls.__new__(cls)
-    out._array = np.ascontiguousarray(arr)
+    # (not np.ascontiguousarray, which makes a 0-d array 1-d)
+    out._array = np.array(arr, order="C", copy=None)
     out._dtype = _dtype_of(out._array)
     return out
 

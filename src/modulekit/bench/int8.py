@@ -1,4 +1,4 @@
-"""int8 dynamic quantization against torch's and onnxruntime's, in one run.
+"""int8 quantization (dynamic and static) against torch's and onnxruntime's, in one run.
 
 ``python -m modulekit.bench int8 [--quick]`` (or ``python bench/int8.py``). Cases:
 
@@ -8,6 +8,14 @@
     against torch's ``torch.ao.quantization.quantize_dynamic`` (fbgemm) and onnxruntime's
     ``onnxruntime.quantization.quantize_dynamic`` of a MatMul + Add graph; the row
     ``modulekit float32`` is the unquantized layer (a reference, not a competitor).
+``ResNet-18 int8 static batch 1``, ``MobileNetV2 int8 static batch 1``
+    the models of the ``models`` suite (random torch weights with norm statistics, 224x224;
+    ResNet-18 alone with ``--quick``) quantized with calibrated activation ranges (32 random images)
+    by each library: modulekit's ``quantize_static`` then ``compile()``, onnxruntime's
+    ``quantize_static`` (QDQ, per-channel int8 weights, uint8 activations, MinMax) and torch's FX
+    graph mode (``prepare_fx``/``convert_fx``, the x86 backend's default qconfig). Each row records
+    ``top1_vs_float32``: how often its top-1 class is float32 modulekit's on 256 fixed random images
+    (32 with ``--quick``).
 ``MiniLM int8 batch <b> seq <s>``
     the MiniLM-L6-sized BERT of the ``bert`` suite (random weights), quantized by each
     library's ``quantize_dynamic``. Each row records ``cosine_vs_float32``: the smallest
@@ -156,8 +164,94 @@ def _minilm(quick, tmp, threads):
     return rows
 
 
+def _cnn_static(name, quick, tmp, threads):
+    import torch
+
+    from modulekit.bench import models as model_suite
+    from modulekit.quantization import quantize_static
+
+    model, tmodel, _ = model_suite.setup(name)
+    rng = np.random.default_rng(1)
+    calibration = [rng.standard_normal((8, 3, 224, 224)).astype(np.float32) for _ in range(4)]
+    q = quantize_static(model, calibration)
+    q.compile()
+    peers = {"modulekit": q}
+    errors = {}
+    try:
+        peers["onnxruntime"] = _ort_static(tmodel, calibration, tmp, threads, name)
+    except Exception as exc:  # optional peer
+        errors["onnxruntime"] = f"onnxruntime peer skipped: {type(exc).__name__}: {exc}"[:200]
+    try:
+        from torch.ao.quantization import get_default_qconfig_mapping
+        from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+        example = (torch.from_numpy(calibration[0]),)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prepared = prepare_fx(tmodel, get_default_qconfig_mapping("x86"), example)
+            for batch in calibration:
+                prepared(torch.from_numpy(batch))
+            tq = convert_fx(prepared)
+        peers["torch"] = lambda x, tq=tq: tq(torch.from_numpy(x)).numpy()
+    except Exception as exc:  # optional peer
+        errors["torch"] = f"torch peer skipped: {type(exc).__name__}: {exc}"[:200]
+    images = rng.standard_normal((32 if quick else 256, 3, 224, 224)).astype(np.float32)
+    ref = np.concatenate([model(images[i:i + 32]) for i in range(0, len(images), 32)])
+    x = images[:1]
+    funcs = {impl: (lambda f=f: f(x)) for impl, f in peers.items()}
+    res = interleaved(funcs, rounds=3 if quick else 9, min_time=0.02 if quick else 0.2,
+                      pause=PAUSE)
+    case = f"{name} int8 static batch 1"
+    rows = []
+    for impl, stats in res.items():
+        f = peers[impl]
+        got = np.concatenate([np.asarray(f(images[i:i + 32]))
+                              for i in range(0, len(images), 32)])
+        rows.append(dict(suite=SUITE, case=case, impl=impl,
+                         top1_vs_float32=float(np.mean(got.argmax(1) == ref.argmax(1))),
+                         **stats))
+    rows += [dict(suite=SUITE, case=case, impl=impl, error=err) for impl, err in errors.items()]
+    return rows
+
+
+def _ort_static(tmodel, calibration, tmp, threads, name):
+    """``f(x)``: an onnxruntime session of ``tmodel`` quantized by onnxruntime's
+    quantize_static (QDQ) on ``calibration``."""
+    import onnxruntime as ort
+    import torch
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    path = os.path.join(tmp, f"{name}.onnx")
+    qpath = os.path.join(tmp, f"{name}.qdq.onnx")
+    torch.onnx.export(tmodel, (torch.from_numpy(calibration[0][:1]),), path,
+                      input_names=["x"], output_names=["y"], dynamo=False, opset_version=17,
+                      dynamic_axes={"x": {0: "n"}, "y": {0: "n"}})
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"x": b} for b in calibration])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_static(path, qpath, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(qpath, opts, providers=["CPUExecutionProvider"])
+    return lambda x: sess.run(None, {"x": x})[0]
+
+
 def run(quick=False):
-    """The Linear and MiniLM cases; returns the bench rows."""
+    """The Linear, CNN static and MiniLM cases; returns the bench rows."""
     import torch  # the reference models (an ImportError marks the suite skipped)
 
     import modulekit as mk
@@ -166,7 +260,10 @@ def run(quick=False):
     torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
     with tempfile.TemporaryDirectory() as tmp:
-        return _linears(quick, tmp, threads) + _minilm(quick, tmp, threads)
+        cnns = ("ResNet-18",) if quick else ("ResNet-18", "MobileNetV2")
+        return (_linears(quick, tmp, threads)
+                + [row for name in cnns for row in _cnn_static(name, quick, tmp, threads)]
+                + _minilm(quick, tmp, threads))
 
 
 def main(argv=None):

@@ -26,6 +26,7 @@ from modulekit.compile.rules.linear import (
     linear_chain,
     linear_stack,
 )
+from modulekit.compile.rules.quantized import quantized_handoff
 
 #: The rules in the order they run: a rule that needs another's result comes after it.
 PIPELINE = (
@@ -47,6 +48,9 @@ PIPELINE = (
     conv_maxpool,
     conv_global_avgpool,
     depthwise_chain,
+    # statically quantized networks (rules/quantized.py): after the conv rules, whose steps
+    # it turns into steps handing bytes on
+    quantized_handoff,
 )
 
 __all__ = ["PIPELINE"]

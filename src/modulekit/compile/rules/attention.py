@@ -27,21 +27,24 @@ _SDPA = "modulekit.nn.functional.scaled_dot_product_attention"
 
 
 def dropout_identity(graph: Graph, ctx: Context) -> int:
-    """``dropout(x)`` in inference mode -> ``x``.
+    """``dropout(x)`` in inference mode, ``Identity()(x)`` -> ``x``.
 
-    Matches a hook-free ``Dropout`` (any ``p``) whose ``training`` is False, and
-    ``F.dropout(x, p, training=False)``: both return their input array itself, so reading
-    the input instead is bit-identical (the same object). Runs first, so that the patterns
-    after it (attention, LayerNorm with residual) see through the dropouts Hugging Face
-    models keep in their code."""
+    Matches a hook-free ``Dropout`` (any ``p``) whose ``training`` is False,
+    ``F.dropout(x, p, training=False)`` and a hook-free ``Identity``: all return their input
+    array itself, so reading the input instead is bit-identical (the same object). Runs
+    first, so that the patterns after it see through the dropouts Hugging Face models keep
+    in their code (attention, LayerNorm with residual) and the ``Identity`` that replaces a
+    norm folded away (``quantize_static``)."""
     from modulekit.nn.modules.dropout import Dropout
+    from modulekit.nn.modules.linear import Identity
 
     fired = 0
     for node in list(graph.nodes):
         src = None
         if node.op == "call_module":
-            m = ctx.module(node, Dropout)
-            if m is not None and not m.training and len(node.args) == 1 and not node.kwargs:
+            m = ctx.module(node, Dropout, Identity)
+            if m is not None and not (type(m) is Dropout and m.training) and \
+                    len(node.args) == 1 and not node.kwargs:
                 src = node.args[0]
         elif node.op == "call_function" and node.target == "modulekit.nn.functional.dropout":
             args = dict(zip(("input", "p", "training", "inplace"), node.args))

@@ -29,6 +29,9 @@ from modulekit.compile.graph import Graph, Node, iter_nodes
 from modulekit.compile.passes import Context
 from modulekit.compile.rules.linear import EXACT_EPILOGUES
 
+#: The activations a quantized convolution computes in its epilogue (``_qgemm``'s)
+STATIC_ACTIVATIONS = ("relu", "relu6")
+
 __all__ = [
     "CONV_EXACT_EPILOGUES",
     "ConvStep",
@@ -140,14 +143,25 @@ def _conv_step(node: Node, ctx: Context) -> ConvStep | None:
 
 
 def _plain_conv(node: Node, ctx: Context):
-    """The ``Conv2d`` a plain call node calls with one positional input and zero padding
-    (its packed kernel pads with zeros; other padding modes pad in ``forward``), or None."""
+    """The ``Conv2d`` (or ``QuantizedConv2d``) a plain call node calls with one positional
+    input and zero padding (its packed kernel pads with zeros; other padding modes pad in
+    ``forward``), or None."""
     from modulekit.nn.modules.conv import Conv2d
+    from modulekit.nn.modules.quantized import QuantizedConv2d
 
-    conv = ctx.module(node, Conv2d)
-    if conv is None or node.kwargs or len(node.args) != 1 or conv.padding_mode != "zeros":
+    conv = ctx.module(node, Conv2d, QuantizedConv2d)
+    if conv is None or node.kwargs or len(node.args) != 1 or \
+            getattr(conv, "padding_mode", "zeros") != "zeros":
         return None
     return conv
+
+
+def _quantized(step: ConvStep) -> bool:
+    """Whether a step's kernel is a statically quantized convolution (``PackedQConv2d``:
+    int8, a clamp epilogue, no fused mean)."""
+    from modulekit._ext._qgemm import PackedQConv2d
+
+    return isinstance(step.packed, PackedQConv2d)
 
 
 def _sole_user(node: Node, ctx: Context) -> Node | None:
@@ -212,12 +226,12 @@ def conv_bn_fold(graph: Graph, ctx: Context) -> int:
     bits as a Sequential's eager fused call). Not bit-identical to running the convolution and
     then the norm (one rounding fewer; agrees to float32 rounding, ~1e-6 relative)."""
     from modulekit.nn.modules.batchnorm import BatchNorm2d
-    from modulekit.nn.modules.conv import fold_conv_bn
+    from modulekit.nn.modules.conv import Conv2d, fold_conv_bn
 
     fired = 0
     for node in list(graph.nodes):
         conv = _plain_conv(node, ctx)
-        if conv is None:
+        if type(conv) is not Conv2d:  # (a quantized one was folded when it was quantized)
             continue
         user = _sole_user(node, ctx)
         bn = ctx.module(user, BatchNorm2d) if user is not None else None
@@ -273,7 +287,7 @@ def conv_activation(graph: Graph, ctx: Context) -> int:
             continue
         user = _sole_user(node, ctx)
         name = _activation_name(user, ctx) if user is not None else None
-        if name is None:
+        if name is None or (_quantized(step) and name not in STATIC_ACTIVATIONS):
             continue
         _extend(ctx, node, user, step.with_(activation=name), "conv_activation")
         fired += 1
@@ -344,7 +358,7 @@ def conv_global_avgpool(graph: Graph, ctx: Context) -> int:
     for node in list(graph.nodes):
         step = _conv_step(node, ctx)
         if step is None or step.pool or step.mean or node.meta.get("dtype") != "float32" \
-                or len(node.meta.get("shape") or ()) != 4:
+                or len(node.meta.get("shape") or ()) != 4 or _quantized(step):
             continue
         user = _sole_user(node, ctx)
         keepdims = _global_pool(user, ctx) if user is not None else None

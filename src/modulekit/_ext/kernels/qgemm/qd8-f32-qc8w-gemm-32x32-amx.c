@@ -6,8 +6,8 @@
  * per C tile for each 64 k. KP is a multiple of 64 for this configuration (the padding k are 0
  * in the weights and 128, i.e. zero, in the activations), and the driver pads the quantized
  * rows to a multiple of 32 (rows of 128), so every tile load reads memory it owns. The integer
- * sums are the VNNI tile's; the float epilogue is its too (corr subtracted, scaled, biased,
- * clamped), so the two kernels agree bit for bit.
+ * sums are the VNNI tile's; the epilogue is its too (qgemm-epilogue-avx512.h), so the two
+ * kernels agree bit for bit.
  *
  * The tile configuration is loaded by mk_qd8_amx_begin, which the driver calls in each thread
  * before its run of tiles (mk_qd8_amx_end releases the tiles after it): the kernel must not run
@@ -19,6 +19,7 @@
 
 #include "common/amx.h"
 #include "qgemm.h"
+#include "qgemm-epilogue-avx512.h"
 
 #define NR 32
 
@@ -30,11 +31,9 @@ TARGET void mk_qd8_amx_end(void) { _tile_release(); }
 
 TARGET void mk_qd8_f32_qc8w_gemm_32x32__amx(size_t rows, size_t nc, size_t kp, const uint8_t *a,
                                             size_t lda, const float *ascale, const void *panel,
-                                            float *c, size_t ldc, float lo, float hi) {
-    const int32_t *corr = (const int32_t *)panel;
-    const float *ws = (const float *)(corr + NR);
-    const float *bias = ws + NR;
-    const int8_t *w = (const int8_t *)(bias + NR);
+                                            void *c, size_t ldc, const uint8_t *res,
+                                            const mk_qgemm_epilogue *ep) {
+    const int8_t *w = (const int8_t *)panel + NR * 12;
     int32_t acc[32 * 32] __attribute__((aligned(64)));
     _tile_zero(0);
     _tile_zero(1);
@@ -54,25 +53,12 @@ TARGET void mk_qd8_f32_qc8w_gemm_32x32__amx(size_t rows, size_t nc, size_t kp, c
     _tile_stored(1, acc + 16, 32 * sizeof(int32_t));
     _tile_stored(2, acc + 16 * 32, 32 * sizeof(int32_t));
     _tile_stored(3, acc + 16 * 32 + 16, 32 * sizeof(int32_t));
-    const __m512i corr0 = _mm512_load_si512((const void *)corr);
-    const __m512i corr1 = _mm512_load_si512((const void *)(corr + 16));
-    const __m512 ws0 = _mm512_load_ps(ws), ws1 = _mm512_load_ps(ws + 16);
-    const __m512 b0 = _mm512_load_ps(bias), b1 = _mm512_load_ps(bias + 16);
-    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    const __mmask16 m0 = nc >= 16 ? 0xffff : (__mmask16)((1u << nc) - 1);
-    const __mmask16 m1 = nc >= 32 ? 0xffff : nc <= 16 ? 0 : (__mmask16)((1u << (nc - 16)) - 1);
-    for (size_t r = 0; r < rows && r < 32; r++) {
-        const __m512 sx = _mm512_set1_ps(ascale[r]);
-        const __m512i s0 = _mm512_load_si512((const void *)(acc + r * 32));
-        const __m512i s1 = _mm512_load_si512((const void *)(acc + r * 32 + 16));
-        __m512 y0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s0, corr0)),
-                                    _mm512_mul_ps(sx, ws0), b0);
-        __m512 y1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s1, corr1)),
-                                    _mm512_mul_ps(sx, ws1), b1);
-        y0 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, y0));
-        y1 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, y1));
-        _mm512_mask_storeu_ps(c + r * ldc, m0, y0);
-        _mm512_mask_storeu_ps(c + r * ldc + 16, m1, y1);
-    }
+    const mk_qepi_panel pc = mk_qepi_load(panel, NR, nc, ep);
+    const size_t width = ep->out_u8 ? 1 : sizeof(float);
+    for (size_t r = 0; r < rows && r < 32; r++)
+        mk_qepi_row(_mm512_load_si512((const void *)(acc + r * 32)),
+                    _mm512_load_si512((const void *)(acc + r * 32 + 16)),
+                    ascale[r * ep->ascale_step], &pc, res != NULL ? res + r * ep->ldr : NULL,
+                    (char *)c + r * ldc * width, ep);
 }
 #endif /* MK_X86 */

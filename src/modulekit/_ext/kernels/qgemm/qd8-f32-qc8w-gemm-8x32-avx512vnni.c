@@ -1,8 +1,8 @@
 /* AVX512-VNNI qd8-f32-qc8w kernels (see qgemm.h): the row quantizer, 16 floats a step, and
  * the 8x32 GEMM tile: per group of 4 k, two 64-byte weight loads and, per row, one broadcast
  * of the row's 4 bytes and two vpdpbusd (u8 x s8, summed in fours into int32, exact). The
- * epilogue is the portable one's arithmetic (int32 difference to float, one FMA, clamp), so
- * the results are bit-identical to mk_qd8_f32_qc8w_gemm_4x16__scalar. */
+ * epilogue (qgemm-epilogue-avx512.h) is the portable one's arithmetic, so the results are
+ * bit-identical to mk_qd8_f32_qc8w_gemm_4x16__scalar. */
 #include "isa.h"
 #if MK_X86
 #include <float.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "qgemm.h"
+#include "qgemm-epilogue-avx512.h"
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 #define NR 32
@@ -75,25 +76,15 @@ TARGET float mk_qd8_quantize__avx512vnni(size_t n, size_t kp, const float *x, ui
         DPBUSD(acc##r##b, av, w1);                                                            \
     }
 #define ROW_STORE(r)                                                                          \
-    if (ROWS > r) {                                                                           \
-        const __m512 sx = _mm512_set1_ps(ascale[r]);                                          \
-        __m512 y0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc##r##a, corr0)),   \
-                                    _mm512_mul_ps(sx, ws0), b0);                              \
-        __m512 y1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc##r##b, corr1)),   \
-                                    _mm512_mul_ps(sx, ws1), b1);                              \
-        y0 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, y0));                                      \
-        y1 = _mm512_min_ps(vhi, _mm512_max_ps(vlo, y1));                                      \
-        _mm512_mask_storeu_ps(c + r * ldc, m0, y0);                                           \
-        _mm512_mask_storeu_ps(c + r * ldc + 16, m1, y1);                                      \
-    }
+    if (ROWS > r)                                                                             \
+        mk_qepi_row(acc##r##a, acc##r##b, ascale[r * ep->ascale_step], &pc,                   \
+                    res != NULL ? res + r * ep->ldr : NULL, (char *)c + r * ldc * width, ep);
 
 TARGET static inline __attribute__((always_inline)) void
 tile(const size_t ROWS, size_t nc, size_t kp, const uint8_t *a, size_t lda,
-     const float *ascale, const void *panel, float *c, size_t ldc, float lo, float hi) {
-    const int32_t *corr = (const int32_t *)panel;
-    const float *ws = (const float *)(corr + NR);
-    const float *bias = ws + NR;
-    const int8_t *w = (const int8_t *)(bias + NR);
+     const float *ascale, const void *panel, void *c, size_t ldc, const uint8_t *res,
+     const mk_qgemm_epilogue *ep) {
+    const int8_t *w = (const int8_t *)panel + NR * 12;
     ROW_DECL(0) ROW_DECL(1) ROW_DECL(2) ROW_DECL(3)
     ROW_DECL(4) ROW_DECL(5) ROW_DECL(6) ROW_DECL(7)
     for (size_t g = 0; g < kp / 4; g++) {
@@ -102,37 +93,33 @@ tile(const size_t ROWS, size_t nc, size_t kp, const uint8_t *a, size_t lda,
         ROW_STEP(0) ROW_STEP(1) ROW_STEP(2) ROW_STEP(3)
         ROW_STEP(4) ROW_STEP(5) ROW_STEP(6) ROW_STEP(7)
     }
-    const __m512i corr0 = _mm512_load_si512((const void *)corr);
-    const __m512i corr1 = _mm512_load_si512((const void *)(corr + 16));
-    const __m512 ws0 = _mm512_load_ps(ws), ws1 = _mm512_load_ps(ws + 16);
-    const __m512 b0 = _mm512_load_ps(bias), b1 = _mm512_load_ps(bias + 16);
-    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    const __mmask16 m0 = nc >= 16 ? 0xffff : (__mmask16)((1u << nc) - 1);
-    const __mmask16 m1 = nc >= 32 ? 0xffff : nc <= 16 ? 0 : (__mmask16)((1u << (nc - 16)) - 1);
+    const mk_qepi_panel pc = mk_qepi_load(panel, NR, nc, ep);
+    const size_t width = ep->out_u8 ? 1 : sizeof(float);
     ROW_STORE(0) ROW_STORE(1) ROW_STORE(2) ROW_STORE(3)
     ROW_STORE(4) ROW_STORE(5) ROW_STORE(6) ROW_STORE(7)
 }
 
 #define ROWS_FN(R)                                                                            \
     TARGET static void tile_##R(size_t nc, size_t kp, const uint8_t *a, size_t lda,          \
-                                const float *ascale, const void *panel, float *c, size_t ldc, \
-                                float lo, float hi) {                                         \
-        tile(R, nc, kp, a, lda, ascale, panel, c, ldc, lo, hi);                               \
+                                const float *ascale, const void *panel, void *c, size_t ldc,  \
+                                const uint8_t *res, const mk_qgemm_epilogue *ep) {            \
+        tile(R, nc, kp, a, lda, ascale, panel, c, ldc, res, ep);                              \
     }
 ROWS_FN(1) ROWS_FN(2) ROWS_FN(3) ROWS_FN(4) ROWS_FN(5) ROWS_FN(6) ROWS_FN(7) ROWS_FN(8)
 
 void mk_qd8_f32_qc8w_gemm_8x32__avx512vnni(size_t rows, size_t nc, size_t kp, const uint8_t *a,
                                             size_t lda, const float *ascale, const void *panel,
-                                            float *c, size_t ldc, float lo, float hi) {
+                                            void *c, size_t ldc, const uint8_t *res,
+                                            const mk_qgemm_epilogue *ep) {
     switch (rows) {
-    case 1: tile_1(nc, kp, a, lda, ascale, panel, c, ldc, lo, hi); break;
-    case 2: tile_2(nc, kp, a, lda, ascale, panel, c, ldc, lo, hi); break;
-    case 3: tile_3(nc, kp, a, lda, ascale, panel, c, ldc, lo, hi); break;
-    case 4: tile_4(nc, kp, a, lda, ascale, panel, c, ldc, lo, hi); break;
-    case 5: tile_5(nc, kp, a, lda, ascale, panel, c, ldc, lo, hi); break;
-    case 6: tile_6(nc, kp, a, lda, ascale, panel, c, ldc, lo, hi); break;
-    case 7: tile_7(nc, kp, a, lda, ascale, panel, c, ldc, lo, hi); break;
-    default: tile_8(nc, kp, a, lda, ascale, panel, c, ldc, lo, hi); break;
+    case 1: tile_1(nc, kp, a, lda, ascale, panel, c, ldc, res, ep); break;
+    case 2: tile_2(nc, kp, a, lda, ascale, panel, c, ldc, res, ep); break;
+    case 3: tile_3(nc, kp, a, lda, ascale, panel, c, ldc, res, ep); break;
+    case 4: tile_4(nc, kp, a, lda, ascale, panel, c, ldc, res, ep); break;
+    case 5: tile_5(nc, kp, a, lda, ascale, panel, c, ldc, res, ep); break;
+    case 6: tile_6(nc, kp, a, lda, ascale, panel, c, ldc, res, ep); break;
+    case 7: tile_7(nc, kp, a, lda, ascale, panel, c, ldc, res, ep); break;
+    default: tile_8(nc, kp, a, lda, ascale, panel, c, ldc, res, ep); break;
     }
 }
 #endif /* MK_X86 */

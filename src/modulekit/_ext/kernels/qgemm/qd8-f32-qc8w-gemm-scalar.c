@@ -34,7 +34,8 @@ float mk_qd8_quantize__scalar(size_t n, size_t kp, const float *x, uint8_t *q) {
 
 void mk_qd8_f32_qc8w_gemm_4x16__scalar(size_t rows, size_t nc, size_t kp, const uint8_t *a,
                                         size_t lda, const float *ascale, const void *panel,
-                                        float *c, size_t ldc, float lo, float hi) {
+                                        void *c, size_t ldc, const uint8_t *res,
+                                        const mk_qgemm_epilogue *ep) {
     const int32_t *corr = (const int32_t *)panel;
     const float *ws = (const float *)(corr + NR);
     const float *bias = ws + NR;
@@ -48,11 +49,17 @@ void mk_qd8_f32_qc8w_gemm_4x16__scalar(size_t rows, size_t nc, size_t kp, const 
                 for (size_t t = 0; t < 4; t++)
                     acc[j] += (int32_t)ar[4 * g + t] * (int32_t)wg[4 * j + t];
         }
+        const float sx = ascale[r * ep->ascale_step];
         for (size_t j = 0; j < nc; j++) {
-            float y = fmaf((float)(acc[j] - corr[j]), ascale[r] * ws[j], bias[j]);
-            y = lo > y ? lo : y;
-            y = hi < y ? hi : y;
-            c[r * ldc + j] = y;
+            float y = fmaf((float)(acc[j] - corr[j]), sx * ws[j], bias[j]);
+            if (res != NULL)
+                y = fmaf((float)((int32_t)res[r * ep->ldr + j] - ep->res_zp), ep->res_scale, y);
+            y = ep->lo > y ? ep->lo : y;
+            y = ep->hi < y ? ep->hi : y;
+            if (ep->out_u8)
+                ((uint8_t *)c)[r * ldc + j] = mk_qu8_requantize(y, ep->out_inv_scale, ep->out_zp);
+            else
+                ((float *)c)[r * ldc + j] = y;
         }
     }
 }

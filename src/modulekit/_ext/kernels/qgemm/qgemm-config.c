@@ -7,15 +7,16 @@
 
 float mk_qd8_quantize__scalar(size_t, size_t, const float *, uint8_t *);
 void mk_qd8_f32_qc8w_gemm_4x16__scalar(size_t, size_t, size_t, const uint8_t *, size_t,
-                                        const float *, const void *, float *, size_t, float,
-                                        float);
+                                        const float *, const void *, void *, size_t,
+                                        const uint8_t *, const mk_qgemm_epilogue *);
 #if MK_X86
 float mk_qd8_quantize__avx512vnni(size_t, size_t, const float *, uint8_t *);
 void mk_qd8_f32_qc8w_gemm_8x32__avx512vnni(size_t, size_t, size_t, const uint8_t *, size_t,
-                                            const float *, const void *, float *, size_t,
-                                            float, float);
+                                            const float *, const void *, void *, size_t,
+                                            const uint8_t *, const mk_qgemm_epilogue *);
 void mk_qd8_f32_qc8w_gemm_32x32__amx(size_t, size_t, size_t, const uint8_t *, size_t,
-                                     const float *, const void *, float *, size_t, float, float);
+                                     const float *, const void *, void *, size_t,
+                                     const uint8_t *, const mk_qgemm_epilogue *);
 void mk_qd8_amx_begin(void);
 void mk_qd8_amx_end(void);
 #include <cpuid.h>

@@ -14,12 +14,8 @@
 #define MK_QD8_MC 64 /* rows per tile: MC x KP bytes of quantized rows stay in L2 */
 #define MK_QD8_PANELS 4 /* panels per tile */
 
-static size_t kp_of(const mk_qd8_config *cfg, size_t k) {
-    return (k + cfg->kb - 1) / cfg->kb * cfg->kb;
-}
-
 size_t mk_qd8_panel_stride(const mk_qd8_config *cfg, size_t k) {
-    const size_t bytes = cfg->nr * 12 + kp_of(cfg, k) * cfg->nr;
+    const size_t bytes = cfg->nr * 12 + mk_qd8_kp(cfg, k) * cfg->nr;
     return (bytes + 63) & ~(size_t)63;
 }
 
@@ -30,6 +26,11 @@ size_t mk_qd8_packed_size(const mk_qd8_config *cfg, size_t n, size_t k) {
 
 void mk_qd8_pack(const mk_qd8_config *cfg, size_t n, size_t k, const int8_t *qw,
                  const float *scale, const float *bias, void *packed) {
+    mk_qd8_pack_zp(cfg, n, k, qw, scale, bias, 128, packed);
+}
+
+void mk_qd8_pack_zp(const mk_qd8_config *cfg, size_t n, size_t k, const int8_t *qw,
+                    const float *scale, const float *bias, int32_t zp, void *packed) {
     const size_t nr = cfg->nr, ps = mk_qd8_panel_stride(cfg, k);
     const size_t panels = (n + nr - 1) / nr;
     memset(packed, 0, mk_qd8_packed_size(cfg, n, k));
@@ -46,7 +47,7 @@ void mk_qd8_pack(const mk_qd8_config *cfg, size_t n, size_t k, const int8_t *qw,
                 sum += row[kk];
                 w[(kk / 4) * 4 * nr + 4 * j + kk % 4] = row[kk];
             }
-            corr[j] = 128 * sum;
+            corr[j] = zp * sum;
             ws[j] = scale[col];
             bs[j] = bias != NULL ? bias[col] : 0.0f;
         }
@@ -71,7 +72,7 @@ int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, cons
                     size_t ldx, const void *packed, float *y, size_t ldc, float lo, float hi,
                     int nthreads) {
     if (m == 0 || n == 0) return 0;
-    const size_t kp = kp_of(cfg, k), lda = (kp + 63) & ~(size_t)63;
+    const size_t kp = mk_qd8_kp(cfg, k), lda = (kp + 63) & ~(size_t)63;
     const size_t nr = cfg->nr, mr = cfg->mr, ps = mk_qd8_panel_stride(cfg, k);
     const size_t panels = (n + nr - 1) / nr;
     /* rows rounded up to mr, the padding rows zero (128): a kernel may read a whole block */
@@ -89,6 +90,7 @@ int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, cons
     const size_t pblocks = (panels + MK_QD8_PANELS - 1) / MK_QD8_PANELS;
     const long tiles = (long)(rblocks * pblocks);
     memset(qa + m * lda, 128, (mpad - m) * lda);
+    const mk_qgemm_epilogue ep = {1, lo, hi, 0, 0.0f, 0, 0, 0.0f, 0};
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
 #pragma omp for schedule(dynamic, 8)
@@ -110,7 +112,7 @@ int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, cons
                 for (size_t r = r0; r < r1; r += mr) {
                     const size_t rows = r1 - r < mr ? r1 - r : mr;
                     cfg->ukernel(rows, nc, kp, qa + r * lda, lda, sx + r, panel,
-                                 y + r * ldc + p * nr, ldc, lo, hi);
+                                 y + r * ldc + p * nr, ldc, NULL, &ep);
                 }
             }
         }

@@ -26,11 +26,45 @@
 
 #define MK_QD8_MAX_K 65536
 
+/* What a tile does with its int32 sums, per output element (row r, column n):
+ *
+ *   y = float(acc - corr[n]) * (ascale[r] * sw[n]) + bias[n]     (one fmaf)
+ *   y = float(res[r, n] - res_zp) * res_scale + y                   (one fmaf; with res)
+ *   y = min(hi, max(lo, y))
+ *   stored as float32, or (out_u8) as the byte clamp(rint(t) + out_zp, 0, 255) with
+ *   t = min(512, max(-512, y * out_inv_scale)) (NaN: -512) (mk_qu8_requantize below)
+ *
+ * The constants of one call; the row pointers (ascale, res, c) go with each tile. */
+typedef struct {
+    size_t ascale_step;  /* 1: a scale per row (qd8), 0: one scale for every row (static) */
+    float lo, hi;        /* the activation as a clamp */
+    size_t ldr;          /* residual row stride (bytes) */
+    float res_scale;
+    int32_t res_zp;
+    int out_u8;          /* 0: float32 output, c rows of ldc floats; 1: bytes, ldc bytes */
+    float out_inv_scale;
+    int32_t out_zp;
+} mk_qgemm_epilogue;
+
 /* rows (1..MR) x NR columns of one panel; nc <= NR columns stored. a: rows of kp bytes with
- * stride lda; ascale: the rows' sx; c: row stride ldc floats. */
+ * stride lda; ascale: the first row's scale (see ascale_step); res: NULL or the first row's
+ * residual bytes; c: the first row's output. */
 typedef void (*mk_qd8_gemm_ukernel)(size_t rows, size_t nc, size_t kp, const uint8_t *a,
                                     size_t lda, const float *ascale, const void *panel,
-                                    float *c, size_t ldc, float lo, float hi);
+                                    void *c, size_t ldc, const uint8_t *res,
+                                    const mk_qgemm_epilogue *ep);
+
+/* The byte a float32 value y quantizes to with 1/scale `inv` and zero point `zp` (the
+ * epilogue's and the static quantizer's rounding: every path computes exactly this). */
+static inline uint8_t mk_qu8_requantize(float y, float inv, int32_t zp) {
+    float t = y * inv;
+    t = t > -512.0f ? t : -512.0f; /* NaN too */
+    t = t < 512.0f ? t : 512.0f;
+    /* rounded to nearest even by adding and removing 1.5 * 2^23 (exact for |t| <= 2^22; no
+     * rintf call where the baseline ISA has no rounding instruction) */
+    const int32_t q = (int32_t)((t + 12582912.0f) - 12582912.0f) + zp;
+    return (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+}
 
 /* Quantize one row of n floats into kp bytes (see above); returns sx, or NaN when the row
  * holds a NaN or an infinity (the row is then left unwritten). */
@@ -51,6 +85,11 @@ typedef struct {
  * has AMX-INT8, else the VNNI kernels where the CPU has AVX512-VNNI; else the portable ones. */
 const mk_qd8_config *mk_qd8_get_config(int isa, int amx);
 
+/* K rounded up to the configuration's kb: the bytes of a quantized row, the k of a panel */
+static inline size_t mk_qd8_kp(const mk_qd8_config *cfg, size_t k) {
+    return (k + cfg->kb - 1) / cfg->kb * cfg->kb;
+}
+
 size_t mk_qd8_panel_stride(const mk_qd8_config *cfg, size_t k);
 size_t mk_qd8_packed_size(const mk_qd8_config *cfg, size_t n, size_t k);
 
@@ -68,5 +107,54 @@ void mk_qd8_unpack(const mk_qd8_config *cfg, size_t n, size_t k, const void *pac
 int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, const float *x,
                     size_t ldx, const void *packed, float *y, size_t ldc, float lo, float hi,
                     int nthreads);
+
+/* ------------------------------------------------------------ statically quantized (qu8)
+ * Activations as bytes q with one (scale, zero point) per tensor: x = (q - zp) * scale; the
+ * weights packed as above with corr = zp_in * column sum (mk_qd8_pack_zp). Images are NHWC. */
+
+void mk_qd8_pack_zp(const mk_qd8_config *cfg, size_t n, size_t k, const int8_t *qw,
+                    const float *scale, const float *bias, int32_t zp, void *packed);
+
+/* The geometry of a convolution over NHWC bytes (groups 1). The weights (cout x kh*kw*cin,
+ * k ordered (kh, kw, cin)) are packed by mk_qd8_pack_zp with k = kh*kw*cin. */
+typedef struct {
+    size_t n, h, w, cin, oh, ow, cout, kh, kw, sh, sw, ph, pw, dh, dw;
+} mk_qconv_geom;
+
+/* y (n*oh*ow rows x cout, NHWC) = the convolution of x (NHWC bytes, zero point in_zp) with
+ * the packed weights, in tiles of output rows whose im2col rows are gathered per thread;
+ * ep says the epilogue (its ascale_step is 0: ascale is &in_scale); res: NULL or NHWC bytes
+ * of y's shape. Returns 0, or -1 when scratch memory could not be allocated. */
+int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t *x,
+                 int32_t in_zp, float in_scale, const void *packed, const uint8_t *res,
+                 const mk_qgemm_epilogue *ep, void *y, int nthreads);
+
+/* Depthwise (groups = channels, one output per channel) convolution over NHWC bytes:
+ * qdwconv.c. Weights qw (c x taps int8, taps = kh*kw) with per-channel scales and bias,
+ * packed as floats [taps + 2][c rounded up to 16]; g->cin == g->cout. isa: the mk_isa level
+ * whose loops run. Returns 0, or -1 when scratch memory could not be allocated. */
+#define MK_QDW_MAX_TAPS 512 /* 512 * 255 * 127 < 2^24: float32 sums stay exact */
+size_t mk_qdw_packed_size(size_t c, size_t taps);
+void mk_qdw_pack(size_t c, size_t taps, const int8_t *qw, const float *scale, const float *bias,
+                 float *packed);
+void mk_qdw_unpack(size_t c, size_t taps, const float *packed, int8_t *qw, float *scale,
+                   float *bias);
+int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
+               float in_scale, const float *packed, const uint8_t *res,
+               const mk_qgemm_epilogue *ep, void *y, int nthreads);
+
+/* NCHW float32 (n, c, hw) -> NHWC bytes, q = mk_qu8_requantize(x, inv, zp). */
+void mk_qu8_quantize_nchw(size_t n, size_t c, size_t hw, const float *x, float inv, int32_t zp,
+                          uint8_t *q, int nthreads);
+
+/* NHWC bytes (n, hw, c) -> NCHW float32, x = (q - zp) * scale. */
+void mk_qu8_dequantize_nhwc(size_t n, size_t hw, size_t c, const uint8_t *q, float scale,
+                            int32_t zp, float *x, int nthreads);
+
+/* Max pooling of NHWC bytes (padding never wins: as -infinity); oh, ow as the caller
+ * computed them (ceil_mode included; every window holds at least one input pixel). */
+void mk_qu8_maxpool_nhwc(size_t n, size_t h, size_t w, size_t c, size_t oh, size_t ow,
+                         size_t kh, size_t kw, size_t sh, size_t sw, size_t ph, size_t pw,
+                         size_t dh, size_t dw, const uint8_t *x, uint8_t *y, int nthreads);
 
 #endif /* MK_QGEMM_H */

@@ -1,0 +1,200 @@
+/* Statically quantized (qu8) depthwise convolution over NHWC bytes (see qgemm.h): per output
+ * pixel and channel, the exact sum of (x - zp) * w over the window, then qgemm.h's epilogue.
+ *
+ * The sums are accumulated in float32, which is exact here: each product is an integer of
+ * magnitude at most 255 * 127 and at most MK_QDW_MAX_TAPS of them keep every partial sum below
+ * 2^24, so the result is the int32 scheme's, bit for bit. The portable loops (channels
+ * innermost, contiguous) run at the generic level and, compiled for AVX2+FMA, at the AVX2
+ * level; the AVX-512 kernel keeps each block of 16 channels of a pixel in a register over the
+ * window and ends in the GEMM tiles' epilogue (qgemm-epilogue-avx512.h). Every path computes
+ * fmaf(x - zp, w, acc) in window order and the same epilogue, so they agree bit for bit. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "isa.h"
+#include "mk_omp.h"
+#include "qgemm.h"
+
+#define CP(c) (((c) + 15) & ~(size_t)15)
+
+size_t mk_qdw_packed_size(size_t c, size_t taps) { return (taps + 2) * CP(c) * sizeof(float); }
+
+void mk_qdw_pack(size_t c, size_t taps, const int8_t *qw, const float *scale, const float *bias,
+                 float *packed) {
+    const size_t cp = CP(c);
+    memset(packed, 0, mk_qdw_packed_size(c, taps));
+    for (size_t ch = 0; ch < c; ch++) {
+        for (size_t t = 0; t < taps; t++) packed[t * cp + ch] = (float)qw[ch * taps + t];
+        packed[taps * cp + ch] = scale[ch];
+        packed[(taps + 1) * cp + ch] = bias != NULL ? bias[ch] : 0.0f;
+    }
+}
+
+void mk_qdw_unpack(size_t c, size_t taps, const float *packed, int8_t *qw, float *scale,
+                   float *bias) {
+    const size_t cp = CP(c);
+    for (size_t ch = 0; ch < c; ch++) {
+        for (size_t t = 0; t < taps; t++) qw[ch * taps + t] = (int8_t)packed[t * cp + ch];
+        scale[ch] = packed[taps * cp + ch];
+        if (bias != NULL) bias[ch] = packed[(taps + 1) * cp + ch];
+    }
+}
+
+/* output rows [t0, t1) of n * oh; acc: cp floats of scratch */
+static inline __attribute__((always_inline)) void
+qdw_rows(const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp, float in_scale,
+         const float *packed, const uint8_t *res, const mk_qgemm_epilogue *ep, void *y,
+         size_t t0, size_t t1, float *acc) {
+    const size_t c = g->cin, cp = CP(c), taps = g->kh * g->kw;
+    const float *ws = packed + taps * cp, *bias = ws + cp;
+    const float zp = (float)in_zp;
+    for (size_t t = t0; t < t1; t++) {
+        const size_t b = t / g->oh, oy = t % g->oh;
+        for (size_t ox = 0; ox < g->ow; ox++) {
+            for (size_t ch = 0; ch < c; ch++) acc[ch] = 0.0f;
+            for (size_t ky = 0; ky < g->kh; ky++) {
+                const ptrdiff_t iy = (ptrdiff_t)(oy * g->sh + ky * g->dh) - (ptrdiff_t)g->ph;
+                if (iy < 0 || (size_t)iy >= g->h) continue; /* (x - zp) is 0 there */
+                for (size_t kx = 0; kx < g->kw; kx++) {
+                    const ptrdiff_t ix = (ptrdiff_t)(ox * g->sw + kx * g->dw) - (ptrdiff_t)g->pw;
+                    if (ix < 0 || (size_t)ix >= g->w) continue;
+                    const uint8_t *xp = x + ((b * g->h + (size_t)iy) * g->w + (size_t)ix) * c;
+                    const float *w = packed + (ky * g->kw + kx) * cp;
+                    for (size_t ch = 0; ch < c; ch++)
+                        acc[ch] = fmaf((float)xp[ch] - zp, w[ch], acc[ch]);
+                }
+            }
+            const size_t row = t * g->ow + ox;
+            const uint8_t *r = res != NULL ? res + row * c : NULL;
+            float *yf = (float *)y + row * c;
+            uint8_t *yq = (uint8_t *)y + row * c;
+            for (size_t ch = 0; ch < c; ch++) {
+                float v = fmaf(acc[ch], in_scale * ws[ch], bias[ch]);
+                if (r != NULL) v = fmaf((float)((int32_t)r[ch] - ep->res_zp), ep->res_scale, v);
+                v = ep->lo > v ? ep->lo : v;
+                v = ep->hi < v ? ep->hi : v;
+                if (ep->out_u8)
+                    yq[ch] = mk_qu8_requantize(v, ep->out_inv_scale, ep->out_zp);
+                else
+                    yf[ch] = v;
+            }
+        }
+    }
+}
+
+static void qdw_rows_generic(const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
+                             float in_scale, const float *packed, const uint8_t *res,
+                             const mk_qgemm_epilogue *ep, void *y, size_t t0, size_t t1,
+                             float *acc) {
+    qdw_rows(g, x, in_zp, in_scale, packed, res, ep, y, t0, t1, acc);
+}
+
+#if MK_X86
+#include <immintrin.h>
+
+#include "qgemm-epilogue-avx512.h"
+
+__attribute__((target("avx2,fma"))) static void
+qdw_rows_avx2(const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp, float in_scale,
+              const float *packed, const uint8_t *res, const mk_qgemm_epilogue *ep, void *y,
+              size_t t0, size_t t1, float *acc) {
+    qdw_rows(g, x, in_zp, in_scale, packed, res, ep, y, t0, t1, acc);
+}
+
+/* The AVX-512 rows: per output row, the kh input rows it reads converted once to float32
+ * (x - zp; zeros for rows outside the image) in `acc` (kh x w x cp floats); then per block of
+ * 16 channels the window's weights held in registers while the row's pixels are summed. */
+MK_QEPI_TARGET static void
+qdw_rows_avx512(const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp, float in_scale,
+                const float *packed, const uint8_t *res, const mk_qgemm_epilogue *ep, void *y,
+                size_t t0, size_t t1, float *acc) {
+    const size_t c = g->cin, cp = CP(c), taps = g->kh * g->kw, wcp = g->w * cp;
+    const float *ws = packed + taps * cp, *bias = ws + cp;
+    const __m512 vzp = _mm512_set1_ps((float)in_zp), vs = _mm512_set1_ps(in_scale);
+    const size_t width = ep->out_u8 ? 1 : sizeof(float);
+    mk_qepi_panel pc; /* mk_qepi_store16 reads its lo and hi */
+    pc.lo = _mm512_set1_ps(ep->lo);
+    pc.hi = _mm512_set1_ps(ep->hi);
+    for (size_t t = t0; t < t1; t++) {
+        const size_t b = t / g->oh, oy = t % g->oh;
+        for (size_t ky = 0; ky < g->kh; ky++) {
+            const ptrdiff_t iy = (ptrdiff_t)(oy * g->sh + ky * g->dh) - (ptrdiff_t)g->ph;
+            float *dst = acc + ky * wcp;
+            if (iy < 0 || (size_t)iy >= g->h) {
+                memset(dst, 0, wcp * sizeof(float));
+                continue;
+            }
+            const uint8_t *src = x + ((b * g->h + (size_t)iy) * g->w) * c;
+            for (size_t ix = 0; ix < g->w; ix++)
+                for (size_t c0 = 0; c0 < cp; c0 += 16) {
+                    const __mmask16 m =
+                        c0 + 16 <= c ? 0xffff : c0 >= c ? 0 : (__mmask16)((1u << (c - c0)) - 1);
+                    const __m512 v = _mm512_cvtepi32_ps(
+                        _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, src + ix * c + c0)));
+                    _mm512_store_ps(dst + ix * cp + c0, _mm512_maskz_sub_ps(m, v, vzp));
+                }
+        }
+        for (size_t c0 = 0; c0 < c; c0 += 16) {
+            const __mmask16 m = c - c0 >= 16 ? 0xffff : (__mmask16)((1u << (c - c0)) - 1);
+            const __m512 sc = _mm512_mul_ps(vs, _mm512_load_ps(ws + c0));
+            const __m512 bi = _mm512_load_ps(bias + c0);
+            for (size_t ox = 0; ox < g->ow; ox++) {
+                __m512 a = _mm512_setzero_ps();
+                const float *w = packed + c0;
+                for (size_t ky = 0; ky < g->kh; ky++) {
+                    const float *in = acc + ky * wcp + c0;
+                    for (size_t kx = 0; kx < g->kw; kx++, w += cp) {
+                        const ptrdiff_t ix =
+                            (ptrdiff_t)(ox * g->sw + kx * g->dw) - (ptrdiff_t)g->pw;
+                        if (ix < 0 || (size_t)ix >= g->w) continue;
+                        a = _mm512_fmadd_ps(_mm512_load_ps(in + (size_t)ix * cp),
+                                            _mm512_load_ps(w), a);
+                    }
+                }
+                const size_t row = t * g->ow + ox;
+                mk_qepi_store16(_mm512_fmadd_ps(a, sc, bi), m, &pc,
+                                res != NULL ? res + row * c + c0 : NULL,
+                                (char *)y + (row * c + c0) * width, ep);
+            }
+        }
+    }
+}
+#endif
+
+int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
+               float in_scale, const float *packed, const uint8_t *res,
+               const mk_qgemm_epilogue *ep, void *y, int nthreads) {
+    const size_t rows = g->n * g->oh;
+    if (rows == 0 || g->ow == 0 || g->cin == 0) return 0;
+    void (*fn)(const mk_qconv_geom *, const uint8_t *, int32_t, float, const float *,
+               const uint8_t *, const mk_qgemm_epilogue *, void *, size_t, size_t, float *) =
+        qdw_rows_generic;
+    /* scratch per thread: the portable loops' sums (cp floats); AVX-512's converted rows */
+    size_t scratch = CP(g->cin);
+#if MK_X86
+    if (isa >= MK_ISA_AVX512) {
+        fn = qdw_rows_avx512;
+        scratch = g->kh * g->w * CP(g->cin);
+    } else if (isa >= MK_ISA_AVX2)
+        fn = qdw_rows_avx2;
+#else
+    (void)isa;
+#endif
+    const double macs = (double)rows * (double)(g->ow * g->cin * g->kh * g->kw);
+    const int nt = macs < (1u << 17) ? 1 : nthreads;
+    int failed = 0;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        float *acc = (float *)aligned_alloc(64, (scratch * sizeof(float) + 63) & ~(size_t)63);
+        if (acc == NULL) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (long t = 0; t < (long)rows; t++)
+            if (acc != NULL) fn(g, x, in_zp, in_scale, packed, res, ep, y, (size_t)t, (size_t)t + 1, acc);
+        free(acc);
+    }
+    return failed ? -1 : 0;
+}

@@ -1,0 +1,75 @@
+/* The AVX-512 epilogue of the int8 GEMM tiles (VNNI and AMX): one row of a panel's int32 sums
+ * to float32 or to bytes, as qgemm.h's mk_qgemm_epilogue says, with the portable kernel's
+ * arithmetic in the same order (so every path stores the same bits). Include after
+ * <immintrin.h> in a file whose functions target at least AVX512F/BW/VL/DQ. */
+#ifndef MK_QGEMM_EPILOGUE_AVX512_H
+#define MK_QGEMM_EPILOGUE_AVX512_H
+
+#include "qgemm.h"
+
+#define MK_QEPI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+/* The panel's per-column constants, loaded once per tile. */
+typedef struct {
+    __m512i corr0, corr1;
+    __m512 ws0, ws1, b0, b1, lo, hi;
+    __mmask16 m0, m1;
+} mk_qepi_panel;
+
+MK_QEPI_TARGET static inline __attribute__((always_inline)) mk_qepi_panel
+mk_qepi_load(const void *panel, size_t nr, size_t nc, const mk_qgemm_epilogue *ep) {
+    const int32_t *corr = (const int32_t *)panel;
+    const float *ws = (const float *)(corr + nr), *bias = ws + nr;
+    mk_qepi_panel p;
+    p.corr0 = _mm512_load_si512((const void *)corr);
+    p.corr1 = _mm512_load_si512((const void *)(corr + 16));
+    p.ws0 = _mm512_load_ps(ws);
+    p.ws1 = _mm512_load_ps(ws + 16);
+    p.b0 = _mm512_load_ps(bias);
+    p.b1 = _mm512_load_ps(bias + 16);
+    p.lo = _mm512_set1_ps(ep->lo);
+    p.hi = _mm512_set1_ps(ep->hi);
+    p.m0 = nc >= 16 ? 0xffff : (__mmask16)((1u << nc) - 1);
+    p.m1 = nc >= 32 ? 0xffff : nc <= 16 ? 0 : (__mmask16)((1u << (nc - 16)) - 1);
+    return p;
+}
+
+/* 16 results: residual, clamp, then stored as floats or requantized bytes */
+MK_QEPI_TARGET static inline __attribute__((always_inline)) void
+mk_qepi_store16(__m512 y, __mmask16 m, const mk_qepi_panel *p, const uint8_t *res, void *c,
+                const mk_qgemm_epilogue *ep) {
+    if (res != NULL) {
+        const __m512i r = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, res));
+        y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(r, _mm512_set1_epi32(ep->res_zp))),
+                            _mm512_set1_ps(ep->res_scale), y);
+    }
+    y = _mm512_min_ps(p->hi, _mm512_max_ps(p->lo, y));
+    if (!ep->out_u8) {
+        _mm512_mask_storeu_ps(c, m, y);
+        return;
+    }
+    /* mk_qu8_requantize: max(t, -512) gives -512 for NaN (the second operand), as the C */
+    __m512 t = _mm512_mul_ps(y, _mm512_set1_ps(ep->out_inv_scale));
+    t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(-512.0f)), _mm512_set1_ps(512.0f));
+    __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(t), _mm512_set1_epi32(ep->out_zp));
+    q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_setzero_si512()), _mm512_set1_epi32(255));
+    _mm_mask_storeu_epi8(c, m, _mm512_cvtepi32_epi8(q));
+}
+
+/* One row: s0, s1 the int32 sums of columns 0-15 and 16-31; sx the row's activation scale;
+ * res and c that row's residual (or NULL) and output. */
+MK_QEPI_TARGET static inline __attribute__((always_inline)) void
+mk_qepi_row(__m512i s0, __m512i s1, float sx, const mk_qepi_panel *p, const uint8_t *res,
+            void *c, const mk_qgemm_epilogue *ep) {
+    const __m512 vsx = _mm512_set1_ps(sx);
+    const __m512 y0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s0, p->corr0)),
+                                      _mm512_mul_ps(vsx, p->ws0), p->b0);
+    const __m512 y1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s1, p->corr1)),
+                                      _mm512_mul_ps(vsx, p->ws1), p->b1);
+    const size_t width = ep->out_u8 ? 1 : sizeof(float);
+    mk_qepi_store16(y0, p->m0, p, res, c, ep);
+    if (p->m1)
+        mk_qepi_store16(y1, p->m1, p, res != NULL ? res + 16 : NULL, (char *)c + 16 * width, ep);
+}
+
+#endif /* MK_QGEMM_EPILOGUE_AVX512_H */
