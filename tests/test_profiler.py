@@ -232,3 +232,20 @@ def test_profiling_a_plan_twice_at_once_is_refused():
     with mk.profile(m) as prof:
         with pytest.raises(RuntimeError, match="already recording"):
             prof.__enter__()
+
+
+def test_recorded_calls_run_without_the_cyclic_collector():
+    """The profile's own calls pause Python's garbage collector (a collection would be
+    charged to the step it interrupts) and restore it after."""
+    import gc
+
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append(gc.isenabled())
+            return x
+
+    assert gc.isenabled()
+    mk.profile(Probe(), np.zeros(3), repeat=3, warmup=2)
+    assert seen == [True, True, False, False, False] and gc.isenabled()
