@@ -342,7 +342,8 @@ def dw_ref(xq, zp, s_in, q, ws, b, stride, pad):
 
 
 @pytest.mark.parametrize("geom", [(1, 3, 9, 8, 3, 1, 1), (2, 40, 13, 11, 3, 2, 1),
-                                  (1, 17, 7, 7, 5, 1, 2), (1, 96, 6, 6, 3, 1, 1)])
+                                  (1, 17, 7, 7, 5, 1, 2), (1, 96, 6, 6, 3, 1, 1),
+                                  (3, 33, 20, 5, 3, 1, 0), (2, 16, 2, 3, 3, 1, 1)])
 def test_depthwise_qconv_matches_the_scheme(isa, rng, geom):
     n, c, h, w, k, stride, pad = geom
     wt = rng.standard_normal((c, 1, k, k)).astype(np.float32)

@@ -33,8 +33,8 @@ static inline void copy_bytes(uint8_t *d, const uint8_t *s, size_t n) {
  * past k of each row are never written (the caller filled the buffer once: the k padding
  * meets zero weights) */
 static void gather(const mk_qconv_geom *g, const uint8_t *x, uint8_t zp, size_t r0,
-                   size_t rows, size_t kp, uint8_t *buf, size_t lda) {
-    const size_t c = g->cin, k = g->kh * g->kw * c;
+                   size_t rows, uint8_t *buf, size_t lda) {
+    const size_t c = g->cin;
     for (size_t i = 0; i < rows; i++) {
         const size_t r = r0 + i, ox = r % g->ow, oy = r / g->ow % g->oh, b = r / g->ow / g->oh;
         uint8_t *dst = buf + i * lda;
@@ -112,7 +112,7 @@ int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t
             const uint8_t *a = x + r0 * g->cin;
             if (!direct) {
                 if ((long)rb != gathered) {
-                    gather(g, x, (uint8_t)in_zp, r0, r1 - r0, kp, buf, lda);
+                    gather(g, x, (uint8_t)in_zp, r0, r1 - r0, buf, lda);
                     gathered = (long)rb;
                 }
                 a = buf;

@@ -17,6 +17,7 @@
 #include "qgemm.h"
 
 #define CP(c) (((c) + 15) & ~(size_t)15)
+#define MK_QDW_MAX_ROWS 512 /* kh <= MK_QDW_MAX_TAPS */
 
 size_t mk_qdw_packed_size(size_t c, size_t taps) { return (taps + 2) * CP(c) * sizeof(float); }
 
@@ -102,54 +103,116 @@ qdw_rows_avx2(const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp, float in_
     qdw_rows(g, x, in_zp, in_scale, packed, res, ep, y, t0, t1, acc);
 }
 
-/* The AVX-512 rows: per output row, the kh input rows it reads converted once to float32
- * (x - zp; zeros for rows outside the image) in `acc` (kh x w x cp floats); then per block of
- * 16 channels the window's weights held in registers while the row's pixels are summed. */
+/* The AVX-512 rows: the input rows a run of output rows reads, converted once to float32
+ * (x - zp) into a cache of kh rows (`acc`: kh rows of w x cp floats, then kh tags) that
+ * consecutive output rows share; then per block of 16 channels, for each output pixel, the
+ * window summed from the cached rows (a 3x3 window inside the image: the nine weight vectors
+ * held in registers). */
+MK_QEPI_TARGET static inline const float *
+qdw_row_avx512(const mk_qconv_geom *g, const uint8_t *x, __m512 vzp, float *cache,
+               size_t *tags, size_t b, size_t iy, const size_t *keep, size_t nkeep) {
+    const size_t c = g->cin, cp = CP(c), wcp = g->w * cp, tag = b * g->h + iy + 1;
+    size_t slot = g->kh;
+    for (size_t i = 0; i < g->kh && slot == g->kh; i++)
+        if (tags[i] == tag) return cache + i * wcp;
+    for (size_t i = 0; i < g->kh && slot == g->kh; i++) { /* a slot this window does not read */
+        size_t used = 0;
+        for (size_t j = 0; j < nkeep; j++) used |= tags[i] == keep[j];
+        if (!used) slot = i;
+    }
+    float *dst = cache + slot * wcp;
+    const uint8_t *src = x + ((b * g->h + iy) * g->w) * c;
+    for (size_t ix = 0; ix < g->w; ix++)
+        for (size_t c0 = 0; c0 < cp; c0 += 16) {
+            const __mmask16 m =
+                c0 + 16 <= c ? 0xffff : c0 >= c ? 0 : (__mmask16)((1u << (c - c0)) - 1);
+            const __m512 v = _mm512_cvtepi32_ps(
+                _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, src + ix * c + c0)));
+            _mm512_store_ps(dst + ix * cp + c0, _mm512_maskz_sub_ps(m, v, vzp));
+        }
+    tags[slot] = tag;
+    return dst;
+}
+
 MK_QEPI_TARGET static void
 qdw_rows_avx512(const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp, float in_scale,
                 const float *packed, const uint8_t *res, const mk_qgemm_epilogue *ep, void *y,
                 size_t t0, size_t t1, float *acc) {
-    const size_t c = g->cin, cp = CP(c), taps = g->kh * g->kw, wcp = g->w * cp;
+    const size_t c = g->cin, cp = CP(c), taps = g->kh * g->kw, kh = g->kh, kw = g->kw;
     const float *ws = packed + taps * cp, *bias = ws + cp;
     const __m512 vzp = _mm512_set1_ps((float)in_zp), vs = _mm512_set1_ps(in_scale);
     const size_t width = ep->out_u8 ? 1 : sizeof(float);
+    size_t *tags = (size_t *)(acc + kh * g->w * cp); /* 0: empty; else b * h + iy + 1 */
+    const float *rows[MK_QDW_MAX_ROWS];
+    size_t keep[MK_QDW_MAX_ROWS];
+    for (size_t i = 0; i < kh; i++) tags[i] = 0;
     mk_qepi_panel pc; /* mk_qepi_store16 reads its lo and hi */
     pc.lo = _mm512_set1_ps(ep->lo);
     pc.hi = _mm512_set1_ps(ep->hi);
+    /* output columns whose window lies inside the image: [ox0, ox1) */
+    size_t ox0 = (g->pw + g->sw - 1) / g->sw, ox1 = 0;
+    if (g->w + g->pw >= (kw - 1) * g->dw + 1)
+        ox1 = (g->w + g->pw - (kw - 1) * g->dw - 1) / g->sw + 1;
+    ox1 = ox1 < g->ow ? ox1 : g->ow;
+    ox0 = ox0 < ox1 ? ox0 : ox1;
+    const int fast3 = kh == 3 && kw == 3 && g->dw == 1;
     for (size_t t = t0; t < t1; t++) {
         const size_t b = t / g->oh, oy = t % g->oh;
-        for (size_t ky = 0; ky < g->kh; ky++) {
+        size_t nkeep = 0;
+        for (size_t ky = 0; ky < kh; ky++) {
             const ptrdiff_t iy = (ptrdiff_t)(oy * g->sh + ky * g->dh) - (ptrdiff_t)g->ph;
-            float *dst = acc + ky * wcp;
-            if (iy < 0 || (size_t)iy >= g->h) {
-                memset(dst, 0, wcp * sizeof(float));
-                continue;
-            }
-            const uint8_t *src = x + ((b * g->h + (size_t)iy) * g->w) * c;
-            for (size_t ix = 0; ix < g->w; ix++)
-                for (size_t c0 = 0; c0 < cp; c0 += 16) {
-                    const __mmask16 m =
-                        c0 + 16 <= c ? 0xffff : c0 >= c ? 0 : (__mmask16)((1u << (c - c0)) - 1);
-                    const __m512 v = _mm512_cvtepi32_ps(
-                        _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, src + ix * c + c0)));
-                    _mm512_store_ps(dst + ix * cp + c0, _mm512_maskz_sub_ps(m, v, vzp));
-                }
+            if (iy >= 0 && (size_t)iy < g->h) keep[nkeep++] = b * g->h + (size_t)iy + 1;
         }
+        for (size_t ky = 0; ky < kh; ky++) {
+            const ptrdiff_t iy = (ptrdiff_t)(oy * g->sh + ky * g->dh) - (ptrdiff_t)g->ph;
+            rows[ky] = iy < 0 || (size_t)iy >= g->h
+                           ? NULL
+                           : qdw_row_avx512(g, x, vzp, acc, tags, b, (size_t)iy, keep, nkeep);
+        }
+        const int inside = fast3 && rows[0] != NULL && rows[1] != NULL && rows[2] != NULL;
         for (size_t c0 = 0; c0 < c; c0 += 16) {
             const __mmask16 m = c - c0 >= 16 ? 0xffff : (__mmask16)((1u << (c - c0)) - 1);
             const __m512 sc = _mm512_mul_ps(vs, _mm512_load_ps(ws + c0));
             const __m512 bi = _mm512_load_ps(bias + c0);
+            const float *w = packed + c0;
+            __m512 w0 = _mm512_setzero_ps(), w1 = w0, w2 = w0, w3 = w0, w4 = w0, w5 = w0,
+                   w6 = w0, w7 = w0, w8 = w0;
+            if (inside) {
+                w0 = _mm512_load_ps(w);
+                w1 = _mm512_load_ps(w + cp);
+                w2 = _mm512_load_ps(w + 2 * cp);
+                w3 = _mm512_load_ps(w + 3 * cp);
+                w4 = _mm512_load_ps(w + 4 * cp);
+                w5 = _mm512_load_ps(w + 5 * cp);
+                w6 = _mm512_load_ps(w + 6 * cp);
+                w7 = _mm512_load_ps(w + 7 * cp);
+                w8 = _mm512_load_ps(w + 8 * cp);
+            }
             for (size_t ox = 0; ox < g->ow; ox++) {
                 __m512 a = _mm512_setzero_ps();
-                const float *w = packed + c0;
-                for (size_t ky = 0; ky < g->kh; ky++) {
-                    const float *in = acc + ky * wcp + c0;
-                    for (size_t kx = 0; kx < g->kw; kx++, w += cp) {
-                        const ptrdiff_t ix =
-                            (ptrdiff_t)(ox * g->sw + kx * g->dw) - (ptrdiff_t)g->pw;
-                        if (ix < 0 || (size_t)ix >= g->w) continue;
-                        a = _mm512_fmadd_ps(_mm512_load_ps(in + (size_t)ix * cp),
-                                            _mm512_load_ps(w), a);
+                const ptrdiff_t x0 = (ptrdiff_t)(ox * g->sw) - (ptrdiff_t)g->pw;
+                if (inside && ox >= ox0 && ox < ox1) { /* the window order, as below */
+                    const float *r0 = rows[0] + (size_t)x0 * cp + c0;
+                    const float *r1 = rows[1] + (size_t)x0 * cp + c0;
+                    const float *r2 = rows[2] + (size_t)x0 * cp + c0;
+                    a = _mm512_fmadd_ps(_mm512_load_ps(r0), w0, a);
+                    a = _mm512_fmadd_ps(_mm512_load_ps(r0 + cp), w1, a);
+                    a = _mm512_fmadd_ps(_mm512_load_ps(r0 + 2 * cp), w2, a);
+                    a = _mm512_fmadd_ps(_mm512_load_ps(r1), w3, a);
+                    a = _mm512_fmadd_ps(_mm512_load_ps(r1 + cp), w4, a);
+                    a = _mm512_fmadd_ps(_mm512_load_ps(r1 + 2 * cp), w5, a);
+                    a = _mm512_fmadd_ps(_mm512_load_ps(r2), w6, a);
+                    a = _mm512_fmadd_ps(_mm512_load_ps(r2 + cp), w7, a);
+                    a = _mm512_fmadd_ps(_mm512_load_ps(r2 + 2 * cp), w8, a);
+                } else {
+                    for (size_t ky = 0; ky < kh; ky++) {
+                        if (rows[ky] == NULL) continue;
+                        for (size_t kx = 0; kx < kw; kx++) {
+                            const ptrdiff_t ix = x0 + (ptrdiff_t)(kx * g->dw);
+                            if (ix < 0 || (size_t)ix >= g->w) continue;
+                            a = _mm512_fmadd_ps(_mm512_load_ps(rows[ky] + (size_t)ix * cp + c0),
+                                                _mm512_load_ps(w + (ky * kw + kx) * cp), a);
+                        }
                     }
                 }
                 const size_t row = t * g->ow + ox;
@@ -175,7 +238,7 @@ int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
 #if MK_X86
     if (isa >= MK_ISA_AVX512) {
         fn = qdw_rows_avx512;
-        scratch = g->kh * g->w * CP(g->cin);
+        scratch = g->kh * g->w * CP(g->cin) + 2 * g->kh; /* + the row tags (size_t) */
     } else if (isa >= MK_ISA_AVX2)
         fn = qdw_rows_avx2;
 #else
@@ -183,6 +246,8 @@ int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
 #endif
     const double macs = (double)rows * (double)(g->ow * g->cin * g->kh * g->kw);
     const int nt = macs < (1u << 17) ? 1 : nthreads;
+    const size_t run = (rows + 4 * (size_t)nt - 1) / (4 * (size_t)nt); /* 4 runs per thread */
+    const size_t runs = (rows + run - 1) / run;
     int failed = 0;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
@@ -191,9 +256,13 @@ int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
 #pragma omp atomic write
             failed = 1;
         }
+        /* runs of consecutive output rows, so that the AVX-512 rows reuse converted input rows */
 #pragma omp for schedule(dynamic, 1)
-        for (long t = 0; t < (long)rows; t++)
-            if (acc != NULL) fn(g, x, in_zp, in_scale, packed, res, ep, y, (size_t)t, (size_t)t + 1, acc);
+        for (long r = 0; r < (long)runs; r++)
+            if (acc != NULL) {
+                const size_t t0 = (size_t)r * run, t1 = t0 + run < rows ? t0 + run : rows;
+                fn(g, x, in_zp, in_scale, packed, res, ep, y, t0, t1, acc);
+            }
         free(acc);
     }
     return failed ? -1 : 0;
