@@ -233,6 +233,24 @@ cdef class PackedQLinear(_PackedBuffer):
         return y
 
 
+def _check_scales(q, scale, bias, n, what):
+    """``(scale, bias or None)`` as float32 after checking an int8 weight's values and its
+    ``n`` per-channel scales and bias."""
+    if q.size and q.min() < -127:
+        raise ValueError(f"{what}: qweight holds -128; symmetric int8 weights are within "
+                         "[-127, 127]")
+    s = np.ascontiguousarray(scale, dtype=_F32)
+    if s.shape != (n,) or not (np.isfinite(s) & (s > 0)).all():
+        raise ValueError(f"{what}: scale must be {n} positive finite values, got shape "
+                         f"{s.shape}")
+    b = None
+    if bias is not None:
+        b = np.ascontiguousarray(bias, dtype=_F32)
+        if b.shape != (n,):
+            raise ValueError(f"{what}: bias must have shape ({n},), got {b.shape}")
+    return s, b
+
+
 def pack_qlinear(qweight, scale, bias=None):
     """Pack an int8 weight ``(out_features, in_features)`` with values in [-127, 127], its
     float32 per-output-channel ``scale`` (positive, finite) and an optional float32 ``bias``
@@ -245,18 +263,7 @@ def pack_qlinear(qweight, scale, bias=None):
     if k > MK_QD8_MAX_K:
         raise ValueError(f"pack_qlinear: in_features {k} exceeds {MK_QD8_MAX_K}, past which "
                          "the int32 sums could overflow")
-    if q.size and q.min() < -127:
-        raise ValueError("pack_qlinear: qweight holds -128; symmetric int8 weights are within "
-                         "[-127, 127]")
-    s = np.ascontiguousarray(scale, dtype=_F32)
-    if s.shape != (n,) or not (np.isfinite(s) & (s > 0)).all():
-        raise ValueError(f"pack_qlinear: scale must be {n} positive finite values, got shape "
-                         f"{s.shape}")
-    b = None
-    if bias is not None:
-        b = np.ascontiguousarray(bias, dtype=_F32)
-        if b.shape != (n,):
-            raise ValueError(f"pack_qlinear: bias must have shape ({n},), got {b.shape}")
+    s, b = _check_scales(q, scale, bias, n, "pack_qlinear")
     cdef PackedQLinear obj = PackedQLinear.__new__(PackedQLinear)
     obj.in_features = k
     obj.out_features = n
@@ -662,18 +669,7 @@ def pack_qconv2d(qweight, scale, bias, input_scale, input_zero_point, stride=1, 
     if c * kh * kw > MK_QD8_MAX_K:
         raise ValueError(f"pack_qconv2d: in_channels * kh * kw = {c * kh * kw} exceeds "
                          f"{MK_QD8_MAX_K}, past which the int32 sums could overflow")
-    if q.min() < -127:
-        raise ValueError("pack_qconv2d: qweight holds -128; symmetric int8 weights are within "
-                         "[-127, 127]")
-    s = np.ascontiguousarray(scale, dtype=_F32)
-    if s.shape != (n,) or not (np.isfinite(s) & (s > 0)).all():
-        raise ValueError(f"pack_qconv2d: scale must be {n} positive finite values, got shape "
-                         f"{s.shape}")
-    b = None
-    if bias is not None:
-        b = np.ascontiguousarray(bias, dtype=_F32)
-        if b.shape != (n,):
-            raise ValueError(f"pack_qconv2d: bias must have shape ({n},), got {b.shape}")
+    s, b = _check_scales(q, scale, bias, n, "pack_qconv2d")
     in_s, in_z = _check_qparams(input_scale, input_zero_point, "pack_qconv2d input")
     out_s, out_z = _check_qparams(output_scale, output_zero_point, "pack_qconv2d output")
     st, pd, dl = _pair(stride, "stride"), _pair(padding, "padding"), _pair(dilation, "dilation")
