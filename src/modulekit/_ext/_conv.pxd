@@ -1,5 +1,6 @@
 # Declarations of the convolution / pooling C kernels (kernels/conv/conv.h).
 cimport numpy as cnp
+from libc.stdint cimport uint32_t
 
 cdef extern from "conv/conv.h" nogil:
     enum:
@@ -41,18 +42,27 @@ cdef extern from "conv/conv.h" nogil:
         MK_CONV_ALGO_ROWS
         MK_CONV_ALGO_1X1
         MK_CONV_ALGO_IGEMM
+        MK_CONV_ALGO_BF16
     ctypedef struct mk_conv_config:
         const char *name
         int lane_exact
     const mk_conv_config *mk_conv_get_config(int isa)
     ctypedef struct mk_conv_layer:
-        int groups, Cout, wtype, depthwise, force
+        int groups, Cout, wtype, depthwise, force, bf16
     ctypedef struct mk_conv_choice:
         int algo, wino_m, wino_eng, direct
     void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads,
                         mk_conv_choice *c)
     int mk_conv_maxpool_fused(const mk_conv_layer *l, const mk_conv_geom *g,
                               const mk_conv_geom *pg, int isa, int nthreads)
+    # bfloat16 compute under "medium" (bf16-conv-pack.c, f32-conv-driver.c)
+    size_t mk_bf16_conv_panels_words(size_t npanels, size_t K)
+    void mk_bf16_conv_pack_panels(const void *packed, int wtype, size_t npanels, size_t K,
+                                  uint32_t *dst)
+    Py_ssize_t mk_conv_bf16_tiles_words(const mk_conv_geom *g, int groups, int nthreads)
+    int mk_conv2d_bf16(const mk_conv_geom *g, const float *x, int groups, int Cout,
+                       const uint32_t *w16, uint32_t *tiles, float *phase, Py_ssize_t *koff,
+                       float *out, const float *res, int act, int nthreads)
     # Winograd F(m x m, 3 x 3) (f32-winograd-driver.c)
     int mk_conv_winograd_set_engine(int mode)
     ctypedef struct mk_wino_eng_api:
@@ -129,6 +139,9 @@ cdef class PackedConv2d:
     # lazily built transformed weights, {tile size: float32 panels}
     cdef str _algorithm
     cdef dict _wino
+    # bfloat16 compute ("medium" on the AVX512-BF16 path): the pair panels, built at the first
+    # such call (None before)
+    cdef object _bf16
     cdef mk_conv_layer _layer(self)
     cdef mk_conv_choice _choose(self, mk_conv_geom *g, int isa, int nthreads)
     cdef _shape_geom(self, input_shape, mk_conv_geom *g)
@@ -137,4 +150,6 @@ cdef class PackedConv2d:
               float *mean=*)
     cdef _igemm(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act, bint direct,
                 int isa, int nthreads)
+    cdef _igemm_bf16(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act,
+                     bint direct, int nthreads)
     cdef _forward(self, x, activation, residual, bint want_mean)

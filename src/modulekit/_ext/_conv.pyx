@@ -22,13 +22,13 @@ Every shape, stride and dtype check happens here, before any ``nogil`` code.
 
 cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_GetPointer
-from libc.stdint cimport uint16_t
+from libc.stdint cimport uint16_t, uint32_t
 
 from modulekit._ext._act cimport (MK_ACT_GELU_ERF, MK_ACT_GELU_TANH, MK_ACT_HARDSWISH,
                                    MK_ACT_NONE, MK_ACT_RELU, MK_ACT_RELU6, MK_ACT_SIGMOID,
                                    MK_ACT_SILU, MK_ACT_TANH)
 from modulekit._ext._align cimport aligned
-from modulekit._ext._isa cimport MK_ISA_AVX512, active_isa
+from modulekit._ext._isa cimport MK_ISA_AVX512, active_bf16, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 
 import threading
@@ -36,7 +36,7 @@ import threading
 import numpy as np
 
 from modulekit import _shared
-from modulekit._ext._gemm import _winograd_engine_capsule
+from modulekit._ext._gemm import _get_precision, _winograd_engine_capsule
 from modulekit.dtypes import bfloat16_numpy, is_bfloat16
 
 cnp.import_array()
@@ -101,7 +101,9 @@ _FORCE = {"auto": MK_CONV_FORCE_AUTO, "igemm": MK_CONV_FORCE_IGEMM, "winograd-2x
           "winograd-4x4": 4}
 _ALGORITHM_NAMES = {MK_CONV_ALGO_F64: "float64", MK_CONV_ALGO_DEPTHWISE: "depthwise",
                     MK_CONV_ALGO_IM2COL: "im2col", MK_CONV_ALGO_ROWS: "igemm-rows",
-                    MK_CONV_ALGO_1X1: "igemm", MK_CONV_ALGO_IGEMM: "igemm"}
+                    MK_CONV_ALGO_1X1: "igemm", MK_CONV_ALGO_IGEMM: "igemm",
+                    MK_CONV_ALGO_BF16: "igemm-bf16"}
+_PREC_MEDIUM = 2  # mk_precision: float32_matmul_precision("medium")
 _WINO_G = {
     2: np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64),
     # float literals: cdivision would fold 1 / 4 as a C integer division
@@ -332,6 +334,11 @@ cdef class PackedConv2d:
         layer.wtype = self._wtype
         layer.depthwise = self.depthwise
         layer.force = _FORCE[self._algorithm]
+        # "medium" precision on the AVX512-BF16 path (the AMX path has no convolution tiles:
+        # float32 there), float32 or bfloat16 weights (float16 keeps float32 compute)
+        layer.bf16 = (not self.depthwise and active_bf16() == 1
+                      and (self._wtype == MK_W_F32 or self._wtype == MK_W_BF16)
+                      and _get_precision() == _PREC_MEDIUM)
         return layer
 
     cdef mk_conv_choice _choose(self, mk_conv_geom *g, int isa, int nthreads):
@@ -509,6 +516,7 @@ cdef class PackedConv2d:
         out._wtype = self._wtype
         out._algorithm = self._algorithm
         out._wino = self._wino
+        out._bf16 = self._bf16
         out._packed = self._packed
         out._bias = self._bias
         return out
@@ -778,6 +786,8 @@ cdef class PackedConv2d:
                                     <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                                     <const float *>rp, act, mean, nthreads)
             return True if mean != NULL else None
+        elif c.algo == MK_CONV_ALGO_BF16:
+            self._igemm_bf16(g, xp, op, rp, act, c.direct, nthreads)
         else:
             self._igemm(g, xp, op, rp, act, c.direct, isa, nthreads)
 
@@ -801,6 +811,31 @@ cdef class PackedConv2d:
                           cnp.PyArray_DATA(packed), self._wtype, widep, php,
                           <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                           <const float *>rp, act, isa, nthreads)
+
+    cdef _igemm_bf16(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act,
+                     bint direct, int nthreads):
+        """The bfloat16-compute implicit GEMM (mk_conv2d_bf16): one scratch holds the phase
+        image (none when ``direct``) and then the packed tiles."""
+        cdef cnp.ndarray w16 = self._bf16
+        cdef Py_ssize_t K = (self.in_channels // self.groups) * g.KH * g.KW
+        cdef size_t npanels
+        if w16 is None:  # the pair panels, once (see conv.h)
+            npanels = self.groups * ((self.out_channels // self.groups + MK_CONV_MR - 1)
+                                     // MK_CONV_MR)
+            w16 = np.empty(mk_bf16_conv_panels_words(npanels, K), np.uint32)
+            mk_bf16_conv_pack_panels(cnp.PyArray_DATA(self._packed), self._wtype, npanels, K,
+                                     <uint32_t *>cnp.PyArray_DATA(w16))
+            self._bf16 = w16
+        cdef Py_ssize_t nphase = 0 if direct else (mk_conv_phase_size(g, g.C) + 15) // 16 * 16
+        cdef cnp.ndarray scratch = _scratch(nphase + mk_conv_bf16_tiles_words(g, self.groups, nthreads))
+        cdef float *php = NULL if direct else <float *>cnp.PyArray_DATA(scratch)
+        cdef uint32_t *tiles = <uint32_t *>cnp.PyArray_DATA(scratch) + nphase
+        cdef cnp.ndarray koff = np.empty((g.C // self.groups) * g.KH * g.KW, np.intp)
+        with nogil:
+            mk_conv2d_bf16(g, <const float *>xp, self.groups, self.out_channels,
+                           <const uint32_t *>cnp.PyArray_DATA(w16), tiles, php,
+                           <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
+                           <const float *>rp, act, nthreads)
 
 
 cdef tuple _conv_pool_geom(mk_conv_geom *pg, tuple oshape, kernel_size, stride, padding,

@@ -33,5 +33,31 @@ static inline __mmask16 mk_lanes16(int lo, int hi) {
     return (__mmask16)((((uint32_t)1 << (hi - lo)) - 1) << lo);
 }
 
+/* The igemm tiles' epilogue (float32 and bfloat16 compute alike): acc[r][j] holds output
+ * channel r, lanes 16j..16j+15 of the tile; each lane of segment s goes to
+ * c + r*c_rs + segs[s].off + lane as act(acc (+ res at the same offset)), rows r < mrows. */
+__attribute__((always_inline)) MK_T512 static inline void
+mk_igemm_store_8xnv(const int NV, __m512 acc[8][3], int mrows, float *c, ptrdiff_t c_rs,
+                    const float *res, const mk_seg *segs, int nseg, int act) {
+    for (int s = 0; s < nseg; s++) {
+        const int lo = segs[s].lo, hi = segs[s].hi;
+        const ptrdiff_t off = segs[s].off;
+#pragma GCC unroll 3
+        for (int j = 0; j < NV; j++) {
+            __mmask16 m = (__mmask16)mk_seg_mask(lo, hi, j, 16);
+            if (!m) continue;
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) { /* constant bounds keep acc in registers */
+                if (r >= mrows) break;
+                __m512 v = acc[r][j];
+                ptrdiff_t o = r * c_rs + off + 16 * j;
+                if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + o));
+                v = mk_act_f32x16(v, act, 0.0f, 0.0f);
+                _mm512_mask_storeu_ps(c + o, m, v);
+            }
+        }
+    }
+}
+
 #endif /* MK_X86 */
 #endif

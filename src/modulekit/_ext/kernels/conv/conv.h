@@ -104,6 +104,36 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                   const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
                   float *out, const float *res, int act, int isa, int nthreads);
 
+/* ---- bfloat16 compute (float32_matmul_precision "medium", AVX512-BF16) ----------------------
+ * The implicit GEMM with bfloat16 multiplies and float32 accumulation: each tile's window
+ * values are packed once into bfloat16 pairs (word p * NR + lane: B[2p, lane] low, B[2p + 1,
+ * lane] high; bf16-igemm-8x48-avx512bf16.c) and the weights once into pair panels of 8 output
+ * channels, [bias[8] float32][kp x 8 words] with kp = ceil(K / 2) (word p * 8 + r: channel r's
+ * weights k = 2p, 2p + 1). Inputs, outputs, bias, residual and activation stay float32. */
+typedef void mk_bf16_igemm_ukernel(size_t kp, const uint32_t *a, const uint32_t *bt, int mrows,
+                                   float *c, ptrdiff_t c_rs, const float *res,
+                                   const mk_seg *segs, int nseg, int act);
+typedef void mk_bf16_pack_tile_fn(size_t K, const float *b, const ptrdiff_t *koff, int nlanes,
+                                  int nr, uint32_t *dst);
+mk_bf16_igemm_ukernel mk_bf16_igemm_8x48__avx512bf16, mk_bf16_igemm_8x32__avx512bf16,
+    mk_bf16_igemm_8x16__avx512bf16;
+mk_bf16_pack_tile_fn mk_bf16_conv_pack_tile__avx512bf16;
+/* Words of the pair panels of npanels panels of K, and the panels from the float32 igemm
+ * panels ([bias[8]][K x 8], float32 or bfloat16 storage per wtype: MK_W_F32 or MK_W_BF16);
+ * float32 values round to nearest even (denormals to zero, as vcvtne2ps2bf16). */
+size_t mk_bf16_conv_panels_words(size_t npanels, size_t K);
+void mk_bf16_conv_pack_panels(const void *packed, int wtype, size_t npanels, size_t K,
+                              uint32_t *dst);
+/* Words of packed tiles mk_conv2d_bf16 needs for geometry g (per image). */
+ptrdiff_t mk_conv_bf16_tiles_words(const mk_conv_geom *g, int groups, int nthreads);
+/* bfloat16-compute convolution of all images: mk_conv2d_f32's operands, with w16 the pair
+ * panels (groups * npanels_g) and tiles a scratch of mk_conv_bf16_tiles_words words.
+ * Returns 0. */
+int mk_conv2d_bf16(const mk_conv_geom *g, const float *x, int groups, int Cout,
+                   const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
+                   float *out, const float *res, int act, int nthreads);
+/* ---- end of bfloat16 block ---------------------------------------------------------------- */
+
 /* ---- Winograd F(m x m, 3 x 3) and the igemm tile choice (f32-winograd-*.c) ----------------
  * Stride-1, undilated, ungrouped 3x3 float32 convolutions. With alpha = m + 2, a tile of
  * m x m outputs reads an alpha x alpha input window d; Y = A^T [(G w G^T) . (B^T d B)] A.
@@ -238,6 +268,9 @@ typedef struct {
 } mk_conv_config;
 const mk_conv_config *mk_conv_get_config(int isa);
 
+/* The bfloat16 tile for `lanes` output columns (as mk_conv_igemm_lanes) and its packer. */
+double mk_conv_bf16_lanes(ptrdiff_t lanes, mk_bf16_igemm_ukernel **fn,
+                          mk_bf16_pack_tile_fn **pack, int *nr);
 /* Pick the igemm kernel and tile width for a GEMM of `lanes` output columns: the wide tile,
  * or a narrower one when it computes fewer padded lanes. Returns its time: the padded lanes
  * times the tile's cost per lane (relative to the wide tile). */
@@ -252,6 +285,8 @@ typedef struct {
     int wtype;     /* MK_W_* of the packed weights */
     int depthwise; /* packed for the depthwise kernels */
     int force;     /* MK_CONV_FORCE_AUTO, MK_CONV_FORCE_IGEMM, or a Winograd tile (2, 4) */
+    int bf16;      /* may compute in bfloat16 (groups of float32 or bfloat16 weights under
+                      "medium" on the AVX512-BF16 path): the caller has the pair panels */
 } mk_conv_layer;
 typedef enum {
     MK_CONV_ALGO_F64 = 0,   /* mk_conv2d_f64 */
@@ -261,6 +296,7 @@ typedef enum {
     MK_CONV_ALGO_ROWS,      /* mk_conv2d_rows_f32 */
     MK_CONV_ALGO_1X1,       /* mk_conv1x1_mean_f32 over the input itself */
     MK_CONV_ALGO_IGEMM,     /* mk_conv2d_f32 (direct: no phase image) */
+    MK_CONV_ALGO_BF16,      /* mk_conv2d_bf16 (direct: no phase image) */
 } mk_conv_algo;
 typedef struct {
     int algo;             /* mk_conv_algo */

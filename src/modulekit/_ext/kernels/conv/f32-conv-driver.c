@@ -1,4 +1,5 @@
-/* float32 convolution driver: phase images, the kernel config table, tiling, OpenMP.
+/* float32 convolution driver: phase images, the kernel config table, tiling, OpenMP; the
+ * bfloat16-compute implicit GEMM (mk_conv2d_bf16) runs the same schedule with packed tiles.
  *
  * Work of one image = groups x pixel tiles x panel chunks, split statically over the threads
  * (each thread takes consecutive items: the same tile across its panels, so the tile's input
@@ -188,16 +189,27 @@ static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *se
     return ns;
 }
 
-int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
-                  const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
-                  float *out, const float *res, int act, int isa, int nthreads) {
+/* The implicit GEMM of mk_conv2d_f32 (w16 == NULL) and mk_conv2d_bf16 (w16: the bfloat16 pair
+ * panels; tiles: each image's packed tiles): one schedule for both computes. */
+static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int Cout,
+                        const void *packed, int wtype, float *wide, const uint32_t *w16,
+                        uint32_t *tiles, float *phase, ptrdiff_t *koff, float *out,
+                        const float *res, int act, int isa, int nthreads) {
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW; /* grid lanes to compute */
     mk_igemm_config cfg;
-    mk_conv_igemm_lanes(isa, L, &cfg.fn, &cfg.nr);
+    mk_bf16_igemm_ukernel *fn16 = NULL;
+    mk_bf16_pack_tile_fn *pack16 = NULL;
+    if (w16)
+        mk_conv_bf16_lanes(L, &fn16, &pack16, &cfg.nr);
+    else
+        mk_conv_igemm_lanes(isa, L, &cfg.fn, &cfg.nr);
     const int cin_g = g->C / groups, cout_g = Cout / groups;
     const int npg = (cout_g + MK_CONV_MR - 1) / MK_CONV_MR; /* panels per group */
     const size_t K = (size_t)cin_g * g->KH * g->KW;
-    const size_t panel = MK_CONV_MR + K * MK_CONV_MR;
+    const size_t kp = (K + 1) / 2; /* bfloat16 pair rows */
+    /* floats (words) of one panel */
+    const size_t panel = w16 ? MK_CONV_MR + kp * MK_CONV_MR : MK_CONV_MR + K * MK_CONV_MR;
+    const size_t tile_words = kp * (size_t)cfg.nr; /* one packed bfloat16 tile */
     const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
     const int direct = phase == NULL; /* 1x1, stride 1, no padding: read x itself */
     const int ntiles = (int)((L + cfg.nr - 1) / cfg.nr);
@@ -212,7 +224,8 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
      * the small input stays in L2; otherwise tile-major, so a tile's input rows stay in L1/L2
      * while the panels stream from L2. */
     const double wbytes = (double)panel * npg * sizeof(float);
-    const double bbytes = (double)cin_g * (direct ? (double)g->H * g->W : (double)g->plane) * 4;
+    const double bbytes = w16 ? (double)tile_words * ntiles * 4
+                              : (double)cin_g * (direct ? (double)g->H * g->W : (double)g->plane) * 4;
     const int panel_major = wbytes > bbytes;
     int nchunks = 1;
     const int base_items = groups * ntiles;
@@ -256,7 +269,7 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
     fill_koff(g, cin_g, direct, koff);
 
     const float *wp = (const float *)packed;
-    if (wtype != MK_W_F32) {
+    if (!w16 && wtype != MK_W_F32) {
         const size_t total = panel * (size_t)npg * groups;
         const size_t chunk = 1 << 14;
         const size_t nch = (total + chunk - 1) / chunk;
@@ -283,6 +296,7 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
 #pragma omp parallel num_threads(nthreads)
     {
         mk_seg segs[MK_MAX_SEGS];
+        ptrdiff_t packed_key = -1; /* the tile in this thread's bfloat16 buffer */
         for (int n = 0; n < g->N; n++) {
             const float *bimg;
             if (!direct) {
@@ -297,6 +311,17 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                 bimg = phase;
             } else {
                 bimg = x + n * g->sn;
+            }
+            if (w16 && panel_major) { /* every tile's bfloat16 pairs, once per image */
+#pragma omp for schedule(dynamic, 1)
+                for (int it = 0; it < groups * ntiles; it++) {
+                    const int grp = it / ntiles, tile = it % ntiles;
+                    const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
+                    const int nl = (int)(L - q0 < cfg.nr ? L - q0 : cfg.nr);
+                    pack16(K, bimg + (direct ? (ptrdiff_t)grp * cin_g * g->sc
+                                             : (ptrdiff_t)grp * cin_g * g->plane) + q0,
+                           koff, nl, cfg.nr, tiles + (size_t)it * tile_words);
+                }
             }
             float *oimg = out + (ptrdiff_t)n * Cout * ohw;
             const float *rimg = res ? res + (ptrdiff_t)n * Cout * ohw : NULL;
@@ -317,18 +342,61 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                 const float *b = bimg + (direct ? (ptrdiff_t)grp * cin_g * g->sc
                                                 : (ptrdiff_t)grp * cin_g * g->plane) + q0;
                 const int p0 = chunk * ppc, p1 = p0 + ppc < npg ? p0 + ppc : npg;
+                const uint32_t *bt = NULL; /* the tile's bfloat16 pairs */
+                if (w16 && panel_major) {
+                    bt = tiles + ((size_t)grp * ntiles + tile) * tile_words;
+                } else if (w16) { /* packed by this thread into its buffer, while in L2 */
+                    uint32_t *own = tiles + (size_t)omp_get_thread_num() * tile_words;
+                    const ptrdiff_t key = (ptrdiff_t)n * groups * ntiles + grp * ntiles + tile;
+                    if (key != packed_key) {
+                        pack16(K, b, koff, nl, cfg.nr, own);
+                        packed_key = key;
+                    }
+                    bt = own;
+                }
                 for (int p = p0; p < p1; p++) {
                     const int co = grp * cout_g + p * MK_CONV_MR;
                     const int rows = cout_g - p * MK_CONV_MR < MK_CONV_MR
                                          ? cout_g - p * MK_CONV_MR : MK_CONV_MR;
-                    cfg.fn(K, wp + ((size_t)grp * npg + p) * panel, b, koff, nl, rows,
-                           oimg + co * ohw, ohw, rimg ? rimg + co * ohw : NULL, segs, ns, act);
+                    const size_t pi = (size_t)grp * npg + p;
+                    if (w16)
+                        fn16(kp, w16 + pi * panel, bt, rows, oimg + co * ohw, ohw,
+                             rimg ? rimg + co * ohw : NULL, segs, ns, act);
+                    else
+                        cfg.fn(K, wp + pi * panel, b, koff, nl, rows, oimg + co * ohw, ohw,
+                               rimg ? rimg + co * ohw : NULL, segs, ns, act);
                 }
             }
             /* implicit barrier before the next image overwrites the phase image */
         }
     }
     return 0;
+}
+
+int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
+                  const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
+                  float *out, const float *res, int act, int isa, int nthreads) {
+    return conv2d_igemm(g, x, groups, Cout, packed, wtype, wide, NULL, NULL, phase, koff, out,
+                        res, act, isa, nthreads);
+}
+
+ptrdiff_t mk_conv_bf16_tiles_words(const mk_conv_geom *g, int groups, int nthreads) {
+    const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW;
+    mk_bf16_igemm_ukernel *fn;
+    mk_bf16_pack_tile_fn *pack;
+    int nr;
+    mk_conv_bf16_lanes(L, &fn, &pack, &nr);
+    const ptrdiff_t tile = (ptrdiff_t)nr * (((ptrdiff_t)(g->C / groups) * g->KH * g->KW + 1) / 2);
+    const ptrdiff_t image = (ptrdiff_t)groups * ((L + nr - 1) / nr) * tile;
+    const ptrdiff_t own = (ptrdiff_t)(nthreads > 1 ? nthreads : 1) * tile;
+    return image > own ? image : own;
+}
+
+int mk_conv2d_bf16(const mk_conv_geom *g, const float *x, int groups, int Cout,
+                   const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
+                   float *out, const float *res, int act, int nthreads) {
+    return conv2d_igemm(g, x, groups, Cout, NULL, MK_W_F32, NULL, w16, tiles, phase, koff, out,
+                        res, act, MK_ISA_AVX512, nthreads);
 }
 
 /* ---- Row bands with a band-sized phase buffer: few input channels, and conv + max pool ------

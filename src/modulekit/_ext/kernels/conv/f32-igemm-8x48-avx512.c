@@ -66,24 +66,7 @@ MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, co
         }
     }
     /* epilogue: (+ residual), activation, masked stores per output-row segment */
-    for (int s = 0; s < nseg; s++) {
-        const int lo = segs[s].lo, hi = segs[s].hi;
-        const ptrdiff_t off = segs[s].off;
-#pragma GCC unroll 3
-        for (int j = 0; j < NV; j++) {
-            __mmask16 m = (__mmask16)mk_seg_mask(lo, hi, j, 16);
-            if (!m) continue;
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) { /* constant bounds keep acc in registers */
-                if (r >= mrows) break;
-                __m512 v = acc[r][j];
-                ptrdiff_t o = r * c_rs + off + 16 * j;
-                if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + o));
-                v = mk_act_f32x16(v, act, 0.0f, 0.0f);
-                _mm512_mask_storeu_ps(c + o, m, v);
-            }
-        }
-    }
+    mk_igemm_store_8xnv(NV, acc, mrows, c, c_rs, res, segs, nseg, act);
 }
 
 MK_T512 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b,

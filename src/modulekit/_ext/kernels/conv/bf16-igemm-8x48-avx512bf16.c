@@ -1,0 +1,94 @@
+/* bfloat16-compute implicit GEMM tiles, AVX512-BF16 (float32_matmul_precision "medium"):
+ * 8 output channels x 48 / 32 / 16 output pixels, one template (the float32 igemm tiles' shape,
+ * f32-igemm-8x48-avx512.c, and their epilogue, mk_igemm_store_8xnv).
+ *
+ * A tile's B (its K x NR window values) is packed once into bfloat16 pairs by
+ * mk_bf16_conv_pack_tile__avx512bf16 and then multiplied by every weight panel: 32-bit word
+ * p * NR + lane holds B[2p, lane] (low half) and B[2p + 1, lane] (high half), rounded to
+ * nearest even by vcvtne2ps2bf16 (the GEMM engine's activation rounding: float32 denormals
+ * flush to zero). Each vdpbf16ps multiplies one broadcast weight pair (output channel r, k
+ * = 2p, 2p + 1) by 16 lanes of pairs and adds both products to float32 accumulators. See
+ * conv.h for the operands. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
+#include "conv-simd.h"
+
+#define MK_TBF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx512bf16")))
+
+MK_TBF16 void mk_bf16_conv_pack_tile__avx512bf16(size_t K, const float *b, const ptrdiff_t *koff,
+                                                 int nlanes, int nr, uint32_t *dst) {
+    /* word order of vcvtne2ps2bf16(hi, lo) = [lo 0..15, hi 0..15] -> pairs (lo i, hi i) */
+    const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25,
+                                           9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2,
+                                           17, 1, 16, 0);
+    const int nv = nr / 16;
+    __mmask16 m[3];
+    for (int j = 0; j < 3; j++) m[j] = (__mmask16)mk_seg_mask(0, nlanes, j, 16);
+    const size_t kp = (K + 1) / 2;
+    for (size_t p = 0; p < kp; p++) {
+        const float *r0 = b + koff[2 * p];
+        const float *r1 = 2 * p + 1 < K ? b + koff[2 * p + 1] : NULL;
+        for (int j = 0; j < nv; j++) {
+            const __m512 lo = _mm512_maskz_loadu_ps(m[j], r0 + 16 * j);
+            const __m512 hi = r1 ? _mm512_maskz_loadu_ps(m[j], r1 + 16 * j) : _mm512_setzero_ps();
+            const __m512i w = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+            _mm512_storeu_si512(dst + p * nr + 16 * j, _mm512_permutexvar_epi16(inter, w));
+        }
+    }
+}
+
+__attribute__((always_inline)) MK_TBF16 static inline void
+bf16_igemm_8xNV(const int NV, size_t kp, const uint32_t *a, const uint32_t *bt, int mrows,
+                float *c, ptrdiff_t c_rs, const float *res, const mk_seg *segs, int nseg,
+                int act) {
+    const float *bias = (const float *)a;
+    __m512 acc[8][3];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
+        const __m512 v = _mm512_set1_ps(bias[r]);
+        acc[r][0] = v;
+        acc[r][1] = v;
+        acc[r][2] = v;
+    }
+    const int NR = 16 * NV;
+    a += 8;
+    for (size_t p = 0; p < kp; p++) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bt);
+        const __m512bh b1 = NV > 1 ? (__m512bh)_mm512_loadu_si512(bt + 16) : b0;
+        const __m512bh b2 = NV > 2 ? (__m512bh)_mm512_loadu_si512(bt + 32) : b0;
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            const __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r]);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
+            if (NV > 1) acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
+            if (NV > 2) acc[r][2] = _mm512_dpbf16_ps(acc[r][2], ar, b2);
+        }
+        a += 8;
+        bt += NR;
+    }
+    mk_igemm_store_8xnv(NV, acc, mrows, c, c_rs, res, segs, nseg, act);
+}
+
+MK_TBF16 void mk_bf16_igemm_8x48__avx512bf16(size_t kp, const uint32_t *a, const uint32_t *bt,
+                                             int mrows, float *c, ptrdiff_t c_rs,
+                                             const float *res, const mk_seg *segs, int nseg,
+                                             int act) {
+    bf16_igemm_8xNV(3, kp, a, bt, mrows, c, c_rs, res, segs, nseg, act);
+}
+
+MK_TBF16 void mk_bf16_igemm_8x32__avx512bf16(size_t kp, const uint32_t *a, const uint32_t *bt,
+                                             int mrows, float *c, ptrdiff_t c_rs,
+                                             const float *res, const mk_seg *segs, int nseg,
+                                             int act) {
+    bf16_igemm_8xNV(2, kp, a, bt, mrows, c, c_rs, res, segs, nseg, act);
+}
+
+MK_TBF16 void mk_bf16_igemm_8x16__avx512bf16(size_t kp, const uint32_t *a, const uint32_t *bt,
+                                             int mrows, float *c, ptrdiff_t c_rs,
+                                             const float *res, const mk_seg *segs, int nseg,
+                                             int act) {
+    bf16_igemm_8xNV(1, kp, a, bt, mrows, c, c_rs, res, segs, nseg, act);
+}
+
+#endif /* MK_X86 */
