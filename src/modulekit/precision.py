@@ -12,10 +12,12 @@ such as a bfloat16x3 split); modulekit has no such kernel yet, so it computes as
 ``"highest"``.
 
 What "medium" covers: ``nn.Linear`` (and so the layer chains, stacked projections and
-compiled plans built from it), the GEMM engine's ``PackedLinear``, and float32
-``modulekit.matmul`` (its ``b`` rounded to bfloat16 per call). Convolutions and attention's
-matmuls compute in float32 at every precision for now; float16 weights keep float32 compute
-(rounding them to bfloat16 would drop 3 of their bits); float64 computes in float64.
+compiled plans built from it), the GEMM engine's ``PackedLinear``, float32
+``modulekit.matmul`` (its ``b`` rounded to bfloat16 per call) and, on the AVX512-BF16 path,
+the convolutions that would run as an implicit GEMM (not the Winograd, depthwise or fused
+inverted-residual ones; see docs/api.md). Attention's matmuls compute in float32 at every
+precision for now; float16 weights keep float32 compute (rounding them to bfloat16 would
+drop 3 of their bits); float64 computes in float64.
 
 Scope and threads: :func:`set_float32_matmul_precision` sets a process-wide value, as
 torch's does. The context manager :class:`float32_matmul_precision` overrides it for the

@@ -265,7 +265,8 @@ cdef class PackedConv2d:
     padding : tuple of int
         (top, left, bottom, right).
     storage : str
-        Weight storage: 'float32', 'float16', 'bfloat16' (computed in float32) or 'float64'.
+        Weight storage: 'float32', 'float16', 'bfloat16' (computed in float32, or in bfloat16
+        under "medium": see :meth:`algorithm_for`) or 'float64'.
     depthwise : bool
         True when the dedicated depthwise kernel runs (groups == in == out channels).
     """
@@ -314,10 +315,12 @@ cdef class PackedConv2d:
         """Name of what :meth:`forward` runs for an (N, C_in, H, W) contiguous input here:
         'igemm', 'im2col' (small output maps on AVX-512, see ``f32-conv-im2col.c``),
         'igemm-rows' (at most 4 input channels on AVX-512: the igemm in row bands, see
-        ``mk_conv2d_rows_f32``), 'winograd-2x2', 'winograd-4x4', 'depthwise' or 'float64'.
-        The choice is ``mk_conv_choose``'s (``kernels/conv/conv-config.c``).
+        ``mk_conv2d_rows_f32``), 'winograd-2x2', 'winograd-4x4', 'depthwise', 'float64' or
+        'igemm-bf16' (bfloat16 multiplies under ``float32_matmul_precision("medium")`` on the
+        AVX512-BF16 path). The choice is ``mk_conv_choose``'s (``kernels/conv/conv-config.c``).
 
-        Depends on the instruction-set path and the thread count in effect.
+        Depends on the instruction-set path, the bfloat16 path, the calling thread's float32
+        matmul precision and the thread count in effect.
         """
         cdef mk_conv_geom g
         self._shape_geom(input_shape, &g)

@@ -66,6 +66,8 @@ BARS += [
 for _k, _n, _m in ((4096, 4096, 64), (1024, 1024, 1024), (384, 1536, 256)):
     BARS.append((f"bfloat16 Linear {_k}->{_n} batch {_m} >= 1.2x torch bf16", "bf16",
                  f"linear {_k}->{_n} batch {_m} bf16", "torch bf16 weights", 1.2))
+BARS.append(("bfloat16 ResNet-18 batch 32 >= 1.2x torch bf16", "bf16",
+             "ResNet-18 batch 32 bf16", "torch bf16", 1.2))
 
 #: Applications (``application`` suite): beside another thread pool within 1.15x of modulekit's
 #: latency alone; the first call after idle and the serving percentiles no slower than

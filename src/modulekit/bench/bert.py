@@ -77,10 +77,11 @@ def _export_onnx(hf, torch, path):
         )
 
 
-def setup(tmp, seed=0):
+def setup(tmp, seed=0, config=None, onnx=True):
     """``(modulekit model, transformers model, onnxruntime session or None, why no session)``:
-    a random MiniLM-L6-sized BERT saved by transformers into the folder ``tmp`` and loaded
-    by modulekit, and its onnxruntime export."""
+    a random MiniLM-L6-sized BERT (or one of ``config``, a ``BertConfig``'s keywords) saved by
+    transformers into the folder ``tmp`` and loaded by modulekit, and (``onnx``) its
+    onnxruntime export."""
     import torch
     import transformers
 
@@ -88,10 +89,12 @@ def setup(tmp, seed=0):
     torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
     torch.manual_seed(seed)
-    hf = transformers.BertModel(transformers.BertConfig(**CONFIG)).eval()
+    hf = transformers.BertModel(transformers.BertConfig(**(config or CONFIG))).eval()
     hf.save_pretrained(tmp)
     model = BertModel.from_pretrained(tmp).initialize()
     sess, ort_error = None, None
+    if not onnx:
+        return model, hf, None, "onnxruntime peer not asked for"
     try:
         import onnxruntime as ort
 

@@ -20,11 +20,20 @@ FFN), float32 NumPy input and output on every side:
 Each case runs again with one thread on each side (``... one thread``): on a busy machine a
 thread team waits for a descheduled worker, which costs the libraries differently.
 
+Models (``<model> batch <b> bf16``, float32 NumPy input and output on every side): ResNet-18
+and MobileNetV2 at batch 32 (the ``models`` suite's random-weight networks), the MiniLM-L6
+and BERT-base encoders at batch 32 and 8, sequence 128 (random weights): ``modulekit``
+(the float32 model called under "medium"), ``modulekit float32`` ("highest"), ``torch bf16``
+(the torch model in bfloat16, channels-last for the CNNs, oneDNN's fastest layout for them
+here; the input converted to bfloat16 and the output back). Each row records the smallest
+cosine of its outputs (per image, per token) against modulekit's float32 output.
+
 Before timing, every side's output is checked against float32 within bfloat16's rounding.
 The peers' repeats are interleaved (see ``_timing.interleaved``). ``run(quick=False)``
 returns the rows.
 """
 
+import os
 import sys
 
 import numpy as np
@@ -141,7 +150,85 @@ def run(quick=False):
             if torch is not None:
                 torch.set_num_threads(nthreads)
         report(results, case_name(k, n, m) + " one thread", flops, res)
-    return results
+    return results + _models(quick, nthreads, torch)
+
+
+def _cosines(ref, got):
+    """Smallest cosine between the rows of ``ref`` and ``got`` (flattened per leading row)."""
+    ref = np.asarray(ref, np.float64).reshape(-1, ref.shape[-1])
+    got = np.asarray(got, np.float64).reshape(ref.shape)
+    return float(((ref * got).sum(1) / (np.linalg.norm(ref, axis=1)
+                                         * np.linalg.norm(got, axis=1))).min())
+
+
+def _models(quick, nthreads, torch):
+    """The model cases (see the module docstring); [] without torch."""
+    if torch is None:
+        return []
+    import tempfile
+
+    from modulekit.bench import bert
+    from modulekit.bench import models as model_suite
+
+    rows = []
+    rng = np.random.default_rng(0)
+    cases = []
+    for name in ("ResNet-18",) if quick else ("ResNet-18", "MobileNetV2"):
+        batch = 2 if quick else 32
+        model, tmodel, _ = model_suite.setup(name)
+        tmodel = tmodel.to(torch.bfloat16).to(memory_format=torch.channels_last)
+        x = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
+        xt = torch.from_numpy(x)
+
+        def torch_cnn(tmodel=tmodel, xt=xt):
+            with torch.inference_mode():
+                xb = xt.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+                return tmodel(xb).float().numpy()
+
+        cases.append((f"{name} batch {batch} bf16", lambda m=model, x=x: m(x), torch_cnn,
+                      model_suite.MODELS[name][2] * batch))
+    with tempfile.TemporaryDirectory() as tmp:
+        encoders = [("MiniLM", bert.CONFIG, 32)]
+        if not quick:
+            encoders.append(("BERT-base", dict(bert.CONFIG, hidden_size=768,
+                                               num_hidden_layers=12, intermediate_size=3072),
+                             8))
+        for name, config, batch in encoders:
+            seq = 32 if quick else 128
+            batch = 2 if quick else batch
+            model, hf, _, _ = bert.setup(os.path.join(tmp, name), config=config, onnx=False)
+            hf = hf.to(torch.bfloat16)
+            ids = rng.integers(1000, config["vocab_size"], (batch, seq))
+            mask = np.ones((batch, seq), np.int64)
+            tkw = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+
+            def mk_enc(model=model, ids=ids, mask=mask):
+                return model(ids, mask).last_hidden_state
+
+            def torch_enc(hf=hf, tkw=tkw):
+                with torch.inference_mode():
+                    return hf(**tkw).last_hidden_state.float().numpy()
+
+            h, i, n = config["hidden_size"], config["intermediate_size"], \
+                config["num_hidden_layers"]
+            flops = 2.0 * batch * seq * n * (4 * h * h + 2 * h * i + 2 * seq * h)
+            cases.append((f"{name} batch {batch} seq {seq} bf16", mk_enc, torch_enc, flops))
+    for case, fn, torch_fn, flops in cases:
+        def medium(fn=fn):
+            with modulekit.float32_matmul_precision("medium"):
+                return fn()
+
+        funcs = {"modulekit": medium, "modulekit float32": fn, "torch bf16": torch_fn}
+        ref = fn()
+        cos = {name: _cosines(ref, f()) for name, f in funcs.items()}
+        res = interleaved(funcs, rounds=3 if quick else 7, min_time=0.01 if quick else 0.3,
+                          pause=0.0 if quick else 0.1)
+        case_rows = []
+        report(case_rows, case, flops, res)
+        for row in case_rows:
+            row["cosine_vs_float32"] = cos[row["impl"]]
+        rows.extend(case_rows)
+    return rows
 
 
 def report(results, case, flops, res):
