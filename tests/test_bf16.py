@@ -617,3 +617,72 @@ def test_compiled_plan_follows_the_precision(bf16_path, rng):
     with modulekit.float32_matmul_precision("medium"):
         y16 = comp(x)
     assert not np.array_equal(y16, comp(x))
+
+
+def _attention_reference(q, k, v, heads, mask=None):
+    """(out, magnitude): float64 attention of the bfloat16-rounded q, scale*k and v with the
+    probabilities rounded to bfloat16 before P V (what "medium" computes), and P |V|."""
+    B, Lq, E = q.shape
+    Lk, Ev = k.shape[1], v.shape[2]
+    d, dv = E // heads, Ev // heads
+    scale = np.float32(1.0 / np.sqrt(d))
+    Q = _bf16_round(q).double().reshape(B, Lq, heads, d).transpose(1, 2)
+    K = _bf16_round(k * scale).double().reshape(B, Lk, heads, d).transpose(1, 2)
+    V = _bf16_round(v).double().reshape(B, Lk, heads, dv).transpose(1, 2)
+    S = Q @ K.transpose(-1, -2)
+    if mask is not None:
+        S = S + torch.from_numpy(mask).double()
+    P = torch.softmax(S, -1).float().to(torch.bfloat16).double()
+    out = (P @ V).transpose(1, 2).reshape(B, Lq, Ev).numpy()
+    mag = (P @ V.abs()).transpose(1, 2).reshape(B, Lq, Ev).numpy()
+    return out, mag
+
+
+@pytest.mark.parametrize("shape", [(2, 17, 33, 64, 4, 64), (1, 128, 128, 384, 12, 384),
+                                   (3, 5, 7, 30, 3, 21), (1, 1, 1, 2, 1, 2),
+                                   (2, 40, 9, 36, 4, 44)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_attention_medium(bf16_path, rng, shape, masked):
+    """On the AVX512-BF16 path both of attention's matmuls multiply bfloat16 roundings (within
+    one bfloat16 rounding of a probability, 2^-8 of P |V|, of the emulation: the float32 and
+    float64 softmax may round a probability differently); on the AMX path they stay float32."""
+    from modulekit._ext import _ops
+
+    B, Lq, Lk, E, H, Ev = shape
+    q = rng.standard_normal((B, Lq, E)).astype(np.float32)
+    k = rng.standard_normal((B, Lk, E)).astype(np.float32)
+    v = rng.standard_normal((B, Lk, Ev)).astype(np.float32)
+    mask = None
+    if masked:
+        mask = np.where(rng.random((B, 1, Lq, Lk)) < 0.3, -np.inf, 0.0).astype(np.float32)
+        mask[..., 0] = 0.0  # every row keeps a key
+    ref32, w32 = _ops.attention(q, k, v, H, mask, need_weights=True)
+    with modulekit.float32_matmul_precision("medium"):
+        out, w = _ops.attention(q, k, v, H, mask, need_weights=True)
+        fast = None if masked else _ops.attention(q, k, v, H)[0]  # the unmasked fast entry
+    if bf16_path == "amx":
+        np.testing.assert_array_equal(out, ref32)
+        return
+    want, mag = _attention_reference(q, k, v, H, mask)
+    assert np.all(np.abs(out - want) <= 2.0**-8 * mag + 1e-6), np.max(np.abs(out - want) / mag)
+    assert not np.array_equal(out, ref32)
+    if fast is not None:
+        np.testing.assert_array_equal(fast, out)
+    # the returned probabilities are the float32 softmax of the bfloat16 scores
+    np.testing.assert_allclose(w, w32, rtol=0.05, atol=2e-3)
+
+
+def test_attention_highest_and_other_levels_stay_float32(rng):
+    from modulekit._ext import _ops
+
+    q, k, v = (rng.standard_normal((2, 9, 32)).astype(np.float32) for _ in range(3))
+    ref = _ops.attention(q, k, v, 4)[0]
+    prev = _isa.set_isa("avx2")
+    try:
+        with modulekit.float32_matmul_precision("medium"):
+            avx2 = _ops.attention(q, k, v, 4)[0]
+    finally:
+        _isa.set_isa(prev)
+    np.testing.assert_allclose(avx2, ref, rtol=1e-5, atol=1e-6)
+    with modulekit.float32_matmul_precision("high"):
+        np.testing.assert_array_equal(_ops.attention(q, k, v, 4)[0], ref)

@@ -15,9 +15,10 @@ What "medium" covers: ``nn.Linear`` (and so the layer chains, stacked projection
 compiled plans built from it), the GEMM engine's ``PackedLinear``, float32
 ``modulekit.matmul`` (its ``b`` rounded to bfloat16 per call) and, on the AVX512-BF16 path,
 the convolutions that would run as an implicit GEMM (not the Winograd, depthwise or fused
-inverted-residual ones; see docs/api.md). Attention's matmuls compute in float32 at every
-precision for now; float16 weights keep float32 compute (rounding them to bfloat16 would
-drop 3 of their bits); float64 computes in float64.
+inverted-residual ones; see docs/api.md) and attention's two matmuls (``q k^T`` and ``P v``).
+On the AMX path the convolutions and attention stay float32 (no AMX kernels for them yet).
+float16 weights keep float32 compute (rounding them to bfloat16 would drop 3 of their
+bits); float64 computes in float64.
 
 Scope and threads: :func:`set_float32_matmul_precision` sets a process-wide value, as
 torch's does. The context manager :class:`float32_matmul_precision` overrides it for the

@@ -28,8 +28,8 @@ cdef extern from "ops/ops.h" nogil:
                                  const float *t0, const int64_t *ids1, const float *t1,
                                  const int64_t *ids2, const float *t2, const float *gamma,
                                  const float *beta, float eps, float *out, int nthreads)
-    int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t d,
-                         size_t dv, const float *q, ptrdiff_t qsb, ptrdiff_t qsr,
+    int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t lk,
+                         size_t d, size_t dv, const float *q, ptrdiff_t qsb, ptrdiff_t qsr,
                          const float *k, ptrdiff_t ksb, ptrdiff_t ksr, const float *v,
                          ptrdiff_t vsb, ptrdiff_t vsr, const float *mask, ptrdiff_t msb,
                          ptrdiff_t msh, ptrdiff_t msr, float scale, float *out, ptrdiff_t osb,

@@ -26,12 +26,13 @@ from libc.math cimport sqrt
 from libc.stdint cimport int64_t
 
 from modulekit._ext._gemm import _backing_off as _gemm_backing_off
+from modulekit._ext._gemm import _get_precision
 from modulekit._ext._act cimport (MK_ACT_CLAMP, MK_ACT_GELU_ERF, MK_ACT_GELU_TANH,
                                    MK_ACT_HARDSWISH, MK_ACT_NONE, MK_ACT_RELU, MK_ACT_RELU6,
                                    MK_ACT_SIGMOID, MK_ACT_SILU, MK_ACT_TANH, mk_act_f32,
                                    mk_act_f64)
 from modulekit._ext._align cimport aligned, check_aligned
-from modulekit._ext._isa cimport active_isa
+from modulekit._ext._isa cimport active_bf16, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 from modulekit.dtypes import is_bfloat16
 
@@ -583,6 +584,7 @@ cdef object _attention_f32_fast(object q, object k, object v, Py_ssize_t num_hea
     cdef Py_ssize_t work = B * num_heads * Lq * Lk * (d + dv) // 8
     cdef int nt = _threads(work)
     cdef int isa = <int>active_isa()
+    cdef int bf16 = _attention_bf16()
     cdef int rc
     cdef const float *pq = <const float *>cnp.PyArray_DATA(Q)
     cdef const float *pk = <const float *>cnp.PyArray_DATA(K)
@@ -592,12 +594,22 @@ cdef object _attention_f32_fast(object q, object k, object v, Py_ssize_t num_hea
     cdef ptrdiff_t ksb = K.strides[0] // 4, ksr = K.strides[1] // 4
     cdef ptrdiff_t vsb = V.strides[0] // 4, vsr = V.strides[1] // 4
     with nogil:
-        rc = mk_attention_f32(isa, B, num_heads, Lq, Lk, d, dv, pq, qsb, qsr, pk, ksb, ksr,
+        rc = mk_attention_f32(isa, bf16, B, num_heads, Lq, Lk, d, dv, pq, qsb, qsr, pk, ksb, ksr,
                               pv, vsb, vsr, NULL, 0, 0, 0, <float>fscale, po, Lq * Ev, Ev,
                               NULL, nt)
     if rc != 0:
         raise MemoryError("attention: could not allocate the per-thread scratch buffers")
     return out
+
+
+cdef int _attention_bf16():
+    """1 when a float32 attention multiplies in bfloat16 now: the calling thread's float32
+    matmul precision is "medium" and the bfloat16 path is AVX512-BF16 (on the AMX path the
+    attention blocks stay float32, as the convolutions do)."""
+    return active_bf16() == 1 and _get_precision() == _PREC_MEDIUM
+
+
+_PREC_MEDIUM = 2  # mk_precision: float32_matmul_precision("medium")
 
 
 def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_weights=False):
@@ -624,6 +636,13 @@ def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_we
     -------
     out : ndarray (B, Lq, Ev), C-contiguous
     weights : ndarray or None
+
+    Notes
+    -----
+    Under ``float32_matmul_precision("medium")`` on the AVX512-BF16 path a float32 attention
+    multiplies in bfloat16: ``q``, ``scale * k``, the (float32) softmax probabilities and ``v``
+    are rounded to bfloat16 (nearest even) and the products summed in float32; ``weights``
+    are the float32 probabilities.
     """
     if num_heads <= 0:
         raise ValueError(f"attention: num_heads must be positive, got {num_heads}")
@@ -686,10 +705,11 @@ def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_we
     cdef Py_ssize_t work = B * num_heads * Lq * Lk * (d + dv) // 8
     cdef int nt = _threads(work)
     cdef int isa = <int>active_isa()
+    cdef int bf16 = _attention_bf16()
     cdef int rc
     if dt == _F32:
         with nogil:
-            rc = mk_attention_f32(isa, B, num_heads, Lq, Lk, d, dv, <const float *>pq, qsb,
+            rc = mk_attention_f32(isa, bf16, B, num_heads, Lq, Lk, d, dv, <const float *>pq, qsb,
                                   qsr, <const float *>pk, ksb, ksr, <const float *>pv, vsb, vsr,
                                   <const float *>pm, msb, msh, msr, <float>fscale,
                                   <float *>po, osb, osr, <float *>pw, nt)

@@ -34,6 +34,8 @@ CONFIG = dict(
     max_position_embeddings=512,
     type_vocab_size=2,
 )
+#: BERT-base's shape (hidden 768, 12 layers, 12 heads, FFN 3072), for the bf16 and int8 suites
+BERT_BASE = dict(CONFIG, hidden_size=768, num_hidden_layers=12, intermediate_size=3072)
 CASES = [(1, 32), (1, 128), (32, 128)]
 BARS = {(32, 128): 0.8, (1, 32): 0.8}  # modulekit time <= bar x onnxruntime's
 

@@ -190,9 +190,7 @@ def _models(quick, nthreads, torch):
     with tempfile.TemporaryDirectory() as tmp:
         encoders = [("MiniLM", bert.CONFIG, 32)]
         if not quick:
-            encoders.append(("BERT-base", dict(bert.CONFIG, hidden_size=768,
-                                               num_hidden_layers=12, intermediate_size=3072),
-                             8))
+            encoders.append(("BERT-base", bert.BERT_BASE, 8))
         for name, config, batch in encoders:
             seq = 32 if quick else 128
             batch = 2 if quick else batch

@@ -16,8 +16,9 @@
     graph mode (``prepare_fx``/``convert_fx``, the x86 backend's default qconfig). Each row records
     ``top1_vs_float32``: how often its top-1 class is float32 modulekit's on 256 fixed random images
     (32 with ``--quick``).
-``MiniLM int8 batch <b> seq <s>``
-    the MiniLM-L6-sized BERT of the ``bert`` suite (random weights), quantized by each
+``MiniLM int8 batch <b> seq <s>``, ``BERT-base int8 batch 8 seq 128``
+    the MiniLM-L6-sized BERT of the ``bert`` suite and a BERT-base-sized one (hidden 768, 12
+    layers, FFN 3072; not with ``--quick``), random weights, quantized by each
     library's ``quantize_dynamic``. Each row records ``cosine_vs_float32``: the smallest
     cosine similarity between a token's float32 and int8 hidden states (no real weights can
     be fetched here, so this measures the scheme on random weights, not on real sentences).
@@ -119,13 +120,15 @@ def _linears(quick, tmp, threads):
     return rows
 
 
-def _minilm(quick, tmp, threads):
+def _encoder(name, config, cases, quick, tmp, threads):
+    """The ``<name> int8 batch <b> seq <s>`` rows of one BERT-shaped encoder."""
     import torch
 
     from modulekit.bench import bert
     from modulekit.quantization import quantize_dynamic
 
-    model, hf, sess, ort_error = bert.setup(tmp)
+    tmp = os.path.join(tmp, name)
+    model, hf, sess, ort_error = bert.setup(tmp, config=config)
     q = quantize_dynamic(model)
     tq = _torch_quantized(hf)
     qsess = None
@@ -136,12 +139,12 @@ def _minilm(quick, tmp, threads):
             ort_error = f"onnxruntime peer skipped: {type(exc).__name__}: {exc}"[:200]
     rows = []
     rng = np.random.default_rng(0)
-    for batch, seq in ((2, 32),) if quick else ((1, 128), (32, 128)):
-        case = f"MiniLM int8 batch {batch} seq {seq}"
-        ids = rng.integers(1000, bert.CONFIG["vocab_size"], (batch, seq))
+    for batch, seq in cases:
+        case = f"{name} int8 batch {batch} seq {seq}"
+        ids = rng.integers(1000, config["vocab_size"], (batch, seq))
         mask = np.ones((batch, seq), np.int64)
         tt = np.zeros((batch, seq), np.int64)
-        ref = model(ids, mask, tt).last_hidden_state.reshape(-1, bert.CONFIG["hidden_size"])
+        ref = model(ids, mask, tt).last_hidden_state.reshape(-1, config["hidden_size"])
         tkw = {k: torch.from_numpy(v) for k, v in
                (("input_ids", ids), ("attention_mask", mask), ("token_type_ids", tt))}
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": tt}
@@ -255,6 +258,7 @@ def run(quick=False):
     import torch  # the reference models (an ImportError marks the suite skipped)
 
     import modulekit as mk
+    from modulekit.bench import bert
 
     threads = mk.get_num_threads()
     torch.set_num_threads(threads)
@@ -263,7 +267,10 @@ def run(quick=False):
         cnns = ("ResNet-18",) if quick else ("ResNet-18", "MobileNetV2")
         return (_linears(quick, tmp, threads)
                 + [row for name in cnns for row in _cnn_static(name, quick, tmp, threads)]
-                + _minilm(quick, tmp, threads))
+                + _encoder("MiniLM", bert.CONFIG,
+                           ((2, 32),) if quick else ((1, 128), (32, 128)), quick, tmp, threads)
+                + ([] if quick else _encoder("BERT-base", bert.BERT_BASE, ((8, 128),), quick,
+                                             tmp, threads)))
 
 
 def main(argv=None):

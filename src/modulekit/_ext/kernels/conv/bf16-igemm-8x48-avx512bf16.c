@@ -12,16 +12,13 @@
 #include "isa.h"
 #if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
 
+#include "common/bf16-pairs-avx512bf16.h"
 #include "conv-simd.h"
 
-#define MK_TBF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx512bf16")))
+#define MK_TBF16 MK_TARGET_AVX512BF16
 
 MK_TBF16 void mk_bf16_conv_pack_tile__avx512bf16(size_t K, const float *b, const ptrdiff_t *koff,
                                                  int nlanes, int nr, uint32_t *dst) {
-    /* word order of vcvtne2ps2bf16(hi, lo) = [lo 0..15, hi 0..15] -> pairs (lo i, hi i) */
-    const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25,
-                                           9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2,
-                                           17, 1, 16, 0);
     const int nv = nr / 16;
     __mmask16 m[3];
     for (int j = 0; j < 3; j++) m[j] = (__mmask16)mk_seg_mask(0, nlanes, j, 16);
@@ -32,8 +29,7 @@ MK_TBF16 void mk_bf16_conv_pack_tile__avx512bf16(size_t K, const float *b, const
         for (int j = 0; j < nv; j++) {
             const __m512 lo = _mm512_maskz_loadu_ps(m[j], r0 + 16 * j);
             const __m512 hi = r1 ? _mm512_maskz_loadu_ps(m[j], r1 + 16 * j) : _mm512_setzero_ps();
-            const __m512i w = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-            _mm512_storeu_si512(dst + p * nr + 16 * j, _mm512_permutexvar_epi16(inter, w));
+            _mm512_storeu_si512(dst + p * nr + 16 * j, mk_bf16_pairs16(lo, hi));
         }
     }
 }

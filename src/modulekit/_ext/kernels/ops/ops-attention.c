@@ -81,7 +81,8 @@ static void *alloc64(size_t bytes)
     return p;
 }
 
-int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_t dv,
+int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t lk, size_t d,
+                     size_t dv,
                      const float *q, ptrdiff_t qsb, ptrdiff_t qsr, const float *k, ptrdiff_t ksb,
                      ptrdiff_t ksr, const float *v, ptrdiff_t vsb, ptrdiff_t vsr,
                      const float *mask, ptrdiff_t msb, ptrdiff_t msh, ptrdiff_t msr, float scale,
@@ -97,13 +98,22 @@ int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t
     const ptrdiff_t tasks = (ptrdiff_t)(nb * nh);
     int failed = 0;
     if (tasks < nthreads) nthreads = (int)(tasks > 0 ? tasks : 1);
+#if !MK_X86
+    bf16 = 0;
+#endif
+    if (isa != MK_ISA_AVX512) bf16 = 0;
+    /* bfloat16 pair words: Q_h, Kt (dp pair rows of ldk), P (lp words a row), V_h (lp x dv) */
+    const size_t dp = (d + 1) / 2, lp = (lk + 1) / 2;
+    const size_t words16 = bf16 ? dp * lq + dp * ldk + lp * lq + lp * dv : 0;
 
     #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         float *kt = (float *)alloc64(d * ldk * sizeof(float));
-        float *vbuf = (float *)alloc64(lk * dv * sizeof(float));
+        float *vbuf = bf16 ? NULL : (float *)alloc64(lk * dv * sizeof(float));
         float *sbuf = weights ? NULL : (float *)alloc64(lq * lk * sizeof(float));
-        const int ok = kt != NULL && vbuf != NULL && (weights != NULL || sbuf != NULL);
+        uint32_t *q16 = bf16 ? (uint32_t *)alloc64(words16 * sizeof(uint32_t)) : NULL;
+        const int ok = kt != NULL && (bf16 ? q16 != NULL : vbuf != NULL) &&
+                       (weights != NULL || sbuf != NULL);
         if (ok) memset(kt, 0, d * ldk * sizeof(float)); /* the padding columns stay zero */
         ptrdiff_t t;
         #pragma omp for schedule(dynamic)
@@ -120,10 +130,24 @@ int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t
             float *oh = out + (ptrdiff_t)b * osb + (ptrdiff_t)(h * dv);
             float *s = weights ? weights + (size_t)t * lq * lk : sbuf;
             pack_kt(lk, d, kh, ksr, scale, kt, ldk); /* Kt = scale K_h^T: S comes out scaled */
+            const float *mrow = mask ? mask + (ptrdiff_t)b * msb + (ptrdiff_t)h * msh : NULL;
+#if MK_X86
+            if (bf16) {
+                uint32_t *kt16 = q16 + dp * lq, *p16 = kt16 + dp * ldk, *v16 = p16 + lp * lq;
+                mk_attention_bf16_rows(lq, d, qh, qsr, q16, dp);
+                mk_attention_bf16_pairs(d, ldk, kt, (ptrdiff_t)ldk, kt16, ldk);
+                mk_attention_dot_bf16(lq, lk, dp, q16, dp, kt16, ldk, s, (ptrdiff_t)lk);
+                for (size_t i = 0; i < lq; i++)
+                    softmax(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, 1.0f);
+                mk_attention_bf16_rows(lq, lk, s, (ptrdiff_t)lk, p16, lp);
+                mk_attention_bf16_pairs(lk, dv, vh, vsr, v16, dv);
+                mk_attention_dot_bf16(lq, dv, lp, p16, lp, v16, dv, oh, osr);
+                continue;
+            }
+#endif
             for (size_t j = 0; j < lk; j++) /* V_h rows, contiguous */
                 memcpy(vbuf + j * dv, vh + (ptrdiff_t)j * vsr, dv * sizeof(float));
             qk(lq, lk, d, qh, qsr, kt, ldk, s, lk);
-            const float *mrow = mask ? mask + (ptrdiff_t)b * msb + (ptrdiff_t)h * msh : NULL;
             for (size_t i = 0; i < lq; i++)
                 softmax(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, 1.0f);
             pv(lq, lk, dv, s, lk, vbuf, (ptrdiff_t)dv, oh, osr);
@@ -131,6 +155,7 @@ int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t
         free(kt);
         free(vbuf);
         free(sbuf);
+        free(q16);
     }
     return failed ? -1 : 0;
 }

@@ -89,14 +89,27 @@ mk_softmax_row_f32 mk_ops_softmax_row(int isa);
  *   additive mask row (b, h, i) at mask + b*msb + h*msh + i*msr (lk values; NULL: none;
  *   stride 0 broadcasts); weights (NULL, or nb x nh x lq x lk contiguous) receives the
  *   probabilities. Tasks (b, h) run on up to nthreads threads, each holding one head's
- *   scores at a time. Returns 0, or -1 when a scratch buffer could not be allocated. */
+ *   scores at a time. bf16 (isa AVX512 on a CPU with AVX512-BF16 only; the caller checks):
+ *   both matmuls multiply bfloat16 roundings of Q, scale K, the float32 softmax P and V with
+ *   float32 accumulation (float32_matmul_precision "medium"; weights still get the float32 P).
+ *   Returns 0, or -1 when a scratch buffer could not be allocated. */
 void mk_attention_qk_f32_avx512(size_t lq, size_t lk, size_t d, const float *q, ptrdiff_t qsr,
                                 const float *kt, size_t ldk, float *s, size_t lds);
 void mk_attention_pv_f32_avx512(size_t lq, size_t lk, size_t dv, const float *p, size_t ldp,
                                 const float *v, ptrdiff_t vsr, float *o, ptrdiff_t osr);
 void mk_attention_pack_kt_f32_avx512(size_t lk, size_t d, const float *k, ptrdiff_t ksr,
                                      float scale, float *kt, size_t ldk);
-int mk_attention_f32(int isa, size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_t dv,
+/* bfloat16 operands and blocks (bf16-attention-8x32-avx512bf16.c): rows of x as pair words
+ * (word p of row i at dst + i*ldd + p: x[i][2p], x[i][2p + 1]); row pairs of x (word p*ldd + c:
+ * x[2p][c], x[2p + 1][c]); C[rows x cols] (row stride csr) = A B over np pair words. */
+void mk_attention_bf16_rows(size_t rows, size_t n, const float *x, ptrdiff_t xsr, uint32_t *dst,
+                            size_t ldd);
+void mk_attention_bf16_pairs(size_t rows, size_t cols, const float *x, ptrdiff_t xsr,
+                             uint32_t *dst, size_t ldd);
+void mk_attention_dot_bf16(size_t rows, size_t cols, size_t np, const uint32_t *a, size_t lda,
+                           const uint32_t *b, size_t ldb, float *c, ptrdiff_t csr);
+int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t lk, size_t d,
+                     size_t dv,
                      const float *q, ptrdiff_t qsb, ptrdiff_t qsr, const float *k, ptrdiff_t ksb,
                      ptrdiff_t ksr, const float *v, ptrdiff_t vsb, ptrdiff_t vsr,
                      const float *mask, ptrdiff_t msb, ptrdiff_t msh, ptrdiff_t msr, float scale,
