@@ -40,25 +40,16 @@ void mk_bf16_pack_w_pairs(size_t ncols, size_t k, size_t nr, const void *b_, ptr
 }
 
 #if MK_X86
-#include <immintrin.h>
+#include "common/bf16-pairs-avx512bf16.h"
 
-#define MK_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define MK_TARGET_BF16 MK_TARGET_AVX512BF16
 
 /* 32 consecutive-k elements of one row (n valid, the rest zero) -> 32 bfloat16. */
 MK_TARGET_BF16 static inline __m512i mk_row32(const float *src, ptrdiff_t cs, size_t n) {
-    __m512 lo, hi;
-    if (cs == 1) {
-        const __mmask16 m0 = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1u);
-        const __mmask16 m1 = n >= 32 ? 0xFFFF : (n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1u));
-        lo = _mm512_maskz_loadu_ps(m0, src);
-        hi = _mm512_maskz_loadu_ps(m1, src + 16);
-    } else {
-        float tmp[32];
-        for (size_t q = 0; q < 32; q++) tmp[q] = q < n ? src[(ptrdiff_t)q * cs] : 0.0f;
-        lo = _mm512_loadu_ps(tmp);
-        hi = _mm512_loadu_ps(tmp + 16);
-    }
-    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    if (cs == 1) return mk_bf16_row32(src, n);
+    float tmp[32];
+    for (size_t q = 0; q < 32; q++) tmp[q] = q < n ? src[(ptrdiff_t)q * cs] : 0.0f;
+    return mk_bf16_row32(tmp, 32);
 }
 
 MK_TARGET_BF16 void mk_bf16_pack_a_tiles__amx(size_t mc, size_t kc, size_t mr, const void *a_,
