@@ -121,6 +121,21 @@ def test_quantize_per_tensor_rounding_and_errors():
         _qgemm.quantize_per_tensor(np.zeros((3, 3)), 1, 0)
 
 
+@pytest.mark.parametrize("shape", [(1, 3, 17, 29), (2, 5, 8, 8), (1, 1, 1, 70), (3, 2, 9, 1)])
+def test_quantize_per_tensor_on_every_path(isa, rng, shape):
+    """The NCHW -> NHWC conversion gives the scheme's bytes on every instruction-set path
+    (vector rows and their tails, NaN, infinities, saturation, ties)."""
+    x = (rng.standard_normal(shape) * 30).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[:: 7] = np.round(flat[:: 7]) + 0.5  # ties (scale 1 below)
+    flat[3:: 11] = np.nan
+    flat[5:: 13] = np.inf
+    flat[6:: 17] = -np.inf
+    for scale, zp in ((1.0, 0), (0.37, 128), (1e-3, 255)):
+        got = _qgemm.quantize_per_tensor(x, scale, zp).data
+        assert np.array_equal(got, quantize_ref(x, scale, zp)), (isa, scale, zp)
+
+
 def test_max_pool_of_bytes_is_the_float_pool(rng):
     from modulekit.nn import functional as F
 

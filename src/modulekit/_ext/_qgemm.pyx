@@ -63,8 +63,8 @@ cdef extern from "qgemm/qgemm.h" nogil:
     int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
                    float in_scale, const float *packed, const uint8_t *res,
                    const mk_qgemm_epilogue *ep, void *y, int nthreads)
-    void mk_qu8_quantize_nchw(size_t n, size_t c, size_t hw, const float *x, float inv,
-                              int32_t zp, uint8_t *q, int nthreads)
+    void mk_qu8_quantize_nchw(int isa, size_t n, size_t c, size_t hw, const float *x,
+                              float inv, int32_t zp, uint8_t *q, int nthreads)
     void mk_qu8_dequantize_nhwc(size_t n, size_t hw, size_t c, const uint8_t *q, float scale,
                                 int32_t zp, float *x, int nthreads)
     void mk_qu8_maxpool_nhwc(size_t n, size_t h, size_t w, size_t c, size_t oh, size_t ow,
@@ -376,7 +376,8 @@ def quantize_per_tensor(x, scale, zero_point):
     cdef int32_t zp = z
     cdef int nt = effective_threads()
     with nogil:
-        mk_qu8_quantize_nchw(sn, sc, shw, <const float *>cnp.PyArray_DATA(a), inv, zp,
+        mk_qu8_quantize_nchw(<int>active_isa(), sn, sc, shw, <const float *>cnp.PyArray_DATA(a),
+                             inv, zp,
                              <uint8_t *>cnp.PyArray_DATA(q), nt)
     return QuantizedArray(q, s, z, unbatched)
 

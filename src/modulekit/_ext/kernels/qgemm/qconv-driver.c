@@ -29,11 +29,9 @@ static inline void copy_bytes(uint8_t *d, const uint8_t *s, size_t n) {
     memcpy(d + n - 8, s + n - 8, 8);
 }
 
-/* rows r0 .. r0+rows-1 of the im2col matrix (k ordered (ky, kx, c)) into buf; the bytes
- * past k of each row are never written (the caller filled the buffer once: the k padding
- * meets zero weights) */
-static void gather(const mk_qconv_geom *g, const uint8_t *x, uint8_t zp, size_t r0,
-                   size_t rows, uint8_t *buf, size_t lda) {
+/* mk_qconv_im2col_fn (qgemm.h), portable C; the AVX-512 one is qconv-im2col-avx512.c */
+void mk_qconv_im2col__scalar(const mk_qconv_geom *g, const uint8_t *x, uint8_t zp, size_t r0,
+                             size_t rows, uint8_t *buf, size_t lda) {
     const size_t c = g->cin;
     for (size_t i = 0; i < rows; i++) {
         const size_t r = r0 + i, ox = r % g->ow, oy = r / g->ow % g->oh, b = r / g->ow / g->oh;
@@ -97,7 +95,8 @@ int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t
 #pragma omp atomic write
                 failed = 1;
             } else {
-                /* once: the k padding of every row, and the rows past m of a last block
+                /* once: the k padding of every row (it meets zero weights, so whatever a
+                 * gather leaves there is harmless), and the rows past m of a last block
                  * (computed, never stored) */
                 memset(buf, in_zp, mc * lda);
             }
@@ -112,7 +111,7 @@ int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t
             const uint8_t *a = x + r0 * g->cin;
             if (!direct) {
                 if ((long)rb != gathered) {
-                    gather(g, x, (uint8_t)in_zp, r0, r1 - r0, buf, lda);
+                    cfg->im2col(g, x, (uint8_t)in_zp, r0, r1 - r0, buf, lda);
                     gathered = (long)rb;
                 }
                 a = buf;
@@ -138,18 +137,29 @@ int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t
 
 #define BLOCK 64 /* pixels per step of the layout conversions */
 
-void mk_qu8_quantize_nchw(size_t n, size_t c, size_t hw, const float *x, float inv, int32_t zp,
-                          uint8_t *q, int nthreads) {
+static void quantize_row_scalar(size_t n, const float *x, float inv, int32_t zp, uint8_t *q) {
+    for (size_t i = 0; i < n; i++) q[i] = mk_qu8_requantize(x[i], inv, zp);
+}
+
+void mk_qu8_quantize_nchw(int isa, size_t n, size_t c, size_t hw, const float *x, float inv,
+                          int32_t zp, uint8_t *q, int nthreads) {
+    void (*row)(size_t, const float *, float, int32_t, uint8_t *) = quantize_row_scalar;
+#if MK_X86
+    if (isa >= MK_ISA_AVX512) row = mk_qu8_quantize_row__avx512;
+#else
+    (void)isa;
+#endif
     const long blocks = (long)(n * ((hw + BLOCK - 1) / BLOCK));
     const int nt = n * c * hw < MK_QCONV_PARALLEL_MIN_BYTES ? 1 : nthreads;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (long t = 0; t < blocks; t++) {
         const size_t per = (hw + BLOCK - 1) / BLOCK, b = (size_t)t / per;
         const size_t p0 = (size_t)t % per * BLOCK, p1 = p0 + BLOCK < hw ? p0 + BLOCK : hw;
+        uint8_t plane[BLOCK]; /* one channel's bytes, then spread into the NHWC rows */
         for (size_t ch = 0; ch < c; ch++) {
-            const float *src = x + (b * c + ch) * hw;
-            uint8_t *dst = q + b * hw * c + ch;
-            for (size_t p = p0; p < p1; p++) dst[p * c] = mk_qu8_requantize(src[p], inv, zp);
+            row(p1 - p0, x + (b * c + ch) * hw + p0, inv, zp, plane);
+            uint8_t *dst = q + (b * hw + p0) * c + ch;
+            for (size_t p = 0; p < p1 - p0; p++) dst[p * c] = plane[p];
         }
     }
 }

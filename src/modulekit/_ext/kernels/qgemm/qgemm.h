@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "isa.h"
+
 #define MK_QD8_MAX_K 65536
 
 /* What a tile does with its int32 sums, per output element (row r, column n):
@@ -70,12 +72,26 @@ static inline uint8_t mk_qu8_requantize(float y, float inv, int32_t zp) {
  * holds a NaN or an infinity (the row is then left unwritten). */
 typedef float (*mk_qd8_quantize_fn)(size_t n, size_t kp, const float *x, uint8_t *q);
 
+/* The geometry of a convolution over NHWC bytes (qconv-driver.c, qdwconv.c). */
+typedef struct {
+    size_t n, h, w, cin, oh, ow, cout, kh, kw, sh, sw, ph, pw, dh, dw;
+} mk_qconv_geom;
+
+/* Rows r0 .. r0+rows-1 of a convolution's im2col matrix (k ordered (ky, kx, c); the image's
+ * zero point where the window leaves the image) into buf, rows lda bytes apart; the bytes
+ * past k of a row (its padding to lda, which meets zero weights) may be overwritten. */
+typedef void (*mk_qconv_im2col_fn)(const mk_qconv_geom *g, const uint8_t *x, uint8_t zp,
+                                   size_t r0, size_t rows, uint8_t *buf, size_t lda);
+void mk_qconv_im2col__scalar(const mk_qconv_geom *g, const uint8_t *x, uint8_t zp, size_t r0,
+                             size_t rows, uint8_t *buf, size_t lda);
+
 typedef struct {
     const char *name;            /* XNNPACK-style name of the main kernel */
     size_t mr, nr;               /* register block: rows, panel width */
     size_t kb;                   /* KP is K rounded up to a multiple of kb (4, or 64 for AMX) */
     mk_qd8_gemm_ukernel ukernel; /* any rows 1..mr (AMX: the driver pads rows to mr) */
     mk_qd8_quantize_fn quantize;
+    mk_qconv_im2col_fn im2col;   /* the convolutions' row gather (qconv-driver.c) */
     void (*begin)(void);         /* NULL, or called in each thread before its kernel calls */
     void (*end)(void);           /* NULL, or called in each thread after them */
 } mk_qd8_config;
@@ -117,9 +133,6 @@ void mk_qd8_pack_zp(const mk_qd8_config *cfg, size_t n, size_t k, const int8_t *
 
 /* The geometry of a convolution over NHWC bytes (groups 1). The weights (cout x kh*kw*cin,
  * k ordered (kh, kw, cin)) are packed by mk_qd8_pack_zp with k = kh*kw*cin. */
-typedef struct {
-    size_t n, h, w, cin, oh, ow, cout, kh, kw, sh, sw, ph, pw, dh, dw;
-} mk_qconv_geom;
 
 /* y (n*oh*ow rows x cout, NHWC) = the convolution of x (NHWC bytes, zero point in_zp) with
  * the packed weights, in tiles of output rows whose im2col rows are gathered per thread;
@@ -143,9 +156,13 @@ int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
                float in_scale, const float *packed, const uint8_t *res,
                const mk_qgemm_epilogue *ep, void *y, int nthreads);
 
-/* NCHW float32 (n, c, hw) -> NHWC bytes, q = mk_qu8_requantize(x, inv, zp). */
-void mk_qu8_quantize_nchw(size_t n, size_t c, size_t hw, const float *x, float inv, int32_t zp,
-                          uint8_t *q, int nthreads);
+/* NCHW float32 (n, c, hw) -> NHWC bytes, q = mk_qu8_requantize(x, inv, zp); isa: the mk_isa
+ * level whose row quantizer runs (the same bytes on every level). */
+void mk_qu8_quantize_nchw(int isa, size_t n, size_t c, size_t hw, const float *x, float inv,
+                          int32_t zp, uint8_t *q, int nthreads);
+#if MK_X86
+void mk_qu8_quantize_row__avx512(size_t n, const float *x, float inv, int32_t zp, uint8_t *q);
+#endif
 
 /* NHWC bytes (n, hw, c) -> NCHW float32, x = (q - zp) * scale. */
 void mk_qu8_dequantize_nhwc(size_t n, size_t hw, size_t c, const uint8_t *q, float scale,
