@@ -412,3 +412,40 @@ def test_quantize_static_mobilenet_v2(rng):
     # 51 of the 52 convolutions hand bytes on (the plain project convolutions, made steps by
     # the hand-off rule, are named by their module's type); the head's returns float32
     assert q.code.count("# quantized_handoff") + q.code.count("# QuantizedConv2d ") == 51
+
+
+def test_compiled_quantized_models_save_and_load(rng, tmp_path):
+    """save() of a compiled model with static and dynamic int8 layers; load_module runs it
+    without the Python classes and gives the compiled model's bits; a file whose int8 layer
+    misses a tensor is refused naming it."""
+    import modulekit as mk
+    from modulekit import models
+    from modulekit.checkpoint._common import CheckpointError, FileBuffer
+    from modulekit.checkpoint.safetensors import read_safetensors, write_safetensors
+    from modulekit.quantization import quantize_dynamic
+
+    model = models.resnet18(num_classes=10).eval()
+    q = quantize_static(model, [rng.standard_normal((4, 3, 32, 32)).astype(np.float32)])
+    q.compile()
+    x = rng.standard_normal((2, 3, 32, 32)).astype(np.float32)
+    q(x)  # the first call traces and runs eagerly; the plan runs from the second
+    want = q(x)
+    path = str(tmp_path / "q.safetensors")
+    q.save(path)
+    loaded = mk.load_module(path)
+    assert not isinstance(loaded, type(q))
+    np.testing.assert_array_equal(loaded(x), want)
+
+    mlp = quantize_dynamic(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval())
+    mlp.compile()
+    z = rng.standard_normal((5, 16)).astype(np.float32)
+    mlp(z)
+    mlp.save(str(tmp_path / "d.safetensors"))
+    np.testing.assert_array_equal(mk.load_module(str(tmp_path / "d.safetensors"))(z), mlp(z))
+
+    arrays, _, meta = read_safetensors(FileBuffer(path, use_mmap=False))
+    arrays = {k: np.array(v) for k, v in arrays.items() if k != "conv1.weight_scale"}
+    bad = str(tmp_path / "bad.safetensors")
+    write_safetensors(arrays, bad, meta)
+    with pytest.raises(CheckpointError, match="conv1.weight_scale"):
+        mk.load_module(bad)

@@ -148,10 +148,41 @@ def _layers() -> dict:
     }
 
 
+def _quantized_layers() -> dict:
+    """The int8 layers of ``modulekit.quantization`` (their state dict keys as documented
+    there: int8 ``weight``, float32 ``weight_scale`` and ``bias``, the static layer's 0-d
+    quantization parameters)."""
+    from modulekit.nn.modules.quantized import DynamicQuantizedLinear, QuantizedConv2d
+
+    def qconv_shapes(a):
+        kh, kw = a["kernel_size"]
+        s = {"weight": (a["out_channels"], a["in_channels"] // a["groups"], kh, kw),
+             "weight_scale": (a["out_channels"],), "input_scale": (), "input_zero_point": (),
+             "scale": (), "zero_point": ()}
+        if a["bias"]:
+            s["bias"] = (a["out_channels"],)
+        return s
+
+    return {
+        "DynamicQuantizedLinear": (
+            DynamicQuantizedLinear, lambda m: dict(in_features=m.in_features,
+                                                   out_features=m.out_features,
+                                                   bias=m._has_bias()),
+            lambda a: {"weight": (a["out_features"], a["in_features"]),
+                       "weight_scale": (a["out_features"],),
+                       **({"bias": (a["out_features"],)} if a["bias"] else {})}),
+        "QuantizedConv2d": (QuantizedConv2d, lambda m: dict(
+            in_channels=m.in_channels, out_channels=m.out_channels,
+            kernel_size=list(m.kernel_size), stride=list(m.stride), padding=list(m.padding),
+            dilation=list(m.dilation), groups=m.groups, bias=m._has_bias()), qconv_shapes),
+    }
+
+
 def _layers_with_ext() -> dict:
     from modulekit.nn.modules._saveable_ext import layers_ext
 
-    return {**_layers(), **layers_ext()}  # nn/modules/_saveable_ext.py
+    # nn/modules/_saveable_ext.py
+    return {**_layers(), **_quantized_layers(), **layers_ext()}
 def _maxpool2d_args(m):
     if m.return_indices:  # the format's MaxPool2d has no return_indices (a tuple output)
         raise CompileError("save: MaxPool2d(return_indices=True) cannot be saved: the saved "
@@ -218,14 +249,7 @@ def _tables():
 # saving
 def _module_state(module) -> dict:
     """Every tensor of ``module`` by local dotted name, packed weights unpacked (copies)."""
-    state = {k: np.array(v) for k, v in module.state_dict().items()}
-    for path, sub in module.named_modules():
-        keys = sub._packed_keys()
-        if keys:
-            params = sub.__getstate__()["_parameters"]
-            for name in keys:
-                state[(path + "." if path else "") + name] = np.array(params[name])
-    return state
+    return {k: np.array(v) for k, v in module.state_dict(include_packed=True).items()}
 
 
 def save_compiled(root, graph: Graph, f, **kwargs) -> None:
@@ -519,6 +543,10 @@ _SIGNATURES = {
                                                 for e in v))},
 }
 _SIGNATURES["BatchNorm2d"] = _SIGNATURES["BatchNorm1d"]
+_SIGNATURES["DynamicQuantizedLinear"] = {"in_features": "pint", "out_features": "pint",
+                                         "bias": "bool"}
+_SIGNATURES["QuantizedConv2d"] = {k: v for k, v in _SIGNATURES["Conv2d"].items()}
+_SIGNATURES["QuantizedConv2d"]["padding"] = "pair"
 
 
 def _signatures_ext():

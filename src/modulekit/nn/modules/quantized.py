@@ -70,6 +70,11 @@ class _QuantizedLayer(Module):
                 del self._parameters["bias"]
             self._packed = packed
 
+    def _has_bias(self) -> bool:
+        if self._packed is not None:
+            return "bias" in self._shapes
+        return self._parameters.get("bias") is not None
+
     def _packed_keys(self) -> dict[str, tuple[tuple[int, ...], DataType]]:
         if self._packed is None:
             return {}
