@@ -426,10 +426,11 @@ def test_compiled_quantized_models_save_and_load(rng, tmp_path):
 
     model = models.resnet18(num_classes=10).eval()
     q = quantize_static(model, [rng.standard_normal((4, 3, 32, 32)).astype(np.float32)])
+    assert not any(m.training for m in q.modules())  # the new layers in eval mode too
     q.compile()
     x = rng.standard_normal((2, 3, 32, 32)).astype(np.float32)
-    q(x)  # the first call traces and runs eagerly; the plan runs from the second
-    want = q(x)
+    want = q(x)  # the capture call returns the plan's result: the same bits from then on
+    np.testing.assert_array_equal(q(x), want)
     path = str(tmp_path / "q.safetensors")
     q.save(path)
     loaded = mk.load_module(path)
@@ -437,6 +438,7 @@ def test_compiled_quantized_models_save_and_load(rng, tmp_path):
     np.testing.assert_array_equal(loaded(x), want)
 
     mlp = quantize_dynamic(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval())
+    assert not any(m.training for m in mlp.modules())
     mlp.compile()
     z = rng.standard_normal((5, 16)).astype(np.float32)
     mlp(z)

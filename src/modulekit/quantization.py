@@ -139,6 +139,7 @@ def quantize_dynamic(model: Module, qconfig_spec=None, dtype=int8, inplace: bool
         replacements.append((parent, child, DynamicQuantizedLinear.from_float(
             parent.get_submodule(child))))
     for parent, child, layer in replacements:  # built first: an error above changes nothing
+        layer.train(parent.get_submodule(child).training)  # the mode of the layer it replaces
         parent.add_module(child, layer)
     return model
 
@@ -298,5 +299,6 @@ def quantize_static(model: Module, calibration_data, inplace: bool = False,
     for path, layer in replacements:
         parent_name, _, child = path.rpartition(".")
         parent = work.get_submodule(parent_name) if parent_name else work
+        layer.train(parent.get_submodule(child).training)  # eval, as the model is
         parent.add_module(child, layer)
     return work
