@@ -830,7 +830,8 @@ cdef class PackedConv2d:
                                      <uint32_t *>cnp.PyArray_DATA(w16))
             self._bf16 = w16
         cdef Py_ssize_t nphase = 0 if direct else (mk_conv_phase_size(g, g.C) + 15) // 16 * 16
-        cdef cnp.ndarray scratch = _scratch(nphase + mk_conv_bf16_tiles_words(g, self.groups, nthreads))
+        cdef cnp.ndarray scratch = _scratch(
+            nphase + mk_conv_bf16_tiles_words(g, self.groups, nthreads))
         cdef float *php = NULL if direct else <float *>cnp.PyArray_DATA(scratch)
         cdef uint32_t *tiles = <uint32_t *>cnp.PyArray_DATA(scratch) + nphase
         cdef cnp.ndarray koff = np.empty((g.C // self.groups) * g.KH * g.KW, np.intp)

@@ -594,9 +594,9 @@ cdef object _attention_f32_fast(object q, object k, object v, Py_ssize_t num_hea
     cdef ptrdiff_t ksb = K.strides[0] // 4, ksr = K.strides[1] // 4
     cdef ptrdiff_t vsb = V.strides[0] // 4, vsr = V.strides[1] // 4
     with nogil:
-        rc = mk_attention_f32(isa, bf16, B, num_heads, Lq, Lk, d, dv, pq, qsb, qsr, pk, ksb, ksr,
-                              pv, vsb, vsr, NULL, 0, 0, 0, <float>fscale, po, Lq * Ev, Ev,
-                              NULL, nt)
+        rc = mk_attention_f32(isa, bf16, B, num_heads, Lq, Lk, d, dv, pq, qsb, qsr, pk, ksb,
+                              ksr, pv, vsb, vsr, NULL, 0, 0, 0, <float>fscale, po, Lq * Ev,
+                              Ev, NULL, nt)
     if rc != 0:
         raise MemoryError("attention: could not allocate the per-thread scratch buffers")
     return out
@@ -709,9 +709,9 @@ def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_we
     cdef int rc
     if dt == _F32:
         with nogil:
-            rc = mk_attention_f32(isa, bf16, B, num_heads, Lq, Lk, d, dv, <const float *>pq, qsb,
-                                  qsr, <const float *>pk, ksb, ksr, <const float *>pv, vsb, vsr,
-                                  <const float *>pm, msb, msh, msr, <float>fscale,
+            rc = mk_attention_f32(isa, bf16, B, num_heads, Lq, Lk, d, dv, <const float *>pq,
+                                  qsb, qsr, <const float *>pk, ksb, ksr, <const float *>pv,
+                                  vsb, vsr, <const float *>pm, msb, msh, msr, <float>fscale,
                                   <float *>po, osb, osr, <float *>pw, nt)
     else:
         with nogil:

@@ -212,6 +212,8 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
     const size_t tile_words = kp * (size_t)cfg.nr; /* one packed bfloat16 tile */
     const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
     const int direct = phase == NULL; /* 1x1, stride 1, no padding: read x itself */
+    /* from a group's input (B rows) to the next one's */
+    const ptrdiff_t gstride = (ptrdiff_t)cin_g * (direct ? g->sc : g->plane);
     const int ntiles = (int)((L + cfg.nr - 1) / cfg.nr);
 
     /* small convolutions stay on one thread */
@@ -318,9 +320,8 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                     const int grp = it / ntiles, tile = it % ntiles;
                     const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
                     const int nl = (int)(L - q0 < cfg.nr ? L - q0 : cfg.nr);
-                    pack16(K, bimg + (direct ? (ptrdiff_t)grp * cin_g * g->sc
-                                             : (ptrdiff_t)grp * cin_g * g->plane) + q0,
-                           koff, nl, cfg.nr, tiles + (size_t)it * tile_words);
+                    pack16(K, bimg + grp * gstride + q0, koff, nl, cfg.nr,
+                           tiles + (size_t)it * tile_words);
                 }
             }
             float *oimg = out + (ptrdiff_t)n * Cout * ohw;
@@ -339,8 +340,7 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                 const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
                 const int nl = (int)(L - q0 < cfg.nr ? L - q0 : cfg.nr);
                 const int ns = tile_segments(g, q0, nl, segs);
-                const float *b = bimg + (direct ? (ptrdiff_t)grp * cin_g * g->sc
-                                                : (ptrdiff_t)grp * cin_g * g->plane) + q0;
+                const float *b = bimg + grp * gstride + q0;
                 const int p0 = chunk * ppc, p1 = p0 + ppc < npg ? p0 + ppc : npg;
                 const uint32_t *bt = NULL; /* the tile's bfloat16 pairs */
                 if (w16 && panel_major) {

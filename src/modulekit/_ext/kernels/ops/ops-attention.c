@@ -82,9 +82,8 @@ static void *alloc64(size_t bytes)
 }
 
 int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t lk, size_t d,
-                     size_t dv,
-                     const float *q, ptrdiff_t qsb, ptrdiff_t qsr, const float *k, ptrdiff_t ksb,
-                     ptrdiff_t ksr, const float *v, ptrdiff_t vsb, ptrdiff_t vsr,
+                     size_t dv, const float *q, ptrdiff_t qsb, ptrdiff_t qsr, const float *k,
+                     ptrdiff_t ksb, ptrdiff_t ksr, const float *v, ptrdiff_t vsb, ptrdiff_t vsr,
                      const float *mask, ptrdiff_t msb, ptrdiff_t msh, ptrdiff_t msr, float scale,
                      float *out, ptrdiff_t osb, ptrdiff_t osr, float *weights, int nthreads)
 {
@@ -131,26 +130,30 @@ int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t 
             float *s = weights ? weights + (size_t)t * lq * lk : sbuf;
             pack_kt(lk, d, kh, ksr, scale, kt, ldk); /* Kt = scale K_h^T: S comes out scaled */
             const float *mrow = mask ? mask + (ptrdiff_t)b * msb + (ptrdiff_t)h * msh : NULL;
+            if (bf16) { /* (x86 only: bf16 is 0 elsewhere) */
 #if MK_X86
-            if (bf16) {
-                uint32_t *kt16 = q16 + dp * lq, *p16 = kt16 + dp * ldk, *v16 = p16 + lp * lq;
+                uint32_t *kt16 = q16 + dp * lq; /* pair words: Q_h, then Kt (see ops.h) */
                 mk_attention_bf16_rows(lq, d, qh, qsr, q16, dp);
                 mk_attention_bf16_pairs(d, ldk, kt, (ptrdiff_t)ldk, kt16, ldk);
                 mk_attention_dot_bf16(lq, lk, dp, q16, dp, kt16, ldk, s, (ptrdiff_t)lk);
-                for (size_t i = 0; i < lq; i++)
-                    softmax(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, 1.0f);
+#endif
+            } else {
+                for (size_t j = 0; j < lk; j++) /* V_h rows, contiguous */
+                    memcpy(vbuf + j * dv, vh + (ptrdiff_t)j * vsr, dv * sizeof(float));
+                qk(lq, lk, d, qh, qsr, kt, ldk, s, lk);
+            }
+            for (size_t i = 0; i < lq; i++)
+                softmax(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, 1.0f);
+            if (bf16) {
+#if MK_X86
+                uint32_t *p16 = q16 + dp * (lq + ldk), *v16 = p16 + lp * lq; /* P, V_h */
                 mk_attention_bf16_rows(lq, lk, s, (ptrdiff_t)lk, p16, lp);
                 mk_attention_bf16_pairs(lk, dv, vh, vsr, v16, dv);
                 mk_attention_dot_bf16(lq, dv, lp, p16, lp, v16, dv, oh, osr);
-                continue;
-            }
 #endif
-            for (size_t j = 0; j < lk; j++) /* V_h rows, contiguous */
-                memcpy(vbuf + j * dv, vh + (ptrdiff_t)j * vsr, dv * sizeof(float));
-            qk(lq, lk, d, qh, qsr, kt, ldk, s, lk);
-            for (size_t i = 0; i < lq; i++)
-                softmax(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, 1.0f);
-            pv(lq, lk, dv, s, lk, vbuf, (ptrdiff_t)dv, oh, osr);
+            } else {
+                pv(lq, lk, dv, s, lk, vbuf, (ptrdiff_t)dv, oh, osr);
+            }
         }
         free(kt);
         free(vbuf);
