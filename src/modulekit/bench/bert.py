@@ -44,8 +44,10 @@ def _case(batch, seq):
     return f"MiniLM-L6 batch {batch} seq {seq}"
 
 
-def _flops(batch, seq):
-    h, i, n = CONFIG["hidden_size"], CONFIG["intermediate_size"], CONFIG["num_hidden_layers"]
+def flops(batch, seq, config=None):
+    """Floating-point operations of one encoder forward (``config``: CONFIG by default)."""
+    config = config or CONFIG
+    h, i, n = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
     per_token = 2 * (4 * h * h + 2 * h * i) + 2 * 2 * seq * h  # projections, FFN, attention
     return n * batch * seq * per_token
 
@@ -144,14 +146,14 @@ def run(quick=False):
             # threads park (onnxruntime's take a core for tens of ms after a run)
             res = interleaved(funcs, rounds=3 if quick else 9, number=number, pause=PAUSE)
             case = _case(batch, seq)
-            flops = _flops(batch, seq)
+            work_flops = flops(batch, seq)
             for impl, stats in res.items():
                 rows.append(
                     dict(
                         suite="bert",
                         case=case,
                         impl=impl,
-                        gflops=flops / stats["seconds"] / 1e9,
+                        gflops=work_flops / stats["seconds"] / 1e9,
                         **stats,
                     )
                 )

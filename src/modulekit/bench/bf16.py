@@ -207,10 +207,8 @@ def _models(quick, nthreads, torch):
                 with torch.inference_mode():
                     return hf(**tkw).last_hidden_state.float().numpy()
 
-            h, i, n = config["hidden_size"], config["intermediate_size"], \
-                config["num_hidden_layers"]
-            flops = 2.0 * batch * seq * n * (4 * h * h + 2 * h * i + 2 * seq * h)
-            cases.append((f"{name} batch {batch} seq {seq} bf16", mk_enc, torch_enc, flops))
+            cases.append((f"{name} batch {batch} seq {seq} bf16", mk_enc, torch_enc,
+                          bert.flops(batch, seq, config)))
     for case, fn, torch_fn, flops in cases:
         def medium(fn=fn):
             with modulekit.float32_matmul_precision("medium"):
