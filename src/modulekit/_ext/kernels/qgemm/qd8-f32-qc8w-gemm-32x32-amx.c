@@ -53,7 +53,7 @@ TARGET void mk_qd8_f32_qc8w_gemm_32x32__amx(size_t rows, size_t nc, size_t kp, c
     _tile_stored(1, acc + 16, 32 * sizeof(int32_t));
     _tile_stored(2, acc + 16 * 32, 32 * sizeof(int32_t));
     _tile_stored(3, acc + 16 * 32 + 16, 32 * sizeof(int32_t));
-    const mk_qepi_panel pc = mk_qepi_load(panel, NR, nc, ep);
+    const mk_qepi_panel pc = mk_qepi_load(panel, NR, nc, ascale, ep);
     const size_t width = ep->out_u8 ? 1 : sizeof(float);
     for (size_t r = 0; r < rows && r < 32; r++)
         mk_qepi_row(_mm512_load_si512((const void *)(acc + r * 32)),

@@ -93,7 +93,7 @@ tile(const size_t ROWS, size_t nc, size_t kp, const uint8_t *a, size_t lda,
         ROW_STEP(0) ROW_STEP(1) ROW_STEP(2) ROW_STEP(3)
         ROW_STEP(4) ROW_STEP(5) ROW_STEP(6) ROW_STEP(7)
     }
-    const mk_qepi_panel pc = mk_qepi_load(panel, NR, nc, ep);
+    const mk_qepi_panel pc = mk_qepi_load(panel, NR, nc, ascale, ep);
     const size_t width = ep->out_u8 ? 1 : sizeof(float);
     ROW_STORE(0) ROW_STORE(1) ROW_STORE(2) ROW_STORE(3)
     ROW_STORE(4) ROW_STORE(5) ROW_STORE(6) ROW_STORE(7)

@@ -146,9 +146,10 @@ qdw_rows_avx512(const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp, float i
     const float *rows[MK_QDW_MAX_ROWS];
     size_t keep[MK_QDW_MAX_ROWS];
     for (size_t i = 0; i < kh; i++) tags[i] = 0;
-    mk_qepi_panel pc; /* mk_qepi_store16 reads its lo and hi */
+    mk_qepi_panel pc; /* mk_qepi_store16 reads its lo, hi and has_hi */
     pc.lo = _mm512_set1_ps(ep->lo);
     pc.hi = _mm512_set1_ps(ep->hi);
+    pc.has_hi = ep->hi < INFINITY;
     /* output columns whose window lies inside the image: [ox0, ox1) */
     size_t ox0 = (g->pw + g->sw - 1) / g->sw, ox1 = 0;
     if (g->w + g->pw >= (kw - 1) * g->dw + 1)
