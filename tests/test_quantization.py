@@ -45,10 +45,18 @@ def test_kernel_matches_the_scheme(isa, rng, m, n, k, bias):
     packed = _qgemm.pack_qlinear(q, scale, b)
     bounds = {"none": (-np.inf, np.inf), "relu": (0, np.inf), "relu6": (0, 6),
               "clamp": (-0.5, 0.25)}
-    assert set(bounds) == set(_qgemm.ACTIVATIONS)
     for act, (lo, hi) in bounds.items():
         y = packed.forward(x, act, -0.5, 0.25)
         np.testing.assert_allclose(y, reference(x, q, scale, b, lo, hi), rtol=1e-6, atol=1e-6)
+    # the others in the epilogue: the bits of nn.functional's activation of the output
+    from modulekit.nn import functional as F
+
+    math = {"gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+            "silu": F.silu, "sigmoid": F.sigmoid, "tanh": F.tanh, "hardswish": F.hardswish}
+    assert set(bounds) | set(math) == set(_qgemm.ACTIVATIONS)
+    y = packed.forward(x, "none")
+    for act, fn in math.items():
+        np.testing.assert_array_equal(packed.forward(x, act), fn(y), err_msg=act)
     qq, ss, bb = packed.unpack()
     assert np.array_equal(qq, q) and np.array_equal(ss, scale)
     assert (bb is None) == (b is None) and (b is None or np.array_equal(bb, b))
@@ -152,7 +160,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match=r"\(rows, 3\)"):
         packed.forward(np.ones((2, 4), np.float32))
     with pytest.raises(ValueError, match="activation"):
-        packed.forward(np.ones((2, 3), np.float32), "gelu")
+        packed.forward(np.ones((2, 3), np.float32), "softmax")
     with pytest.raises(ValueError, match="alpha <= beta"):
         packed.forward(np.ones((2, 3), np.float32), "clamp", 1.0, 0.0)
     with pytest.raises(TypeError):
@@ -271,3 +279,22 @@ def test_compiled_quantized_model(rng):
     np.testing.assert_array_equal(q(x), want)
     np.testing.assert_array_equal(q(x), want)
     assert "DynamicQuantizedLinear" in q.code
+
+
+def test_compiled_quantized_linear_fuses_its_activation(rng):
+    """compile() puts the activation after a DynamicQuantizedLinear into its kernel's
+    epilogue (the linear_activation rule): the same bits as the eager layers."""
+    import warnings
+
+    nn.manual_seed(0)
+    model = quantize_dynamic(nn.Sequential(nn.Linear(24, 48), nn.GELU(), nn.Linear(48, 16),
+                                           nn.Tanh(), nn.Linear(16, 4)).eval())
+    x = rng.standard_normal((7, 24)).astype(np.float32)
+    eager = model(x)
+    model.compile()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to eager
+        np.testing.assert_array_equal(model(x), eager)
+        np.testing.assert_array_equal(model(x), eager)
+    code = model.code
+    assert "DynamicQuantizedLinear+GELU" in code and "DynamicQuantizedLinear+Tanh" in code, code

@@ -14,6 +14,8 @@ cimport numpy as cnp
 from libc.stdint cimport int8_t, int32_t, uint8_t
 from libc.stdlib cimport free
 
+from modulekit._ext._act cimport (MK_ACT_GELU_ERF, MK_ACT_GELU_TANH, MK_ACT_HARDSWISH,
+                                   MK_ACT_NONE, MK_ACT_SIGMOID, MK_ACT_SILU, MK_ACT_TANH)
 from modulekit._ext._isa cimport active_bf16, active_isa
 from modulekit._ext._openmp_helpers cimport effective_threads
 
@@ -34,6 +36,7 @@ cdef extern from "qgemm/qgemm.h" nogil:
         int out_u8
         float out_inv_scale
         int32_t out_zp
+        int act
     ctypedef struct mk_qconv_geom:
         size_t n, h, w, cin, oh, ow, cout, kh, kw, sh, sw, ph, pw, dh, dw
     ctypedef struct mk_qd8_config:
@@ -48,7 +51,7 @@ cdef extern from "qgemm/qgemm.h" nogil:
                        int8_t *qw, float *scale, float *bias)
     int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k,
                         const float *x, size_t ldx, const void *packed, float *y, size_t ldc,
-                        float lo, float hi, int nthreads)
+                        float lo, float hi, int act, int nthreads)
     void mk_qd8_pack_zp(const mk_qd8_config *cfg, size_t n, size_t k, const int8_t *qw,
                         const float *scale, const float *bias, int32_t zp, void *packed)
     int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t *x,
@@ -80,9 +83,14 @@ cdef const mk_qd8_config *_config() noexcept:
     selector is on AMX (the OS granted the tile state and MODULEKIT_BF16 / set_bf16 allow it)."""
     return mk_qd8_get_config(<int>active_isa(), active_bf16() == 2)
 
-#: The activations the kernel applies in its epilogue (as clamp bounds; "clamp" takes them
-#: from ``alpha`` and ``beta``).
-ACTIVATIONS = ("none", "relu", "relu6", "clamp")
+#: The activations the kernel applies in its epilogue: the first four as clamp bounds
+#: ("clamp" takes them from ``alpha`` and ``beta``), the others by the one activation math of
+#: kernels/common on the float32 results (the bits of ``nn.functional``'s).
+ACTIVATIONS = ("none", "relu", "relu6", "clamp", "gelu", "gelu_tanh", "silu", "sigmoid",
+               "tanh", "hardswish")
+cdef dict _MATH_ACTS = {"gelu": MK_ACT_GELU_ERF, "gelu_tanh": MK_ACT_GELU_TANH,
+                        "silu": MK_ACT_SILU, "sigmoid": MK_ACT_SIGMOID, "tanh": MK_ACT_TANH,
+                        "hardswish": MK_ACT_HARDSWISH}
 
 #: The largest in_features whose int32 sums are exact.
 MAX_IN_FEATURES = MK_QD8_MAX_K
@@ -194,9 +202,12 @@ cdef class PackedQLinear(_PackedBuffer):
     def forward(self, x, str activation="none", double alpha=0.0, double beta=0.0):
         """``act(quantized(x) @ qweight.T * scale + bias)`` for a 2-D ``x`` of in_features
         columns (converted to C-contiguous float32 if it is not); float32 output.
-        ``activation``: "none", "relu", "relu6" or "clamp" (to [``alpha``, ``beta``]). A row
-        of ``x`` holding NaN or infinity gives a row of NaN."""
-        if activation == "none":
+        ``activation``: one of :data:`ACTIVATIONS` ("clamp": to [``alpha``, ``beta``]), in
+        the kernel's epilogue. A row of ``x`` holding NaN or infinity gives a row of NaN."""
+        cdef int act = _MATH_ACTS.get(activation, MK_ACT_NONE)
+        if act != MK_ACT_NONE:
+            bounds = (-np.inf, np.inf)
+        elif activation == "none":
             bounds = (-np.inf, np.inf)
         elif activation == "relu":
             bounds = (0.0, np.inf)
@@ -227,7 +238,8 @@ cdef class PackedQLinear(_PackedBuffer):
         cdef int rc, nt = effective_threads()
         with nogil:
             rc = mk_qd8_gemm_run(cfg, m, n, k, <const float *>cnp.PyArray_DATA(a), k,
-                                 self._packed, <float *>cnp.PyArray_DATA(y), n, lo, hi, nt)
+                                 self._packed, <float *>cnp.PyArray_DATA(y), n, lo, hi,
+                                 act, nt)
         if rc != 0:
             raise MemoryError(f"PackedQLinear: cannot allocate scratch for {m} rows")
         return y
@@ -552,6 +564,7 @@ cdef class PackedQConv2d(_PackedBuffer):
         lo, hi = _STATIC_BOUNDS[activation]
         ep.ascale_step, ep.lo, ep.hi, ep.ldr = 0, lo, hi, 0
         ep.res_scale, ep.res_zp = 0.0, 0
+        ep.act = MK_ACT_NONE  # (the static activations are clamps: lo and hi)
         cdef const uint8_t *rptr = NULL
         cdef cnp.ndarray rdata
         if residual is not None:

@@ -19,12 +19,15 @@ EXACT_EPILOGUES = frozenset(
 )
 
 
-def _plain_linear(ctx: Context, node: Node):
+def _plain_linear(ctx: Context, node: Node, quantized: bool = False):
     """The Linear a ``call_module`` node calls with one positional argument (no hooks, the
-    exact class), or None."""
+    exact class), or None; with ``quantized`` a ``DynamicQuantizedLinear`` too (its
+    ``_compute`` takes the same epilogues)."""
     from modulekit.nn.modules.linear import Linear
+    from modulekit.nn.modules.quantized import DynamicQuantizedLinear
 
-    lin = ctx.module(node, Linear)
+    types = (Linear, DynamicQuantizedLinear) if quantized else (Linear,)
+    lin = ctx.module(node, *types)
     if lin is None or node.kwargs or len(node.args) != 1 or not isinstance(node.args[0], Node):
         return None
     return lin
@@ -62,7 +65,7 @@ def _fuse_activations(graph: Graph, ctx: Context, allowed, rule: str) -> int:
     for node in list(graph.nodes):
         if node not in graph.nodes:
             continue
-        linear = _plain_linear(ctx, node)
+        linear = _plain_linear(ctx, node, quantized=True)
         if linear is None:
             continue
         user = ctx.only_user(node)
@@ -81,7 +84,8 @@ def _fuse_activations(graph: Graph, ctx: Context, allowed, rule: str) -> int:
 def linear_activation(graph: Graph, ctx: Context) -> int:
     """``act(linear(x))`` -> one GEMM call with the activation in its epilogue.
 
-    Matches a ``Linear`` whose only reader is an activation module (one with an ``_epilogue``)
+    Matches a ``Linear`` (or an int8 ``DynamicQuantizedLinear``, whose kernel takes the same
+    epilogues) whose only reader is an activation module (one with an ``_epilogue``)
     or ``F.gelu(x, approximate=...)`` whose epilogue computes exactly what the activation's
     own forward computes (:data:`EXACT_EPILOGUES`: every one, since both evaluate the one
     activation math of ``kernels/common``), so the fused step is bit-identical to the two

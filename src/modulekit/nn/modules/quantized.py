@@ -20,14 +20,6 @@ from modulekit.nn._input import as_input
 __all__ = ["DynamicQuantizedLinear", "QuantizedConv2d", "quantizable"]
 
 
-def _after():
-    from modulekit.nn import functional as F
-
-    return {"gelu": F.gelu, "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
-            "silu": F.silu, "sigmoid": F.sigmoid, "tanh": F.tanh}
-
-
-_AFTER = _after()
 
 
 class _QuantizedLayer(Module):
@@ -197,13 +189,11 @@ class DynamicQuantizedLinear(_QuantizedLayer):
 
     def _compute(self, input, activation: str, alpha: float, beta: float) -> np.ndarray:
         """``activation(self(input))`` (a name of ``modulekit._ext._gemm.ACTIVATIONS``, as
-        ``Linear._compute``): relu, relu6 and clamp in the kernel's epilogue, the others
-        applied to its float32 output by ``modulekit.nn.functional``."""
+        ``Linear._compute``), in the kernel's epilogue: relu, relu6 and clamp as bounds, the
+        others by the activation math ``modulekit.nn.functional`` evaluates (the same bits as
+        the activation applied to the layer's output)."""
         if activation not in _EPILOGUE:
-            y = self._compute(input, "none", 0.0, 0.0)
-            if activation not in _AFTER:
-                raise ValueError(f"DynamicQuantizedLinear: unknown activation {activation!r}")
-            return _AFTER[activation](y)
+            raise ValueError(f"DynamicQuantizedLinear: unknown activation {activation!r}")
         packed = self._packed
         if packed is None:
             self._pack()

@@ -23,7 +23,7 @@
 
 #define NR 32
 
-#define TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq")))
+#define TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
 TARGET void mk_qd8_amx_begin(void) { _tile_loadconfig(&mk_amx_cfg_32x32); }
 

@@ -13,7 +13,7 @@
 #include "qgemm.h"
 #include "qgemm-epilogue-avx512.h"
 
-#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx512vnni")))
 #define NR 32
 
 TARGET float mk_qd8_quantize__avx512vnni(size_t n, size_t kp, const float *x, uint8_t *q) {

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/act.h"
 #include "qgemm.h"
 
 float mk_qd8_quantize__scalar(size_t n, size_t kp, const float *x, uint8_t *q) {
@@ -59,7 +60,8 @@ void mk_qd8_f32_qc8w_gemm_4x16__scalar(size_t rows, size_t nc, size_t kp, const 
             if (ep->out_u8)
                 ((uint8_t *)c)[r * ldc + j] = mk_qu8_requantize(y, ep->out_inv_scale, ep->out_zp);
             else
-                ((float *)c)[r * ldc + j] = y;
+                ((float *)c)[r * ldc + j] = ep->act > MK_ACT_CLAMP
+                                                ? mk_act_f32x1(y, ep->act, 0.0f, 0.0f) : y;
         }
     }
 }

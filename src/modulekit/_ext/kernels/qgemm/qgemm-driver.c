@@ -70,7 +70,7 @@ void mk_qd8_unpack(const mk_qd8_config *cfg, size_t n, size_t k, const void *pac
 
 int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, const float *x,
                     size_t ldx, const void *packed, float *y, size_t ldc, float lo, float hi,
-                    int nthreads) {
+                    int act, int nthreads) {
     if (m == 0 || n == 0) return 0;
     const size_t kp = mk_qd8_kp(cfg, k), lda = (kp + 63) & ~(size_t)63;
     const size_t nr = cfg->nr, mr = cfg->mr, ps = mk_qd8_panel_stride(cfg, k);
@@ -90,7 +90,7 @@ int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, cons
     const size_t pblocks = (panels + MK_QD8_PANELS - 1) / MK_QD8_PANELS;
     const long tiles = (long)(rblocks * pblocks);
     memset(qa + m * lda, 128, (mpad - m) * lda);
-    const mk_qgemm_epilogue ep = {1, lo, hi, 0, 0.0f, 0, 0, 0.0f, 0};
+    const mk_qgemm_epilogue ep = {1, lo, hi, 0, 0.0f, 0, 0, 0.0f, 0, act};
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
 #pragma omp for schedule(dynamic, 8)

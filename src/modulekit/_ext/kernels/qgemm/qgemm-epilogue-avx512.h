@@ -9,7 +9,11 @@
 
 #include "qgemm.h"
 
-#define MK_QEPI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#include "common/vmath-avx512.h"
+
+/* the activation math's target (common/vops-avx512.h): the kernels including this header
+ * carry it (or a superset) */
+#define MK_QEPI_TARGET MK_TARGET_AVX512
 
 /* The panel's per-column constants, loaded once per tile: with one activation scale for
  * every row (ascale_step 0, the static convolutions) ws holds its products with it already
@@ -60,6 +64,7 @@ mk_qepi_store16(__m512 y, __mmask16 m, const mk_qepi_panel *p, const uint8_t *re
     y = _mm512_max_ps(p->lo, y);                   /* NaN stays NaN (the second operand) */
     if (p->has_hi) y = _mm512_min_ps(p->hi, y);    /* min(+inf, y) would be y: skipped */
     if (!ep->out_u8) {
+        if (ep->act > MK_ACT_CLAMP) y = mk_act_f32x16(y, ep->act, 0.0f, 0.0f);
         _mm512_mask_storeu_ps(c, m, y);
         return;
     }

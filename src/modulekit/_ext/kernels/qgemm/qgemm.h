@@ -46,6 +46,8 @@ typedef struct {
     int out_u8;          /* 0: float32 output, c rows of ldc floats; 1: bytes, ldc bytes */
     float out_inv_scale;
     int32_t out_zp;
+    int act;             /* float32 output only: an activation of common/act.h past the clamp
+                            (MK_ACT_NONE; GELU, SiLU, ... by the one activation math) */
 } mk_qgemm_epilogue;
 
 /* rows (1..MR) x NR columns of one panel; nc <= NR columns stored. a: rows of kp bytes with
@@ -122,7 +124,7 @@ void mk_qd8_unpack(const mk_qd8_config *cfg, size_t n, size_t k, const void *pac
  * NaN. Returns 0, or -1 when scratch memory could not be allocated. */
 int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, const float *x,
                     size_t ldx, const void *packed, float *y, size_t ldc, float lo, float hi,
-                    int nthreads);
+                    int act, int nthreads);
 
 /* ------------------------------------------------------------ statically quantized (qu8)
  * Activations as bytes q with one (scale, zero point) per tensor: x = (q - zp) * scale; the
