@@ -205,9 +205,7 @@ cdef class PackedQLinear(_PackedBuffer):
         ``activation``: one of :data:`ACTIVATIONS` ("clamp": to [``alpha``, ``beta``]), in
         the kernel's epilogue. A row of ``x`` holding NaN or infinity gives a row of NaN."""
         cdef int act = _MATH_ACTS.get(activation, MK_ACT_NONE)
-        if act != MK_ACT_NONE:
-            bounds = (-np.inf, np.inf)
-        elif activation == "none":
+        if act != MK_ACT_NONE or activation == "none":
             bounds = (-np.inf, np.inf)
         elif activation == "relu":
             bounds = (0.0, np.inf)
@@ -389,8 +387,7 @@ def quantize_per_tensor(x, scale, zero_point):
     cdef int nt = effective_threads()
     with nogil:
         mk_qu8_quantize_nchw(<int>active_isa(), sn, sc, shw, <const float *>cnp.PyArray_DATA(a),
-                             inv, zp,
-                             <uint8_t *>cnp.PyArray_DATA(q), nt)
+                             inv, zp, <uint8_t *>cnp.PyArray_DATA(q), nt)
     return QuantizedArray(q, s, z, unbatched)
 
 

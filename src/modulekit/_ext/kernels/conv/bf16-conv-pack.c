@@ -2,29 +2,20 @@
  * float32 igemm panels: portable C, once per layer. */
 #include <string.h>
 
+#include "common/half.h"
 #include "conv.h"
 
-/* float32 -> bfloat16 as vcvtne2ps2bf16 (the tiles' rounding): nearest even, NaN quieted,
- * denormals flushed to a signed zero. */
-static uint16_t bf16_rne(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7F800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
+/* float32 -> bfloat16 as the tiles round their inputs (vcvtne2ps2bf16): nearest even, with
+ * float32 denormals flushed to a signed zero (common/half.h's conversion keeps them). */
 static uint16_t bf16_at(const void *panel, int wtype, size_t i) {
     if (wtype == MK_W_BF16) return ((const uint16_t *)panel)[i];
-    return bf16_rne(((const float *)panel)[i]);
+    const uint32_t u = mk_f32_bits(((const float *)panel)[i]);
+    return (u & 0x7F800000u) == 0 ? (uint16_t)((u >> 16) & 0x8000u) : mk_f32_to_bf16_bits(u);
 }
 
 static float f32_at(const void *panel, int wtype, size_t i) {
-    if (wtype != MK_W_BF16) return ((const float *)panel)[i];
-    const uint32_t u = (uint32_t)((const uint16_t *)panel)[i] << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return wtype == MK_W_BF16 ? mk_bf16_to_f32(((const uint16_t *)panel)[i])
+                              : ((const float *)panel)[i];
 }
 
 size_t mk_bf16_conv_panels_words(size_t npanels, size_t K) {

@@ -13,8 +13,9 @@
 #include <immintrin.h>
 
 #include "qgemm.h"
+#include "qgemm-epilogue-avx512.h"
 
-#define MK_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define MK_T MK_QEPI_TARGET
 
 static inline __mmask64 bytes_mask(size_t n) {
     return n >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
@@ -80,20 +81,13 @@ MK_T void mk_qconv_im2col__avx512(const mk_qconv_geom *g, const uint8_t *x, uint
     }
 }
 
-/* q[i] = mk_qu8_requantize(x[i], inv, zp) for i < n: the same clamp (NaN to -512), rounding
- * (cvtps2dq under the default round-to-nearest-even) and saturation, 16 at a time. */
+/* q[i] = mk_qu8_requantize(x[i], inv, zp) for i < n, 16 at a time (mk_qu8_requantize16). */
 MK_T void mk_qu8_quantize_row__avx512(size_t n, const float *x, float inv, int32_t zp,
                                       uint8_t *q) {
-    const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-512.0f),
-                 hi = _mm512_set1_ps(512.0f);
-    const __m512i vzp = _mm512_set1_epi32(zp), zero = _mm512_setzero_si512();
     for (size_t i = 0; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vinv);
-        t = _mm512_min_ps(_mm512_max_ps(t, lo), hi); /* maxps(NaN, lo) = lo */
-        __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(t), vzp);
-        v = _mm512_max_epi32(v, zero);
-        _mm_mask_storeu_epi8(q + i, m, _mm512_cvtusepi32_epi8(v));
+        _mm_mask_storeu_epi8(q + i, m,
+                             mk_qu8_requantize16(_mm512_maskz_loadu_ps(m, x + i), inv, zp));
     }
 }
 

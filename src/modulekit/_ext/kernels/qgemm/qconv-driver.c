@@ -29,7 +29,7 @@ static inline void copy_bytes(uint8_t *d, const uint8_t *s, size_t n) {
     memcpy(d + n - 8, s + n - 8, 8);
 }
 
-/* mk_qconv_im2col_fn (qgemm.h), portable C; the AVX-512 one is qconv-im2col-avx512.c */
+/* mk_qconv_im2col_fn (qgemm.h), portable C; the AVX-512 one is in qconv-avx512.c */
 void mk_qconv_im2col__scalar(const mk_qconv_geom *g, const uint8_t *x, uint8_t zp, size_t r0,
                              size_t rows, uint8_t *buf, size_t lda) {
     const size_t c = g->cin;

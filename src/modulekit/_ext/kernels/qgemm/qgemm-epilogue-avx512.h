@@ -1,7 +1,8 @@
 /* The AVX-512 epilogue of the int8 GEMM tiles (VNNI and AMX): one row of a panel's int32 sums
  * to float32 or to bytes, as qgemm.h's mk_qgemm_epilogue says, with the portable kernel's
- * arithmetic in the same order (so every path stores the same bits). Include after
- * <immintrin.h> in a file whose functions target at least AVX512F/BW/VL/DQ. */
+ * arithmetic in the same order (so every path stores the same bits), and the requantization
+ * of 16 values the NCHW input conversion shares. Include after <immintrin.h> in a file whose
+ * functions target at least MK_QEPI_TARGET. */
 #ifndef MK_QGEMM_EPILOGUE_AVX512_H
 #define MK_QGEMM_EPILOGUE_AVX512_H
 
@@ -52,6 +53,19 @@ mk_qepi_load(const void *panel, size_t nr, size_t nc, const float *ascale,
     return p;
 }
 
+/* mk_qu8_requantize (qgemm.h) of 16 values, as 16 bytes, with fewer steps: its lower clamp
+ * to -512 (NaN included) only ever leads to byte 0, which cvtps2dq's INT_MIN for NaN (and
+ * anything below -2^31) reaches too once zp (0..255) is added and negatives go to 0; the
+ * upper clamp stays (a value past 2^31 would also convert to INT_MIN), and vpmovusdb
+ * saturates at 255. The same bytes. */
+MK_QEPI_TARGET static inline __attribute__((always_inline)) __m128i
+mk_qu8_requantize16(__m512 y, float inv, int32_t zp) {
+    const __m512 t = _mm512_min_ps(_mm512_set1_ps(512.0f), /* NaN: the second operand */
+                                   _mm512_mul_ps(y, _mm512_set1_ps(inv)));
+    const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(t), _mm512_set1_epi32(zp));
+    return _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512()));
+}
+
 /* 16 results: residual, clamp, then stored as floats or requantized bytes */
 MK_QEPI_TARGET static inline __attribute__((always_inline)) void
 mk_qepi_store16(__m512 y, __mmask16 m, const mk_qepi_panel *p, const uint8_t *res, void *c,
@@ -68,15 +82,7 @@ mk_qepi_store16(__m512 y, __mmask16 m, const mk_qepi_panel *p, const uint8_t *re
         _mm512_mask_storeu_ps(c, m, y);
         return;
     }
-    /* mk_qu8_requantize's bytes with fewer steps: its lower clamp to -512 (NaN included) only
-     * ever leads to byte 0, which cvtps2dq's INT_MIN for NaN (and anything below -2^31)
-     * reaches too once zp (0..255) is added and negatives go to 0; the upper clamp stays (a
-     * sum past 2^31 would also convert to INT_MIN), and vpmovusdb saturates at 255. */
-    const __m512 t = _mm512_min_ps(_mm512_set1_ps(512.0f),  /* NaN: the second operand */
-                                   _mm512_mul_ps(y, _mm512_set1_ps(ep->out_inv_scale)));
-    __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(t), _mm512_set1_epi32(ep->out_zp));
-    q = _mm512_max_epi32(q, _mm512_setzero_si512());
-    _mm_mask_storeu_epi8(c, m, _mm512_cvtusepi32_epi8(q));
+    _mm_mask_storeu_epi8(c, m, mk_qu8_requantize16(y, ep->out_inv_scale, ep->out_zp));
 }
 
 /* One row: s0, s1 the int32 sums of columns 0-15 and 16-31; sx the row's activation scale;
