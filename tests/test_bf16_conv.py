@@ -1,11 +1,13 @@
-"""bfloat16-compute convolutions: ``float32_matmul_precision("medium")`` on the AVX512-BF16 path.
+"""bfloat16-compute convolutions: ``float32_matmul_precision("medium")`` on the AVX512-BF16 and
+AMX paths (each test on every path this CPU has).
 
 Oracle: torch. Under "medium" a convolution that the float32 kernels would run as an implicit
 GEMM computes ``act(conv(bf16(x), bf16(w)) + b (+ residual))`` with float32 accumulation: it is
 compared with torch's float64 convolution of the bfloat16-rounded operands within the bound of
 a float32 sum of K // 2 + 1 pair products, ``(K // 2 + 3) * 2^-24`` times the per-element
 magnitude ``conv(|bf16(x)|, |bf16(w)|) + |b| (+ |residual|)`` (a dropped or misplaced product
-is 2^-8 of it or more). Winograd, depthwise, float16 and float64 layers keep float32 compute.
+is 2^-8 of it or more). Depthwise, float16 and float64 layers keep float32 compute, and so do
+Winograd layers on the AVX512-BF16 path.
 """
 
 import numpy as np
@@ -32,11 +34,15 @@ def _defaults():
     _isa.set_bf16(prev_bf16)
 
 
-@pytest.fixture
-def avx512bf16():
-    """The AVX512-BF16 path chosen (the default on AMD; selectable on Intel)."""
+@pytest.fixture(params=["avx512bf16", "amx"])
+def bf16_path(request):
+    """Each bfloat16 path this CPU has chosen in turn (AVX512-BF16 is the default on AMD and
+    selectable on Intel; AMX where the OS grants the tile state)."""
+    if request.param not in _isa.available_bf16():
+        pytest.skip(f"no {request.param} bfloat16 path on this CPU")
     _isa.set_isa("avx512")
-    _isa.set_bf16("avx512bf16")
+    _isa.set_bf16(request.param)
+    return request.param
 
 
 def _bf16(a):
@@ -78,18 +84,26 @@ _CASES = [
     (1, 16, 10, 10, 32, (3, 3), (1, 2), (1, 1, 1, 1), (1, 1), 4),   # grouped, mixed stride
     (1, 5, 6, 7, 3, (2, 3), (1, 1), (0, 1, 1, 0), (1, 1), 1),       # odd K (pair padding)
     (1, 128, 7, 7, 64, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),    # few pixels, long K
+    # the AMX pair image (channels padded to 32 by at most a third, or one tap)
+    (2, 48, 12, 11, 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),   # 3x3 stride 1, Cout % 32
+    (1, 62, 9, 10, 34, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 2),    # odd Cin_g 31, groups
+    (1, 64, 30, 30, 96, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),   # direct 1x1
+    (2, 40, 20, 19, 64, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),   # strided 1x1
+    (1, 32, 16, 16, 70, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1),   # dilated, 3 panels
 ]
 
 
 @needs_bf16
 @pytest.mark.parametrize("case", _CASES, ids=lambda c: f"{c[1]}-{c[4]}-k{c[5][0]}x{c[5][1]}")
 @pytest.mark.parametrize("bias", [True, False])
-def test_medium_against_torch(avx512bf16, rng, case, bias):
+def test_medium_against_torch(bf16_path, rng, case, bias):
     n, cin, h, w_, cout, k, s, p, d, g = case
     w = rng.standard_normal((cout, cin // g) + k).astype(np.float32)
     b = rng.standard_normal(cout).astype(np.float32) if bias else None
     x = rng.standard_normal((n, cin, h, w_)).astype(np.float32)
     pc = _conv.pack_conv2d(w, b, stride=s, padding=p, dilation=d, groups=g)
+    if bf16_path == "avx512bf16":
+        pc.algorithm = "igemm"  # not Winograd (float32 compute there on this path)
     with modulekit.float32_matmul_precision("medium"):
         assert pc.algorithm_for(x.shape) == "igemm-bf16"
         y = pc(x)
@@ -101,7 +115,7 @@ def test_medium_against_torch(avx512bf16, rng, case, bias):
 
 @needs_bf16
 @pytest.mark.parametrize("act", sorted(_ACTS, key=str))
-def test_fused_residual_and_activations(avx512bf16, rng, act):
+def test_fused_residual_and_activations(bf16_path, rng, act):
     w = rng.standard_normal((20, 12, 3, 3)).astype(np.float32)
     b = rng.standard_normal(20).astype(np.float32)
     x = rng.standard_normal((2, 12, 15, 13)).astype(np.float32)
@@ -113,7 +127,7 @@ def test_fused_residual_and_activations(avx512bf16, rng, act):
 
 
 @needs_bf16
-def test_bit_identical_across_threads_layouts_and_entry_points(avx512bf16, rng):
+def test_bit_identical_across_threads_layouts_and_entry_points(bf16_path, rng):
     """One lane sums its K products in one order whatever the thread count, the input's
     strides (direct 1x1 against the phase image) or the entry point."""
     w = rng.standard_normal((72, 48, 1, 1)).astype(np.float32)
@@ -137,7 +151,7 @@ def test_bit_identical_across_threads_layouts_and_entry_points(avx512bf16, rng):
 
 
 @needs_bf16
-def test_bfloat16_weights_round_like_float32_ones(avx512bf16, rng):
+def test_bfloat16_weights_round_like_float32_ones(bf16_path, rng):
     """A layer stored in bfloat16 computes under "medium" from its stored bits: the same
     result as float32 weights that round to them."""
     w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
@@ -150,10 +164,12 @@ def test_bfloat16_weights_round_like_float32_ones(avx512bf16, rng):
 
 
 @needs_bf16
-def test_what_keeps_float32_compute(avx512bf16, rng):
-    """Winograd layers (3x3 stride 1 where the cost model picks it or a tile is forced), depthwise,
-    float16 and float64 layers keep their float32 (float64) compute under "medium"; so do all
-    layers on the AMX path (no convolution tiles there) and below the avx512 level."""
+def test_what_keeps_float32_compute(bf16_path, rng):
+    """Depthwise, float16 and float64 layers keep their float32 (float64) compute under
+    "medium", and so does everything below the avx512 level or with bfloat16 compute off.
+    Winograd layers (3x3 stride 1 where the cost model picks it or a tile is forced) keep
+    float32 on the AVX512-BF16 path (there Winograd F(4x4) beats the bfloat16 implicit GEMM);
+    on AMX they compute in bfloat16 unless a Winograd tile is forced."""
     x = rng.standard_normal((1, 64, 28, 28)).astype(np.float32)
     w3 = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
     wino = _conv.pack_conv2d(w3, None, padding=1)
@@ -162,15 +178,20 @@ def test_what_keeps_float32_compute(avx512bf16, rng):
     dw = _conv.pack_conv2d(rng.standard_normal((64, 1, 3, 3)).astype(np.float32), None,
                            padding=1, groups=64)
     f16 = _conv.pack_conv2d(w3, None, stride=2, padding=1, storage="float16")
+    f64 = _conv.pack_conv2d(w3.astype(np.float64), None, stride=2, padding=1)
+    assert wino.algorithm_for(x.shape).startswith("winograd")
     with modulekit.float32_matmul_precision("medium"):
-        before = wino.algorithm_for(x.shape)
-        assert before.startswith("winograd")
+        if bf16_path == "amx":
+            assert wino.algorithm_for(x.shape) == "igemm-bf16"
+        else:
+            assert wino.algorithm_for(x.shape).startswith("winograd")
         assert forced.algorithm_for(x.shape) == "winograd-2x2"
         forced_s2 = _conv.pack_conv2d(w3, None, stride=2, padding=1)
         forced_s2.algorithm = "winograd-2x2"  # no Winograd at stride 2: the implicit GEMM
         assert forced_s2.algorithm_for(x.shape) == "igemm-bf16"
         assert dw.algorithm_for(x.shape) == "depthwise"
         assert f16.algorithm_for(x.shape) == "igemm"
+        assert f64.algorithm_for(x.astype(np.float64).shape) == "float64"
         wino.algorithm = "igemm"  # the implicit GEMM forced: bfloat16 under "medium"
         assert wino.algorithm_for(x.shape) == "igemm-bf16"
         _isa.set_isa("avx2")
@@ -178,13 +199,31 @@ def test_what_keeps_float32_compute(avx512bf16, rng):
         _isa.set_isa("avx512")
         _isa.set_bf16("none")
         assert wino.algorithm_for(x.shape) == "igemm"
-        if "amx" in _isa.available_bf16():
-            _isa.set_bf16("amx")
-            assert wino.algorithm_for(x.shape) == "igemm"
 
 
 @needs_bf16
-def test_module_under_medium_and_back(avx512bf16, rng):
+def test_paths_agree_within_rounding(rng):
+    """Where the CPU has both bfloat16 paths, they compute the same rounded products (sums in
+    other orders): AMX's pair image and packed tiles against AVX512-BF16's packed tiles."""
+    if "amx" not in _isa.available_bf16():
+        pytest.skip("no AMX bfloat16 path on this CPU")
+    _isa.set_isa("avx512")
+    for cin, k in ((64, 3), (3, 7), (96, 1)):
+        w = rng.standard_normal((48, cin, k, k)).astype(np.float32)
+        x = rng.standard_normal((2, cin, 17, 15)).astype(np.float32)
+        pc = _conv.pack_conv2d(w, None, stride=2, padding=k // 2)
+        out = {}
+        for path in ("avx512bf16", "amx"):
+            _isa.set_bf16(path)
+            with modulekit.float32_matmul_precision("medium"):
+                assert pc.algorithm_for(x.shape) == "igemm-bf16"
+                out[path] = pc(x)
+        _check(out["amx"], x, w, None, (2, 2), (k // 2,) * 4, (1, 1), 1)
+        np.testing.assert_allclose(out["amx"], out["avx512bf16"], rtol=1e-4, atol=1e-3)
+
+
+@needs_bf16
+def test_module_under_medium_and_back(bf16_path, rng):
     """nn.Conv2d follows the calling thread's precision at each call; "highest" afterwards
     gives the float32 bits again; the bfloat16 panels are not pickled."""
     import pickle
@@ -203,7 +242,7 @@ def test_module_under_medium_and_back(avx512bf16, rng):
 
 
 @needs_bf16
-def test_resnet18_medium_close_to_float32(avx512bf16, rng):
+def test_resnet18_medium_close_to_float32(bf16_path, rng):
     from modulekit import models
 
     model = models.resnet18().eval()

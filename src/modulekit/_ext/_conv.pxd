@@ -56,11 +56,12 @@ cdef extern from "conv/conv.h" nogil:
     int mk_conv_maxpool_fused(const mk_conv_layer *l, const mk_conv_geom *g,
                               const mk_conv_geom *pg, int isa, int nthreads)
     # bfloat16 compute under "medium" (bf16-conv-pack.c, f32-conv-driver.c)
-    size_t mk_bf16_conv_panels_words(size_t npanels, size_t K)
-    void mk_bf16_conv_pack_panels(const void *packed, int wtype, size_t npanels, size_t K,
-                                  uint32_t *dst)
-    Py_ssize_t mk_conv_bf16_tiles_words(const mk_conv_geom *g, int groups, int nthreads)
-    int mk_conv2d_bf16(const mk_conv_geom *g, const float *x, int groups, int Cout,
+    size_t mk_bf16_conv_panels_words(int bf16, int groups, int cout_g, int cin_g, int taps)
+    void mk_bf16_conv_pack_panels(int bf16, const void *packed, int wtype, int groups,
+                                  int cout_g, int cin_g, int taps, uint32_t *dst)
+    Py_ssize_t mk_conv_bf16_tiles_words(int bf16, const mk_conv_geom *g, int groups, int direct,
+                                        int nthreads)
+    int mk_conv2d_bf16(int bf16, const mk_conv_geom *g, const float *x, int groups, int Cout,
                        const uint32_t *w16, uint32_t *tiles, float *phase, Py_ssize_t *koff,
                        float *out, const float *res, int act, int nthreads)
     # Winograd F(m x m, 3 x 3) (f32-winograd-driver.c)

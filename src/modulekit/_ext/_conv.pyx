@@ -316,8 +316,8 @@ cdef class PackedConv2d:
         'igemm', 'im2col' (small output maps on AVX-512, see ``f32-conv-im2col.c``),
         'igemm-rows' (at most 4 input channels on AVX-512: the igemm in row bands, see
         ``mk_conv2d_rows_f32``), 'winograd-2x2', 'winograd-4x4', 'depthwise', 'float64' or
-        'igemm-bf16' (bfloat16 multiplies under ``float32_matmul_precision("medium")`` on the
-        AVX512-BF16 path). The choice is ``mk_conv_choose``'s (``kernels/conv/conv-config.c``).
+        'igemm-bf16' (bfloat16 multiplies under ``float32_matmul_precision("medium")`` on a
+        bfloat16 path: AVX512-BF16 or AMX). The choice is ``mk_conv_choose``'s (``kernels/conv/conv-config.c``).
 
         Depends on the instruction-set path, the bfloat16 path, the calling thread's float32
         matmul precision and the thread count in effect.
@@ -337,11 +337,11 @@ cdef class PackedConv2d:
         layer.wtype = self._wtype
         layer.depthwise = self.depthwise
         layer.force = _FORCE[self._algorithm]
-        # "medium" precision on the AVX512-BF16 path (the AMX path has no convolution tiles:
-        # float32 there), float32 or bfloat16 weights (float16 keeps float32 compute)
-        layer.bf16 = (not self.depthwise and active_bf16() == 1
+        # "medium" precision on a bfloat16 path (AVX512-BF16 or AMX), float32 or bfloat16
+        # weights (float16 keeps float32 compute)
+        layer.bf16 = (active_bf16() if not self.depthwise
                       and (self._wtype == MK_W_F32 or self._wtype == MK_W_BF16)
-                      and _get_precision() == _PREC_MEDIUM)
+                      and _get_precision() == _PREC_MEDIUM else 0)
         return layer
 
     cdef mk_conv_choice _choose(self, mk_conv_geom *g, int isa, int nthreads):
@@ -819,24 +819,27 @@ cdef class PackedConv2d:
                      bint direct, int nthreads):
         """The bfloat16-compute implicit GEMM (mk_conv2d_bf16): one scratch holds the phase
         image (none when ``direct``) and then the packed tiles."""
-        cdef cnp.ndarray w16 = self._bf16
-        cdef Py_ssize_t K = (self.in_channels // self.groups) * g.KH * g.KW
-        cdef size_t npanels
-        if w16 is None:  # the pair panels, once (see conv.h)
-            npanels = self.groups * ((self.out_channels // self.groups + MK_CONV_MR - 1)
-                                     // MK_CONV_MR)
-            w16 = np.empty(mk_bf16_conv_panels_words(npanels, K), np.uint32)
-            mk_bf16_conv_pack_panels(cnp.PyArray_DATA(self._packed), self._wtype, npanels, K,
+        cdef int path = active_bf16()
+        if self._bf16 is None:
+            self._bf16 = {}
+        cdef cnp.ndarray w16 = self._bf16.get(path)
+        cdef int cin_g = self.in_channels // self.groups, cout_g = self.out_channels // self.groups
+        cdef int taps = g.KH * g.KW
+        if w16 is None:  # the path's pair panels, once (see conv.h)
+            w16 = np.empty(mk_bf16_conv_panels_words(path, self.groups, cout_g, cin_g, taps),
+                           np.uint32)
+            mk_bf16_conv_pack_panels(path, cnp.PyArray_DATA(self._packed), self._wtype,
+                                     self.groups, cout_g, cin_g, taps,
                                      <uint32_t *>cnp.PyArray_DATA(w16))
-            self._bf16 = w16
+            self._bf16[path] = w16
         cdef Py_ssize_t nphase = 0 if direct else (mk_conv_phase_size(g, g.C) + 15) // 16 * 16
         cdef cnp.ndarray scratch = _scratch(
-            nphase + mk_conv_bf16_tiles_words(g, self.groups, nthreads))
+            nphase + mk_conv_bf16_tiles_words(path, g, self.groups, direct, nthreads))
         cdef float *php = NULL if direct else <float *>cnp.PyArray_DATA(scratch)
         cdef uint32_t *tiles = <uint32_t *>cnp.PyArray_DATA(scratch) + nphase
         cdef cnp.ndarray koff = np.empty((g.C // self.groups) * g.KH * g.KW, np.intp)
         with nogil:
-            mk_conv2d_bf16(g, <const float *>xp, self.groups, self.out_channels,
+            mk_conv2d_bf16(path, g, <const float *>xp, self.groups, self.out_channels,
                            <const uint32_t *>cnp.PyArray_DATA(w16), tiles, php,
                            <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                            <const float *>rp, act, nthreads)

@@ -1,5 +1,5 @@
-/* The bfloat16 pair panels of the bfloat16-compute convolution (layout in conv.h), from the
- * float32 igemm panels: portable C, once per layer. */
+/* The bfloat16 pair panels of the bfloat16-compute convolution, both paths (AVX512-BF16 and
+ * AMX; the layouts in conv.h), from the float32 igemm panels: portable C, once per layer. */
 #include <string.h>
 
 #include "common/half.h"
@@ -18,29 +18,62 @@ static float f32_at(const void *panel, int wtype, size_t i) {
                               : ((const float *)panel)[i];
 }
 
-size_t mk_bf16_conv_panels_words(size_t npanels, size_t K) {
-    return npanels * (MK_CONV_MR + (K + 1) / 2 * MK_CONV_MR);
+/* The panel shape of path bf16 for the layer: MR, kpa, and the pair rows (taps of kpt). */
+static void panel_shape(int bf16, int cin_g, int taps, mk_bf16_igemm_config *c, int *ntaps,
+                        size_t *kpt) {
+    mk_conv_bf16_lanes(bf16, 0, cin_g, taps, 0, c);
+    const size_t rows = c->image ? (size_t)cin_g : (size_t)cin_g * taps; /* per tap */
+    *ntaps = c->image ? taps : 1;
+    *kpt = ((rows + 1) / 2 + c->kpa - 1) / c->kpa * c->kpa;
 }
 
-void mk_bf16_conv_pack_panels(const void *packed, int wtype, size_t npanels, size_t K,
-                              uint32_t *dst) {
-    const size_t kp = (K + 1) / 2, in_panel = MK_CONV_MR + K * MK_CONV_MR;
+size_t mk_bf16_conv_panels_words(int bf16, int groups, int cout_g, int cin_g, int taps) {
+    mk_bf16_igemm_config c;
+    int nt;
+    size_t kpt;
+    panel_shape(bf16, cin_g, taps, &c, &nt, &kpt);
+    return (size_t)groups * ((cout_g + c.mr - 1) / c.mr) * (c.mr + nt * kpt * c.mr);
+}
+
+void mk_bf16_conv_pack_panels(int bf16, const void *packed, int wtype, int groups, int cout_g,
+                              int cin_g, int taps, uint32_t *dst) {
+    mk_bf16_igemm_config c;
+    int nt;
+    size_t kpt;
+    panel_shape(bf16, cin_g, taps, &c, &nt, &kpt);
+    const int mr = c.mr, kpa = c.kpa;
+    const size_t K = (size_t)cin_g * taps, words = mr + nt * kpt * mr;
+    const size_t in_panel = MK_CONV_MR + K * MK_CONV_MR; /* the float32 igemm panel */
+    const int npg8 = (cout_g + MK_CONV_MR - 1) / MK_CONV_MR, npg = (cout_g + mr - 1) / mr;
+    /* rows of a tap (channels with the pair image, else k) and the k of row j of tap t */
+    const size_t rows = c.image ? (size_t)cin_g : K;
     const size_t esize = wtype == MK_W_BF16 ? 2 : 4;
-    for (size_t p = 0; p < npanels; p++) {
-        const unsigned char *src = (const unsigned char *)packed + p * in_panel * esize;
-        uint32_t *d = dst + p * (MK_CONV_MR + kp * MK_CONV_MR);
-        for (int r = 0; r < MK_CONV_MR; r++) { /* the bias stays float32 */
-            const float b = f32_at(src, wtype, (size_t)r);
-            memcpy(d + r, &b, sizeof b);
-        }
-        d += MK_CONV_MR;
-        for (size_t q = 0; q < kp; q++)
-            for (int r = 0; r < MK_CONV_MR; r++) {
-                const size_t k0 = 2 * q, k1 = 2 * q + 1;
-                const uint32_t lo = bf16_at(src, wtype, MK_CONV_MR + k0 * MK_CONV_MR + r);
-                const uint32_t hi =
-                    k1 < K ? bf16_at(src, wtype, MK_CONV_MR + k1 * MK_CONV_MR + r) : 0u;
-                d[q * MK_CONV_MR + r] = lo | hi << 16;
+    for (int grp = 0; grp < groups; grp++)
+        for (int p = 0; p < npg; p++) {
+            uint32_t *d = dst + ((size_t)grp * npg + p) * words;
+            memset(d, 0, words * sizeof *d);
+            for (int r = 0; r < mr; r++) {
+                const int co = p * mr + r; /* channel in the group */
+                if (co >= cout_g) break;
+                const unsigned char *src =
+                    (const unsigned char *)packed +
+                    ((size_t)grp * npg8 + co / MK_CONV_MR) * in_panel * esize;
+                const int r8 = co % MK_CONV_MR;
+                const float b = f32_at(src, wtype, (size_t)r8); /* the bias stays float32 */
+                memcpy(d + r, &b, sizeof b);
+                for (int t = 0; t < nt; t++)
+                    for (size_t q = 0; q < (rows + 1) / 2; q++) {
+                        /* k of rows 2q, 2q + 1 of tap t: channel-major (ci * taps + t) */
+                        const size_t k0 = c.image ? 2 * q * taps + t : 2 * q;
+                        const size_t k1 = c.image ? k0 + taps : k0 + 1;
+                        const uint32_t lo = bf16_at(src, wtype, MK_CONV_MR + k0 * MK_CONV_MR + r8);
+                        const uint32_t hi = 2 * q + 1 < rows
+                                                ? bf16_at(src, wtype, MK_CONV_MR + k1 * MK_CONV_MR + r8)
+                                                : 0u;
+                        const size_t P = t * kpt + q;
+                        d[mr + P / kpa * mr * kpa + r / 16 * 16 * kpa + r % 16 * kpa + P % kpa] =
+                            lo | hi << 16;
+                    }
             }
-    }
+        }
 }

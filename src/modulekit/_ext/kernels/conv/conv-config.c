@@ -9,10 +9,11 @@
  *   float64 weights       -> the direct float64 loop
  *   depthwise layer       -> the depthwise kernels (3x3 stride 1/2 in place where the table
  *                            has one, else through a per-plane phase image)
+ *   bfloat16 on AMX       -> the bfloat16 implicit GEMM (float32_matmul_precision "medium";
+ *                            any groups, float32 or bfloat16 weights; not a forced Winograd)
  *   3x3 stride 1, groups 1 -> Winograd F(2x2) or F(4x4) where its cost model says so (or a
  *                            tile forced by the layer), with the GEMM stage's orientation
- *   bfloat16 allowed      -> the bfloat16 implicit GEMM (float32_matmul_precision "medium" on
- *                            the AVX512-BF16 path; any groups, float32 or bfloat16 weights)
+ *   bfloat16 allowed      -> the bfloat16 implicit GEMM ("medium" on the AVX512-BF16 path)
  *   lane-exact paths (AVX-512, float32 weights, groups 1; not with 'igemm' forced):
  *     small output maps   -> im2col + the 1x1 band kernel
  *     few input channels  -> the igemm in row bands
@@ -95,6 +96,10 @@ double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr) {
     return best_cost;
 }
 
+/* The L2 cache a thread's blocking may count on (the smallest of the machines measured: 1 MiB
+ * on Zen 4, 2 MiB on the Xeons). */
+#define L2_BYTES (1 << 20)
+
 /* The bfloat16 tiles (AVX512-BF16), widest first, with their cost per computed lane as the
  * float32 ones; one tile packer serves the three widths. */
 #if MK_X86
@@ -107,29 +112,69 @@ static const struct {
                    {mk_bf16_igemm_8x16__avx512bf16, 16, 1.35}};
 #endif
 
-double mk_conv_bf16_lanes(ptrdiff_t lanes, mk_bf16_igemm_ukernel **fn,
-                          mk_bf16_pack_tile_fn **pack, int *nr) {
+/* B from the pair image (AMX) where a kernel window has several taps (KH x KW taps share one
+ * conversion instead of one per tile and tap: ResNet-18's 3x3 layers at batch 32 1.5-2.3x
+ * faster, one Xeon with AMX) and padding Cin_g to the tile's 32 channels computes at most a
+ * third more; else packed tiles (a 3-channel stem's K = 147 packs densely, where its
+ * channels padded to 32 would compute 10x). With one tap both convert each value once and the
+ * panels are the same: the pair image while it stays in L2 (its items write 4 tiles of each
+ * output row at a time: a 1x1 64 -> 256 on a 56x56 map at batch 4 3.8 against 4.6-11 ms,
+ * one thread), else packed tiles (256 -> 64: 2.8 against 3.3 ms). pair_bytes: the pair
+ * image's bytes per image (0: unknown, for the panel layout, which only depends on it with
+ * one tap). AVX512-BF16 packs tiles (its tuning on Zen 4, where the pair image is not
+ * measured). */
+static int bf16_image(int kpa, int cin_g, int taps, double pair_bytes) {
+    const int padded = ((cin_g + 1) / 2 + kpa - 1) / kpa * kpa * 2;
+    if (kpa == 1) return 0;
+    if (taps == 1) return pair_bytes <= L2_BYTES;
+    return 3 * padded <= 4 * cin_g;
+}
+
+double mk_conv_bf16_lanes(int bf16, ptrdiff_t lanes, int cin_g, int taps, ptrdiff_t plane,
+                          mk_bf16_igemm_config *cfg) {
 #if MK_X86
-    int best = 0;
-    double best_cost = 0.0;
-    for (int i = 0; i < 3; i++) {
-        const double cost =
-            (double)((lanes + bf16_igemm[i].nr - 1) / bf16_igemm[i].nr * bf16_igemm[i].nr) *
-            bf16_igemm[i].cost;
-        if (i == 0 || cost < best_cost) {
-            best = i;
-            best_cost = cost;
+    cfg->pack = mk_bf16_conv_pack_tile__avx512bf16;
+    cfg->pairs = mk_bf16_pair_plane__avx512bf16;
+    double cost;
+    if (bf16 == MK_CONV_BF16_AMX) { /* one tile: 32 channels x 32 pixels (common/amx.h) */
+        cfg->fn = mk_bf16_igemm_32x32__amx;
+        cfg->begin = mk_bf16_conv_amx_begin;
+        cfg->end = mk_bf16_conv_amx_end;
+        cfg->nr = 32;
+        cfg->mr = 32;
+        cfg->kpa = 16;
+        cost = (double)((lanes + 31) / 32 * 32);
+    } else {
+        int best = 0;
+        cost = 0.0;
+        for (int i = 0; i < 3; i++) {
+            const double c = (double)((lanes + bf16_igemm[i].nr - 1) / bf16_igemm[i].nr *
+                                      bf16_igemm[i].nr) * bf16_igemm[i].cost;
+            if (i == 0 || c < cost) {
+                best = i;
+                cost = c;
+            }
         }
+        cfg->fn = bf16_igemm[best].fn;
+        cfg->begin = cfg->end = NULL;
+        cfg->nr = bf16_igemm[best].nr;
+        cfg->mr = MK_CONV_MR;
+        cfg->kpa = 1;
     }
-    *fn = bf16_igemm[best].fn;
-    *pack = mk_bf16_conv_pack_tile__avx512bf16;
-    *nr = bf16_igemm[best].nr;
-    return best_cost;
+    cfg->image = bf16_image(cfg->kpa, cin_g, taps, 4.0 * (double)plane * ((cin_g + 1) / 2));
+    return cost;
 #else
+    (void)bf16;
     (void)lanes;
-    *fn = NULL;
-    *pack = NULL;
-    *nr = 16;
+    (void)cin_g;
+    (void)taps;
+    (void)plane;
+    cfg->fn = NULL;
+    cfg->pack = NULL;
+    cfg->pairs = NULL;
+    cfg->begin = cfg->end = NULL;
+    cfg->nr = cfg->mr = cfg->kpa = 1;
+    cfg->image = 0;
     return 0.0;
 #endif
 }
@@ -187,12 +232,17 @@ static int im2col_pays(const mk_conv_layer *l, const mk_conv_geom *g) {
            !direct_1x1(g);
 }
 
-/* bfloat16 compute, where the layer allows it ("medium" precision on the AVX512-BF16 path):
- * every layer that would not run Winograd. On Zen 4 the bfloat16 implicit GEMM runs 1.6-1.8x
- * the float32 one's multiply-add rate (ResNet-18's strided 3x3 layers at batch 32: 140-150
- * against 80-90 GMAC/s on 2 cores), still 1.4-1.6x slower than Winograd F(4x4)'s float32
- * (a quarter of the multiplies) on its 3x3 stride-1 layers. */
-static int bf16_pays(const mk_conv_layer *l, int wino_m) { return l->bf16 && wino_m == 0; }
+/* bfloat16 compute, where the layer allows it ("medium" precision on a bfloat16 path). On
+ * AMX every layer but a forced Winograd tile (the tiles' rate leaves Winograd F(4x4)'s quarter
+ * of the multiplies behind: ResNet-18's 3x3 stride-1 layers at batch 32 1.1-1.7x faster than
+ * it, one Xeon). On AVX512-BF16 every layer that would not run Winograd: on Zen 4 the bfloat16
+ * implicit GEMM runs 1.6-1.8x the float32 one's multiply-add rate (ResNet-18's strided 3x3
+ * layers at batch 32: 140-150 against 80-90 GMAC/s on 2 cores), still 1.4-1.6x slower than
+ * Winograd F(4x4)'s float32 on its 3x3 stride-1 layers. */
+static int bf16_pays(const mk_conv_layer *l, int wino_m) {
+    if (l->bf16 == MK_CONV_BF16_AMX) return wino_m == 0 || l->force == MK_CONV_FORCE_AUTO;
+    return l->bf16 && wino_m == 0;
+}
 
 void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads,
                     mk_conv_choice *c) {

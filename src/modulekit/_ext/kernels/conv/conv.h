@@ -104,32 +104,71 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                   const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
                   float *out, const float *res, int act, int isa, int nthreads);
 
-/* ---- bfloat16 compute (float32_matmul_precision "medium", AVX512-BF16) ----------------------
- * The implicit GEMM with bfloat16 multiplies and float32 accumulation: each tile's window
- * values are packed once into bfloat16 pairs (word p * NR + lane: B[2p, lane] low, B[2p + 1,
- * lane] high; bf16-igemm-8x48-avx512bf16.c) and the weights once into pair panels of 8 output
- * channels, [bias[8] float32][kp x 8 words] with kp = ceil(K / 2) (word p * 8 + r: channel r's
- * weights k = 2p, 2p + 1). Inputs, outputs, bias, residual and activation stay float32. */
-typedef void mk_bf16_igemm_ukernel(size_t kp, const uint32_t *a, const uint32_t *bt, int mrows,
-                                   float *c, ptrdiff_t c_rs, const float *res,
-                                   const mk_seg *segs, int nseg, int act);
-typedef void mk_bf16_pack_tile_fn(size_t K, const float *b, const ptrdiff_t *koff, int nlanes,
-                                  int nr, uint32_t *dst);
+/* ---- bfloat16 compute (float32_matmul_precision "medium": AVX512-BF16 or AMX) ------------
+ * The implicit GEMM with bfloat16 multiplies and float32 accumulation. B is read as pair rows:
+ * 32-bit word `lane` of a pair row holds B[2p, lane] (low half) and B[2p + 1, lane] (high
+ * half), rounded to nearest even (float32 denormals to zero, as vcvtne2ps2bf16). A kernel
+ * takes `taps` groups of kpt pair rows each, pair row p of tap t at b + tapoff[t] + p * ldb,
+ * from one of two sources (mk_conv_bf16_lanes picks):
+ *   packed tiles: each tile's K x NR window values packed once (mk_bf16_conv_pack_tile_*):
+ *       one tap, kpt = ceil(K / 2) padded, ldb = NR; pair p covers k = 2p, 2p + 1;
+ *   the pair image: each image's phase image (or, for the direct 1x1, the input itself)
+ *       converted once into pair planes of channels 2p, 2p + 1 (mk_bf16_pair_plane_*), kpt =
+ *       ceil(Cin_g / 2) padded per group (zero planes), ldb = the plane; tap t of the kernel
+ *       window at tapoff[t] (the phase image's koff of channel 0): no per-tile packing, and
+ *       the KH x KW taps share one conversion.
+ * kpt is a multiple of the family's kpa (zero pair rows past the data). The weights are pair
+ * panels of MR output channels, [bias[MR] float32][taps x kpt x MR words], where output
+ * channel r's pair P = t * kpt + p is the word
+ *     (P / kpa) * MR * kpa + (r / 16) * 16 * kpa + (r % 16) * kpa + P % kpa
+ * AVX512-BF16 (MR = 8, kpa = 1): word P * 8 + r, the broadcast operand of vdpbf16ps;
+ * AMX (MR = 32, kpa = 16): per 32 k, two A tiles of 16 channel rows x 16 words.
+ * Inputs, outputs, bias, residual and activation stay float32. */
+typedef void mk_bf16_igemm_ukernel(size_t taps, size_t kpt, const ptrdiff_t *tapoff, size_t ldb,
+                                   const uint32_t *a, const uint32_t *b, int mrows, float *c,
+                                   ptrdiff_t c_rs, const float *res, const mk_seg *segs,
+                                   int nseg, int act);
+typedef void mk_bf16_pack_tile_fn(size_t K, size_t kp, const float *b, const ptrdiff_t *koff,
+                                  int nlanes, int nr, uint32_t *dst);
+/* n words of pair plane dst from the float32 planes lo and hi (NULL: zeros) */
+typedef void mk_bf16_pair_plane_fn(const float *lo, const float *hi, size_t n, uint32_t *dst);
 mk_bf16_igemm_ukernel mk_bf16_igemm_8x48__avx512bf16, mk_bf16_igemm_8x32__avx512bf16,
-    mk_bf16_igemm_8x16__avx512bf16;
+    mk_bf16_igemm_8x16__avx512bf16, mk_bf16_igemm_32x32__amx;
 mk_bf16_pack_tile_fn mk_bf16_conv_pack_tile__avx512bf16;
-/* Words of the pair panels of npanels panels of K, and the panels from the float32 igemm
- * panels ([bias[8]][K x 8], float32 or bfloat16 storage per wtype: MK_W_F32 or MK_W_BF16);
- * float32 values round to nearest even (denormals to zero, as vcvtne2ps2bf16). */
-size_t mk_bf16_conv_panels_words(size_t npanels, size_t K);
-void mk_bf16_conv_pack_panels(const void *packed, int wtype, size_t npanels, size_t K,
-                              uint32_t *dst);
-/* Words of packed tiles mk_conv2d_bf16 needs for geometry g (per image). */
-ptrdiff_t mk_conv_bf16_tiles_words(const mk_conv_geom *g, int groups, int nthreads);
-/* bfloat16-compute convolution of all images: mk_conv2d_f32's operands, with w16 the pair
- * panels (groups * npanels_g) and tiles a scratch of mk_conv_bf16_tiles_words words.
- * Returns 0. */
-int mk_conv2d_bf16(const mk_conv_geom *g, const float *x, int groups, int Cout,
+mk_bf16_pair_plane_fn mk_bf16_pair_plane__avx512bf16;
+void mk_bf16_conv_amx_begin(void);
+void mk_bf16_conv_amx_end(void);
+/* One bfloat16 tile as the driver runs it (mk_conv_bf16_lanes). */
+typedef struct {
+    mk_bf16_igemm_ukernel *fn;
+    mk_bf16_pack_tile_fn *pack;        /* packed tiles (image == 0) */
+    mk_bf16_pair_plane_fn *pairs;      /* the pair image (image == 1) */
+    void (*begin)(void), (*end)(void); /* AMX: each thread's tile configuration; else NULL */
+    int nr;                            /* output pixels of a tile */
+    int mr;                            /* output channels of a panel */
+    int kpa;                           /* pair rows padded to a multiple of this */
+    int image;                         /* B from the pair image, else packed tiles */
+} mk_bf16_igemm_config;
+/* The bfloat16 paths (isa.h's mk_bf16_detect): 1 = AVX512-BF16, 2 = AMX. */
+enum { MK_CONV_BF16_AVX512BF16 = 1, MK_CONV_BF16_AMX = 2 };
+/* The tile of path bf16 for `lanes` output columns and Cin_g input channels of `taps` (KH x
+ * KW) over input planes of `plane` values (0: unknown; the panel layout does not depend on it)
+ * (as mk_conv_igemm_lanes): its cost, and cfg. */
+double mk_conv_bf16_lanes(int bf16, ptrdiff_t lanes, int cin_g, int taps, ptrdiff_t plane,
+                          mk_bf16_igemm_config *cfg);
+/* Words of the pair panels of path bf16 for `groups` groups of cout_g output channels over
+ * cin_g x taps (KH * KW) weights, and the panels from the float32 igemm panels (groups *
+ * ceil(cout_g / 8) of [bias[8]][K x 8], float32 or bfloat16 storage per wtype: MK_W_F32 or
+ * MK_W_BF16); float32 values round to nearest even (denormals to zero, as vcvtne2ps2bf16). */
+size_t mk_bf16_conv_panels_words(int bf16, int groups, int cout_g, int cin_g, int taps);
+void mk_bf16_conv_pack_panels(int bf16, const void *packed, int wtype, int groups, int cout_g,
+                              int cin_g, int taps, uint32_t *dst);
+/* Words of scratch (packed tiles or the pair image) mk_conv2d_bf16 needs for geometry g. */
+ptrdiff_t mk_conv_bf16_tiles_words(int bf16, const mk_conv_geom *g, int groups, int direct,
+                                   int nthreads);
+/* bfloat16-compute convolution of all images on path bf16: mk_conv2d_f32's operands, with w16
+ * that path's pair panels and tiles a scratch of mk_conv_bf16_tiles_words words. Returns 0. */
+int mk_conv2d_bf16(int bf16, const mk_conv_geom *g, const float *x, int groups, int Cout,
                    const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
                    float *out, const float *res, int act, int nthreads);
 /* ---- end of bfloat16 block ---------------------------------------------------------------- */
@@ -268,9 +307,6 @@ typedef struct {
 } mk_conv_config;
 const mk_conv_config *mk_conv_get_config(int isa);
 
-/* The bfloat16 tile for `lanes` output columns (as mk_conv_igemm_lanes) and its packer. */
-double mk_conv_bf16_lanes(ptrdiff_t lanes, mk_bf16_igemm_ukernel **fn,
-                          mk_bf16_pack_tile_fn **pack, int *nr);
 /* Pick the igemm kernel and tile width for a GEMM of `lanes` output columns: the wide tile,
  * or a narrower one when it computes fewer padded lanes. Returns its time: the padded lanes
  * times the tile's cost per lane (relative to the wide tile). */
@@ -285,8 +321,8 @@ typedef struct {
     int wtype;     /* MK_W_* of the packed weights */
     int depthwise; /* packed for the depthwise kernels */
     int force;     /* MK_CONV_FORCE_AUTO, MK_CONV_FORCE_IGEMM, or a Winograd tile (2, 4) */
-    int bf16;      /* may compute in bfloat16 (groups of float32 or bfloat16 weights under
-                      "medium" on the AVX512-BF16 path): the caller has the pair panels */
+    int bf16;      /* 0, or the bfloat16 path (MK_CONV_BF16_*) the layer may compute on (float32
+                      or bfloat16 weights under "medium"): the caller has its pair panels */
 } mk_conv_layer;
 typedef enum {
     MK_CONV_ALGO_F64 = 0,   /* mk_conv2d_f64 */

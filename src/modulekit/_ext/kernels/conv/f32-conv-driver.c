@@ -152,6 +152,9 @@ static int phase_split(const mk_conv_geom *g, int nthreads) {
     return parts;
 }
 
+/* Tiles of a work item over the bfloat16 pair image (see conv2d_igemm). */
+#define MK_CONV_TILE_BLOCK 4
+
 /* Chunks of panels for short panels (small K: a 3-channel 7x7 stem has 4.7 KiB panels, 38 KiB
  * for its 64 channels) whose set would not stay in L1 beside the tile's input rows: chunks of
  * at most 24 KiB of panels (the stem: 2 chunks of 4 panels, about 5% faster); else 1. */
@@ -192,26 +195,33 @@ static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *se
 /* The implicit GEMM of mk_conv2d_f32 (w16 == NULL) and mk_conv2d_bf16 (w16: the bfloat16 pair
  * panels; tiles: each image's packed tiles): one schedule for both computes. */
 static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int Cout,
-                        const void *packed, int wtype, float *wide, const uint32_t *w16,
-                        uint32_t *tiles, float *phase, ptrdiff_t *koff, float *out,
-                        const float *res, int act, int isa, int nthreads) {
+                        const void *packed, int wtype, float *wide, int bf16,
+                        const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
+                        float *out, const float *res, int act, int isa, int nthreads) {
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW; /* grid lanes to compute */
     mk_igemm_config cfg;
-    mk_bf16_igemm_ukernel *fn16 = NULL;
-    mk_bf16_pack_tile_fn *pack16 = NULL;
-    if (w16)
-        mk_conv_bf16_lanes(L, &fn16, &pack16, &cfg.nr);
-    else
-        mk_conv_igemm_lanes(isa, L, &cfg.fn, &cfg.nr);
-    const int cin_g = g->C / groups, cout_g = Cout / groups;
-    const int npg = (cout_g + MK_CONV_MR - 1) / MK_CONV_MR; /* panels per group */
-    const size_t K = (size_t)cin_g * g->KH * g->KW;
-    const size_t kp = (K + 1) / 2; /* bfloat16 pair rows */
-    /* floats (words) of one panel */
-    const size_t panel = w16 ? MK_CONV_MR + kp * MK_CONV_MR : MK_CONV_MR + K * MK_CONV_MR;
-    const size_t tile_words = kp * (size_t)cfg.nr; /* one packed bfloat16 tile */
-    const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
+    const int cin_g = g->C / groups, cout_g = Cout / groups, taps = g->KH * g->KW;
     const int direct = phase == NULL; /* 1x1, stride 1, no padding: read x itself */
+    const ptrdiff_t pplane = direct ? (ptrdiff_t)g->H * g->W : g->plane; /* a pair plane */
+    mk_bf16_igemm_config c16 = {NULL, NULL, NULL, NULL, NULL, 0, MK_CONV_MR, 1, 0};
+    if (w16) {
+        mk_conv_bf16_lanes(bf16, L, cin_g, taps, pplane, &c16);
+        cfg.nr = c16.nr;
+    } else {
+        mk_conv_igemm_lanes(isa, L, &cfg.fn, &cfg.nr);
+    }
+    const int mr = c16.mr, image = c16.image; /* output channels of a panel; B's source */
+    const int npg = (cout_g + mr - 1) / mr; /* panels per group */
+    const size_t K = (size_t)cin_g * taps;
+    /* bfloat16: the kernel's taps of kpt pair rows (conv.h) */
+    const int ntaps = image ? taps : 1;
+    const size_t kpt = (((image ? (size_t)cin_g : K) + 1) / 2 + c16.kpa - 1) / c16.kpa * c16.kpa;
+    static const ptrdiff_t tap0[1] = {0};
+    const ptrdiff_t *tapoff = image ? koff : tap0; /* channel 0's offsets of the taps */
+    /* floats (words) of one panel */
+    const size_t panel = w16 ? mr + ntaps * kpt * mr : MK_CONV_MR + K * MK_CONV_MR;
+    const size_t tile_words = kpt * (size_t)cfg.nr; /* one packed bfloat16 tile */
+    const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
     /* from a group's input (B rows) to the next one's */
     const ptrdiff_t gstride = (ptrdiff_t)cin_g * (direct ? g->sc : g->plane);
     const int ntiles = (int)((L + cfg.nr - 1) / cfg.nr);
@@ -226,11 +236,17 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
      * the small input stays in L2; otherwise tile-major, so a tile's input rows stay in L1/L2
      * while the panels stream from L2. */
     const double wbytes = (double)panel * npg * sizeof(float);
-    const double bbytes = w16 ? (double)tile_words * ntiles * 4
-                              : (double)cin_g * (direct ? (double)g->H * g->W : (double)g->plane) * 4;
+    const double bbytes = image ? (double)kpt * pplane * 4
+                          : w16 ? (double)tile_words * ntiles * 4
+                                : (double)cin_g * (direct ? (double)g->H * g->W : (double)g->plane) * 4;
     const int panel_major = wbytes > bbytes;
+    /* Tiles per item: from the pair image, blocks of tiles (each panel's output rows written
+     * MK_CONV_TILE_BLOCK tiles at a time, not one: 256 output channels of 32-pixel tiles
+     * would write 256 rows 128 bytes each per item) */
+    const int tb = image ? MK_CONV_TILE_BLOCK : 1;
+    const int nblocks = (ntiles + tb - 1) / tb;
     int nchunks = 1;
-    const int base_items = groups * ntiles;
+    const int base_items = groups * nblocks;
     if (panel_major) {
         nchunks = npg;
     } else if (base_items < 4 * nthreads) {
@@ -294,11 +310,20 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
         const ptrdiff_t total = mk_conv_phase_size(g, g->C);
         for (ptrdiff_t i = (ptrdiff_t)g->C * g->plane; i < total; i++) phase[i] = 0.0f;
     }
+    /* the pair image: planes of padding channels and the slack past the last plane, zero */
+    const ptrdiff_t pair_planes = image ? (ptrdiff_t)groups * kpt : 0;
+    if (image) {
+        for (int grp = 0; grp < groups; grp++)
+            for (size_t p = (cin_g + 1) / 2; p < kpt; p++)
+                memset(tiles + (grp * kpt + p) * pplane, 0, pplane * sizeof *tiles);
+        memset(tiles + pair_planes * pplane, 0, (2 * (size_t)g->Wq + 96) * sizeof *tiles);
+    }
 
 #pragma omp parallel num_threads(nthreads)
     {
-        mk_seg segs[MK_MAX_SEGS];
+        mk_seg segs[MK_CONV_TILE_BLOCK][MK_MAX_SEGS];
         ptrdiff_t packed_key = -1; /* the tile in this thread's bfloat16 buffer */
+        if (c16.begin) c16.begin();
         for (int n = 0; n < g->N; n++) {
             const float *bimg;
             if (!direct) {
@@ -314,61 +339,87 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
             } else {
                 bimg = x + n * g->sn;
             }
-            if (w16 && panel_major) { /* every tile's bfloat16 pairs, once per image */
+            if (image) { /* the pair image: channels 2p, 2p + 1 of each group */
+                const ptrdiff_t cs = direct ? g->sc : g->plane;
+#pragma omp for schedule(dynamic, 1)
+                for (ptrdiff_t it = 0; it < pair_planes; it++) {
+                    const int grp = (int)(it / kpt), c0 = 2 * (int)(it % kpt);
+                    if (c0 >= cin_g) continue; /* zero */
+                    const float *lo = bimg + (ptrdiff_t)(grp * cin_g + c0) * cs;
+                    c16.pairs(lo, c0 + 1 < cin_g ? lo + cs : NULL, (size_t)pplane,
+                              tiles + it * pplane);
+                }
+            } else if (w16 && panel_major) { /* every tile's bfloat16 pairs, once per image */
 #pragma omp for schedule(dynamic, 1)
                 for (int it = 0; it < groups * ntiles; it++) {
                     const int grp = it / ntiles, tile = it % ntiles;
                     const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
                     const int nl = (int)(L - q0 < cfg.nr ? L - q0 : cfg.nr);
-                    pack16(K, bimg + grp * gstride + q0, koff, nl, cfg.nr,
-                           tiles + (size_t)it * tile_words);
+                    c16.pack(K, kpt, bimg + grp * gstride + q0, koff, nl, cfg.nr,
+                             tiles + (size_t)it * tile_words);
                 }
             }
             float *oimg = out + (ptrdiff_t)n * Cout * ohw;
             const float *rimg = res ? res + (ptrdiff_t)n * Cout * ohw : NULL;
 #pragma omp for schedule(dynamic, grain)
             for (int it = 0; it < items; it++) {
-                int chunk, tile;
-                const int grp = it / (nchunks * ntiles), rem = it % (nchunks * ntiles);
+                int chunk, blk;
+                const int grp = it / (nchunks * nblocks), rem = it % (nchunks * nblocks);
                 if (panel_major) {
-                    chunk = rem / ntiles;
-                    tile = rem % ntiles;
+                    chunk = rem / nblocks;
+                    blk = rem % nblocks;
                 } else {
                     chunk = rem % nchunks;
-                    tile = rem / nchunks;
+                    blk = rem / nchunks;
                 }
-                const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
-                const int nl = (int)(L - q0 < cfg.nr ? L - q0 : cfg.nr);
-                const int ns = tile_segments(g, q0, nl, segs);
-                const float *b = bimg + grp * gstride + q0;
                 const int p0 = chunk * ppc, p1 = p0 + ppc < npg ? p0 + ppc : npg;
-                const uint32_t *bt = NULL; /* the tile's bfloat16 pairs */
-                if (w16 && panel_major) {
-                    bt = tiles + ((size_t)grp * ntiles + tile) * tile_words;
-                } else if (w16) { /* packed by this thread into its buffer, while in L2 */
-                    uint32_t *own = tiles + (size_t)omp_get_thread_num() * tile_words;
-                    const ptrdiff_t key = (ptrdiff_t)n * groups * ntiles + grp * ntiles + tile;
-                    if (key != packed_key) {
-                        pack16(K, b, koff, nl, cfg.nr, own);
-                        packed_key = key;
-                    }
-                    bt = own;
+                const int t0 = blk * tb, nt = ntiles - t0 < tb ? ntiles - t0 : tb;
+                int ns[MK_CONV_TILE_BLOCK], nl[MK_CONV_TILE_BLOCK];
+                for (int j = 0; j < nt; j++) {
+                    const ptrdiff_t q0 = (ptrdiff_t)(t0 + j) * cfg.nr;
+                    nl[j] = (int)(L - q0 < cfg.nr ? L - q0 : cfg.nr);
+                    ns[j] = tile_segments(g, q0, nl[j], segs[j]);
                 }
                 for (int p = p0; p < p1; p++) {
-                    const int co = grp * cout_g + p * MK_CONV_MR;
-                    const int rows = cout_g - p * MK_CONV_MR < MK_CONV_MR
-                                         ? cout_g - p * MK_CONV_MR : MK_CONV_MR;
+                    const int co = grp * cout_g + p * mr;
+                    const int rows = cout_g - p * mr < mr ? cout_g - p * mr : mr;
                     const size_t pi = (size_t)grp * npg + p;
-                    if (w16)
-                        fn16(kp, w16 + pi * panel, bt, rows, oimg + co * ohw, ohw,
-                             rimg ? rimg + co * ohw : NULL, segs, ns, act);
-                    else
-                        cfg.fn(K, wp + pi * panel, b, koff, nl, rows, oimg + co * ohw, ohw,
-                               rimg ? rimg + co * ohw : NULL, segs, ns, act);
+                    float *c = oimg + co * ohw;
+                    const float *r = rimg ? rimg + co * ohw : NULL;
+                    for (int j = 0; j < nt; j++) {
+                        const int tile = t0 + j;
+                        const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
+                        const float *b = bimg + grp * gstride + q0;
+                        if (!w16) {
+                            cfg.fn(K, wp + pi * panel, b, koff, nl[j], rows, c, ohw, r, segs[j],
+                                   ns[j], act);
+                            continue;
+                        }
+                        const uint32_t *bt; /* the tile's bfloat16 pair rows */
+                        size_t ldb = (size_t)cfg.nr;
+                        if (image) {
+                            bt = tiles + (ptrdiff_t)grp * kpt * pplane + q0;
+                            ldb = (size_t)pplane;
+                        } else if (panel_major) {
+                            bt = tiles + ((size_t)grp * ntiles + tile) * tile_words;
+                        } else { /* packed by this thread into its buffer, while in L2 */
+                            uint32_t *own = tiles + (size_t)omp_get_thread_num() * tile_words;
+                            const ptrdiff_t key =
+                                (ptrdiff_t)n * groups * ntiles + grp * ntiles + tile;
+                            if (key != packed_key) {
+                                c16.pack(K, kpt, b, koff, nl[j], cfg.nr, own);
+                                packed_key = key;
+                            }
+                            bt = own;
+                        }
+                        c16.fn(ntaps, kpt, tapoff, ldb, w16 + pi * panel, bt, rows, c, ohw, r,
+                               segs[j], ns[j], act);
+                    }
                 }
             }
             /* implicit barrier before the next image overwrites the phase image */
         }
+        if (c16.end) c16.end();
     }
     return 0;
 }
@@ -376,27 +427,32 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
 int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                   const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
                   float *out, const float *res, int act, int isa, int nthreads) {
-    return conv2d_igemm(g, x, groups, Cout, packed, wtype, wide, NULL, NULL, phase, koff, out,
-                        res, act, isa, nthreads);
+    return conv2d_igemm(g, x, groups, Cout, packed, wtype, wide, 0, NULL, NULL, phase, koff,
+                        out, res, act, isa, nthreads);
 }
 
-ptrdiff_t mk_conv_bf16_tiles_words(const mk_conv_geom *g, int groups, int nthreads) {
+ptrdiff_t mk_conv_bf16_tiles_words(int bf16, const mk_conv_geom *g, int groups, int direct,
+                                   int nthreads) {
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW;
-    mk_bf16_igemm_ukernel *fn;
-    mk_bf16_pack_tile_fn *pack;
-    int nr;
-    mk_conv_bf16_lanes(L, &fn, &pack, &nr);
-    const ptrdiff_t tile = (ptrdiff_t)nr * (((ptrdiff_t)(g->C / groups) * g->KH * g->KW + 1) / 2);
-    const ptrdiff_t image = (ptrdiff_t)groups * ((L + nr - 1) / nr) * tile;
+    const int cin_g = g->C / groups, taps = g->KH * g->KW;
+    const ptrdiff_t pplane = direct ? (ptrdiff_t)g->H * g->W : g->plane;
+    mk_bf16_igemm_config c16;
+    mk_conv_bf16_lanes(bf16, L, cin_g, taps, pplane, &c16);
+    const ptrdiff_t rows = c16.image ? cin_g : (ptrdiff_t)cin_g * taps;
+    const ptrdiff_t kpt = ((rows + 1) / 2 + c16.kpa - 1) / c16.kpa * c16.kpa;
+    if (c16.image) /* the pair image and its slack (see conv2d_igemm) */
+        return groups * kpt * pplane + 2 * g->Wq + 96;
+    const ptrdiff_t tile = (ptrdiff_t)c16.nr * kpt;
+    const ptrdiff_t image = (ptrdiff_t)groups * ((L + c16.nr - 1) / c16.nr) * tile;
     const ptrdiff_t own = (ptrdiff_t)(nthreads > 1 ? nthreads : 1) * tile;
     return image > own ? image : own;
 }
 
-int mk_conv2d_bf16(const mk_conv_geom *g, const float *x, int groups, int Cout,
+int mk_conv2d_bf16(int bf16, const mk_conv_geom *g, const float *x, int groups, int Cout,
                    const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
                    float *out, const float *res, int act, int nthreads) {
-    return conv2d_igemm(g, x, groups, Cout, NULL, MK_W_F32, NULL, w16, tiles, phase, koff, out,
-                        res, act, MK_ISA_AVX512, nthreads);
+    return conv2d_igemm(g, x, groups, Cout, NULL, MK_W_F32, NULL, bf16, w16, tiles, phase, koff,
+                        out, res, act, MK_ISA_AVX512, nthreads);
 }
 
 /* ---- Row bands with a band-sized phase buffer: few input channels, and conv + max pool ------

@@ -1,0 +1,74 @@
+/* bfloat16-compute implicit GEMM tile on AMX (float32_matmul_precision "medium"): 32 output
+ * channels x 32 output pixels, four 16x16 float32 accumulator tiles (C), two A tiles (16
+ * channels x 32 k) and two B tiles (16 pair rows x 16 pixels x 2), tdpbf16ps per C tile for
+ * each 32 k: the tile configuration of the GEMM engine's AMX tile (common/amx.h).
+ *
+ * A: the AMX pair panel of mk_bf16_conv_pack_panels (conv.h): bias[32] float32, then per
+ * tap and 16 pair rows two A tiles of 16 rows x 64 bytes (channels 0-15, 16-31). B: pair rows
+ * (conv.h), pair row p of tap t at b + tapoff[t] + p * ldb: B tile j is 16 pair rows at a
+ * stride of ldb words from lane 16j (the bfloat16 pair image, or a packed tile). The
+ * accumulators are stored once to a 4 KiB scratch; the epilogue (bias, residual,
+ * activation, the masked segment stores) is the igemm tiles' own, mk_igemm_store_8xnv, eight
+ * rows at a time. The caller loads the tile configuration in each thread before its first
+ * call (mk_bf16_conv_amx_begin) and releases it after its last (mk_bf16_conv_amx_end); a tile
+ * instruction on unconfigured tiles faults. Runs only once the OS granted this process the
+ * tile state (isa.c). Chosen in conv-config.c. */
+#include "isa.h"
+#if MK_X86 /* x86 SIMD kernels: nothing elsewhere (see isa.h) */
+
+#include "common/amx.h"
+#include "conv-simd.h"
+
+#define MK_TAMX \
+    __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+MK_TAMX void mk_bf16_conv_amx_begin(void) { _tile_loadconfig(&mk_amx_cfg_32x32); }
+
+MK_TAMX void mk_bf16_conv_amx_end(void) { _tile_release(); }
+
+MK_TAMX void mk_bf16_igemm_32x32__amx(size_t taps, size_t kpt, const ptrdiff_t *tapoff,
+                                      size_t ldb, const uint32_t *a, const uint32_t *b,
+                                      int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                                      const mk_seg *segs, int nseg, int act) {
+    float acc32[32 * 32] __attribute__((aligned(64)));
+    const float *bias = (const float *)a;
+    const unsigned char *w = (const unsigned char *)(a + 32);
+    const size_t stride = ldb * sizeof(uint32_t);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (size_t t = 0; t < taps; t++) {
+        const unsigned char *bt = (const unsigned char *)(b + tapoff[t]);
+        for (size_t kb = 0; kb < kpt / 16; kb++) {
+            _tile_loadd(4, w, 64);
+            _tile_loadd(5, w + 1024, 64);
+            _tile_loadd(6, bt, stride);
+            _tile_loadd(7, bt + 64, stride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+            w += 2048;
+            bt += 16 * stride;
+        }
+    }
+    _tile_stored(0, acc32, 128);
+    _tile_stored(1, acc32 + 16, 128);
+    _tile_stored(2, acc32 + 16 * 32, 128);
+    _tile_stored(3, acc32 + 16 * 32 + 16, 128);
+    for (int r0 = 0; r0 < mrows; r0 += 8) {
+        __m512 acc[8][3];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            const __m512 v = _mm512_set1_ps(bias[r0 + r]);
+            acc[r][0] = _mm512_add_ps(v, _mm512_load_ps(acc32 + (r0 + r) * 32));
+            acc[r][1] = _mm512_add_ps(v, _mm512_load_ps(acc32 + (r0 + r) * 32 + 16));
+            acc[r][2] = acc[r][1];
+        }
+        mk_igemm_store_8xnv(2, acc, mrows - r0, c + r0 * c_rs, c_rs,
+                            res ? res + r0 * c_rs : NULL, segs, nseg, act);
+    }
+}
+
+#endif /* MK_X86 */
