@@ -327,8 +327,8 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
         ptrdiff_t packed_key = -1; /* the tile in this thread's bfloat16 buffer */
         if (c16.begin) c16.begin();
         for (int n = 0; n < g->N; n++) {
-            const float *bimg;
-            if (!direct) {
+            const float *bimg = direct ? x + n * g->sn : phase;
+            if (!direct && !image) {
 #pragma omp for schedule(dynamic, 4)
                 for (int it = 0; it < phase_items; it++) {
                     const int c = it / phase_parts, part = it % phase_parts;
@@ -337,9 +337,6 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                                        g->Hq * (part + 1) / phase_parts, isa);
                 }
                 /* implicit barrier: the phase image is complete */
-                bimg = phase;
-            } else {
-                bimg = x + n * g->sn;
             }
             if (image) { /* the pair image: channels 2p, 2p + 1 of each group */
                 const ptrdiff_t cs = direct ? g->sc : g->plane;
@@ -347,9 +344,13 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                 for (ptrdiff_t it = 0; it < pair_planes; it++) {
                     const int grp = (int)(it / kpt), c0 = 2 * (int)(it % kpt);
                     if (c0 >= cin_g) continue; /* zero */
-                    const float *lo = bimg + (ptrdiff_t)(grp * cin_g + c0) * cs;
-                    c16.pairs(lo, c0 + 1 < cin_g ? lo + cs : NULL, (size_t)pplane,
-                              tiles + it * pplane);
+                    const int c = grp * cin_g + c0, two = c0 + 1 < cin_g;
+                    if (!direct) /* their phase planes first, converted while in cache */
+                        for (int h = 0; h <= two; h++)
+                            phase_channel_rows(g, x + n * g->sn + (c + h) * g->sc,
+                                               phase + (c + h) * g->plane, 0.0f, 0, g->Hq, isa);
+                    const float *lo = bimg + (ptrdiff_t)c * cs;
+                    c16.pairs(lo, two ? lo + cs : NULL, (size_t)pplane, tiles + it * pplane);
                 }
             } else if (w16 && panel_major) { /* every tile's bfloat16 pairs, once per image */
 #pragma omp for schedule(dynamic, 1)
