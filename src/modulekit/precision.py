@@ -13,10 +13,10 @@ such as a bfloat16x3 split); modulekit has no such kernel yet, so it computes as
 
 What "medium" covers: ``nn.Linear`` (and so the layer chains, stacked projections and
 compiled plans built from it), the GEMM engine's ``PackedLinear``, float32
-``modulekit.matmul`` (its ``b`` rounded to bfloat16 per call) and, on the AVX512-BF16 path,
-the convolutions that would run as an implicit GEMM (not the Winograd, depthwise or fused
-inverted-residual ones; see docs/api.md) and attention's two matmuls (``q k^T`` and ``P v``).
-On the AMX path the convolutions and attention stay float32 (no AMX kernels for them yet).
+``modulekit.matmul`` (its ``b`` rounded to bfloat16 per call), the convolutions (on AMX
+every one but the depthwise and fused inverted-residual ones; on AVX512-BF16 those that would
+run as an implicit GEMM, not Winograd; see docs/api.md) and, on the AVX512-BF16 path,
+attention's two matmuls (``q k^T`` and ``P v``; on AMX attention stays float32).
 float16 weights keep float32 compute (rounding them to bfloat16 would drop 3 of their
 bits); float64 computes in float64.
 
