@@ -152,8 +152,10 @@ static int phase_split(const mk_conv_geom *g, int nthreads) {
     return parts;
 }
 
-/* Tiles of a bfloat16 work item (see conv2d_igemm). */
+/* Tiles of a bfloat16 work item, and the bytes of packed tiles it may hold (see
+ * conv2d_igemm). */
 #define MK_CONV_TILE_BLOCK 8
+#define MK_CONV_BLOCK_BYTES (256 << 10)
 
 /* Chunks of panels for short panels (small K: a 3-channel 7x7 stem has 4.7 KiB panels, 38 KiB
  * for its 64 channels) whose set would not stay in L1 beside the tile's input rows: chunks of
@@ -244,8 +246,14 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
      * MK_CONV_TILE_BLOCK tiles at a time, not one: 64 or 256 output channels of 32-pixel
      * tiles would write 64 or 256 rows of 128 bytes each per item, more store streams than
      * the caches follow: ResNet-18's stem on AMX, one thread, batch 4: 14.5 ms with one tile
-     * an item, 10.4 with 4, 7.1 with 8, 7.8 with 16) */
-    const int tb = w16 ? MK_CONV_TILE_BLOCK : 1;
+     * an item, 10.4 with 4, 7.1 with 8, 7.8 with 16); packed tiles at most as many as fit
+     * MK_CONV_BLOCK_BYTES of the thread's buffer (a 3x3 over 128 channels packs 110 KiB a
+     * tile at NR = 48, which stays in L2 while every panel passes over it) */
+    int tb = w16 ? MK_CONV_TILE_BLOCK : 1;
+    if (w16 && !image && !panel_major) {
+        const size_t fit = MK_CONV_BLOCK_BYTES / (tile_words * sizeof(uint32_t));
+        tb = fit < 1 ? 1 : fit < (size_t)tb ? (int)fit : tb;
+    }
     const int nblocks = (ntiles + tb - 1) / tb;
     int nchunks = 1;
     const int base_items = groups * nblocks;
