@@ -14,7 +14,6 @@ from modulekit import nn
 from modulekit._ext import _isa, _qgemm
 from modulekit.quantization import DynamicQuantizedLinear, quantize_dynamic
 
-
 OUTLIERS, OUTLIER_RATIO = 4, 24.0  # kernels/qgemm/qgemm-driver.c
 
 
