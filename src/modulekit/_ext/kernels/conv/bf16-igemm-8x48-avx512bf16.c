@@ -88,12 +88,14 @@ bf16_igemm_8xNV(const int NV, size_t taps, size_t kpt, const ptrdiff_t *tapoff, 
     mk_igemm_store_8xnv(NV, acc, mrows, c, c_rs, res, segs, nseg, act);
 }
 
-#define MK_BF16_IGEMM(NV, NR)                                                                   \
-    MK_TBF16 void mk_bf16_igemm_8x##NR##__avx512bf16(                                           \
-        size_t taps, size_t kpt, const ptrdiff_t *tapoff, size_t ldb, const uint32_t *a,        \
-        const uint32_t *b, int mrows, float *c, ptrdiff_t c_rs, const float *res,               \
-        const mk_seg *segs, int nseg, int act) {                                                \
-        bf16_igemm_8xNV(NV, taps, kpt, tapoff, ldb, a, b, mrows, c, c_rs, res, segs, nseg, act); \
+#define MK_BF16_IGEMM(NV, NR)                                                                  \
+    MK_TBF16 void mk_bf16_igemm_8x##NR##__avx512bf16(                                          \
+        size_t ntile, size_t bstep, size_t taps, size_t kpt, const ptrdiff_t *tapoff,          \
+        size_t ldb, const uint32_t *a, const uint32_t *b, int mrows, float *c, ptrdiff_t c_rs, \
+        const float *res, const mk_seg (*segs)[MK_MAX_SEGS], const int *nseg, int act) {       \
+        for (size_t j = 0; j < ntile; j++)                                                     \
+            bf16_igemm_8xNV(NV, taps, kpt, tapoff, ldb, a, b + j * bstep, mrows, c, c_rs, res, \
+                            segs[j], nseg[j], act);                                            \
     }
 MK_BF16_IGEMM(3, 48)
 MK_BF16_IGEMM(2, 32)

@@ -124,10 +124,13 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
  * AVX512-BF16 (MR = 8, kpa = 1): word P * 8 + r, the broadcast operand of vdpbf16ps;
  * AMX (MR = 32, kpa = 16): per 32 k, two A tiles of 16 channel rows x 16 words.
  * Inputs, outputs, bias, residual and activation stay float32. */
-typedef void mk_bf16_igemm_ukernel(size_t taps, size_t kpt, const ptrdiff_t *tapoff, size_t ldb,
-                                   const uint32_t *a, const uint32_t *b, int mrows, float *c,
-                                   ptrdiff_t c_rs, const float *res, const mk_seg *segs,
-                                   int nseg, int act);
+/* A kernel computes one panel over a block of ntile tiles: tile j's pair rows from
+ * b + j * bstep, its output segments segs[j][0 .. nseg[j]). */
+typedef void mk_bf16_igemm_ukernel(size_t ntile, size_t bstep, size_t taps, size_t kpt,
+                                   const ptrdiff_t *tapoff, size_t ldb, const uint32_t *a,
+                                   const uint32_t *b, int mrows, float *c, ptrdiff_t c_rs,
+                                   const float *res, const mk_seg (*segs)[MK_MAX_SEGS],
+                                   const int *nseg, int act);
 typedef void mk_bf16_pack_tile_fn(size_t K, size_t kp, const float *b, const ptrdiff_t *koff,
                                   int nlanes, int nr, uint32_t *dst);
 /* n words of pair plane dst from the float32 planes lo and hi (NULL: zeros) */

@@ -405,28 +405,27 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                     const size_t pi = (size_t)grp * npg + p;
                     float *c = oimg + co * ohw;
                     const float *r = rimg ? rimg + co * ohw : NULL;
-                    for (int j = 0; j < nt; j++) {
-                        const int tile = t0 + j;
-                        const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
-                        const float *b = bimg + grp * gstride + q0;
-                        if (!w16) {
-                            cfg.fn(K, wp + pi * panel, b, koff, nl[j], rows, c, ohw, r, segs[j],
-                                   ns[j], act);
-                            continue;
-                        }
-                        const uint32_t *bt; /* the tile's bfloat16 pair rows */
-                        size_t ldb = (size_t)cfg.nr;
-                        if (image) {
-                            bt = tiles + (ptrdiff_t)grp * kpt * pplane + q0;
-                            ldb = (size_t)pplane;
-                        } else if (panel_major) {
-                            bt = tiles + ((size_t)grp * ntiles + tile) * tile_words;
-                        } else {
-                            bt = own + (size_t)j * tile_words;
-                        }
-                        c16.fn(ntaps, kpt, tapoff, ldb, w16 + pi * panel, bt, rows, c, ohw, r,
-                               segs[j], ns[j], act);
+                    if (!w16) {
+                        for (int j = 0; j < nt; j++)
+                            cfg.fn(K, wp + pi * panel,
+                                   bimg + grp * gstride + (ptrdiff_t)(t0 + j) * cfg.nr, koff,
+                                   nl[j], rows, c, ohw, r, segs[j], ns[j], act);
+                        continue;
                     }
+                    /* the block's bfloat16 pair rows: consecutive tiles bstep words apart */
+                    const uint32_t *bt;
+                    size_t ldb = (size_t)cfg.nr, bstep = tile_words;
+                    if (image) {
+                        bt = tiles + (ptrdiff_t)grp * kpt * pplane + (ptrdiff_t)t0 * cfg.nr;
+                        ldb = (size_t)pplane;
+                        bstep = (size_t)cfg.nr;
+                    } else if (panel_major) {
+                        bt = tiles + ((size_t)grp * ntiles + t0) * tile_words;
+                    } else {
+                        bt = own;
+                    }
+                    c16.fn((size_t)nt, bstep, ntaps, kpt, tapoff, ldb, w16 + pi * panel, bt, rows,
+                           c, ohw, r, (const mk_seg(*)[MK_MAX_SEGS])segs, ns, act);
                 }
             }
             /* implicit barrier before the next image overwrites the phase image */
