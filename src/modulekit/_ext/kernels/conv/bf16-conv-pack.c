@@ -45,8 +45,7 @@ void mk_bf16_conv_pack_panels(int bf16, const void *packed, int wtype, int group
     const size_t K = (size_t)cin_g * taps, words = mr + nt * kpt * mr;
     const size_t in_panel = MK_CONV_MR + K * MK_CONV_MR; /* the float32 igemm panel */
     const int npg8 = (cout_g + MK_CONV_MR - 1) / MK_CONV_MR, npg = (cout_g + mr - 1) / mr;
-    /* rows of a tap (channels with the pair image, else k) and the k of row j of tap t */
-    const size_t rows = c.image ? (size_t)cin_g : K;
+    const size_t rows = c.image ? (size_t)cin_g : K; /* of a tap: channels, or every k */
     const size_t esize = wtype == MK_W_BF16 ? 2 : 4;
     for (int grp = 0; grp < groups; grp++)
         for (int p = 0; p < npg; p++) {
@@ -55,21 +54,20 @@ void mk_bf16_conv_pack_panels(int bf16, const void *packed, int wtype, int group
             for (int r = 0; r < mr; r++) {
                 const int co = p * mr + r; /* channel in the group */
                 if (co >= cout_g) break;
-                const unsigned char *src =
+                const unsigned char *src = /* the channel's float32 igemm panel */
                     (const unsigned char *)packed +
                     ((size_t)grp * npg8 + co / MK_CONV_MR) * in_panel * esize;
-                const int r8 = co % MK_CONV_MR;
-                const float b = f32_at(src, wtype, (size_t)r8); /* the bias stays float32 */
+                src += (co % MK_CONV_MR) * esize; /* its row of the float32 panel */
+                const float b = f32_at(src, wtype, 0); /* the bias stays float32 */
                 memcpy(d + r, &b, sizeof b);
                 for (int t = 0; t < nt; t++)
                     for (size_t q = 0; q < (rows + 1) / 2; q++) {
-                        /* k of rows 2q, 2q + 1 of tap t: channel-major (ci * taps + t) */
+                        /* the k of rows 2q, 2q + 1 of tap t (k = ci * taps + tap) */
                         const size_t k0 = c.image ? 2 * q * taps + t : 2 * q;
                         const size_t k1 = c.image ? k0 + taps : k0 + 1;
-                        const uint32_t lo = bf16_at(src, wtype, MK_CONV_MR + k0 * MK_CONV_MR + r8);
-                        const uint32_t hi = 2 * q + 1 < rows
-                                                ? bf16_at(src, wtype, MK_CONV_MR + k1 * MK_CONV_MR + r8)
-                                                : 0u;
+                        const uint32_t lo = bf16_at(src, wtype, MK_CONV_MR + k0 * MK_CONV_MR);
+                        const uint32_t hi =
+                            2 * q + 1 < rows ? bf16_at(src, wtype, MK_CONV_MR + k1 * MK_CONV_MR) : 0u;
                         const size_t P = t * kpt + q;
                         d[mr + P / kpa * mr * kpa + r / 16 * 16 * kpa + r % 16 * kpa + P % kpa] =
                             lo | hi << 16;

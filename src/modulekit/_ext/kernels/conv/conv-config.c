@@ -117,9 +117,9 @@ static const struct {
  * faster, one Xeon with AMX) and padding Cin_g to the tile's 32 channels computes at most a
  * third more; else packed tiles (a 3-channel stem's K = 147 packs densely, where its
  * channels padded to 32 would compute 10x). With one tap both convert each value once and the
- * panels are the same: the pair image while it stays in L2 (its items write 4 tiles of each
- * output row at a time: a 1x1 64 -> 256 on a 56x56 map at batch 4 3.8 against 4.6-11 ms,
- * one thread), else packed tiles (256 -> 64: 2.8 against 3.3 ms). pair_bytes: the pair
+ * panels are the same: the pair image while it stays in L2 (a 1x1 64 -> 256 on a 56x56 map
+ * at batch 4 3.8 against 4.6-11 ms, one thread, measured while only its work items held
+ * several tiles), else packed tiles (256 -> 64: 2.8 against 3.3 ms). pair_bytes: the pair
  * image's bytes per image (0: unknown, for the panel layout, which only depends on it with
  * one tap). AVX512-BF16 packs tiles (its tuning on Zen 4, where the pair image is not
  * measured). */

@@ -240,7 +240,7 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
     const double wbytes = (double)panel * npg * sizeof(float);
     const double bbytes = image ? (double)kpt * pplane * 4
                           : w16 ? (double)tile_words * ntiles * 4
-                                : (double)cin_g * (direct ? (double)g->H * g->W : (double)g->plane) * 4;
+                                : (double)cin_g * pplane * 4;
     const int panel_major = wbytes > bbytes;
     /* Tiles per item: bfloat16 items are blocks of tiles (each panel's output rows written
      * MK_CONV_TILE_BLOCK tiles at a time, not one: 64 or 256 output channels of 32-pixel
