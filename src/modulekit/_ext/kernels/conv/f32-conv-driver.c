@@ -1,9 +1,10 @@
 /* float32 convolution driver: phase images, the kernel config table, tiling, OpenMP; the
- * bfloat16-compute implicit GEMM (mk_conv2d_bf16) runs the same schedule with packed tiles.
+ * bfloat16-compute implicit GEMM (mk_conv2d_bf16) runs the same schedule over bfloat16 pair
+ * rows (packed tiles or the pair image, conv.h).
  *
- * Work of one image = groups x pixel tiles x panel chunks, split statically over the threads
- * (each thread takes consecutive items: the same tile across its panels, so the tile's input
- * rows stay in L1/L2 while the packed panels stream from L2). */
+ * Work of one image = groups x blocks of pixel tiles x panel chunks, handed out dynamically
+ * (a block's tiles across a chunk's panels, so their input rows stay in L1/L2 while the
+ * packed panels stream from L2; see conv2d_igemm). */
 #include <string.h>
 
 #include "conv.h"
@@ -194,8 +195,8 @@ static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *se
     return ns;
 }
 
-/* The implicit GEMM of mk_conv2d_f32 (w16 == NULL) and mk_conv2d_bf16 (w16: the bfloat16 pair
- * panels; tiles: each image's packed tiles): one schedule for both computes. */
+/* The implicit GEMM of mk_conv2d_f32 (w16 == NULL) and mk_conv2d_bf16 (w16: path bf16's pair
+ * panels; tiles: the scratch of its packed tiles or pair image): one schedule for both. */
 static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int Cout,
                         const void *packed, int wtype, float *wide, int bf16,
                         const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
