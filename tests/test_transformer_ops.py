@@ -1,4 +1,4 @@
-"""The _ops kernels (LayerNorm, masked softmax, GELU, embedding gather) on every ISA path,
+"""The _ops kernels (LayerNorm, masked softmax, GELU, embedding gather, transpose) on every ISA path,
 against float64 NumPy references; validation before any kernel runs."""
 
 import math
@@ -311,3 +311,51 @@ def test_row_ops_follow_the_gemm_back_off():
         np.testing.assert_array_equal(_ops.layer_norm(q, 384), ln_want)
     finally:
         _gemm._reset_backoff()
+
+
+# ---- transpose_into: (B, R, C) -> (B, C, R)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 16, 16), (2, 17, 33), (1, 512, 200), (3, 1, 7),
+                                   (2, 40, 1), (1, 5, 0)])
+def test_transpose_into_every_block_and_edge(isa, dtype, shape):
+    x = RNG.standard_normal(shape).astype(dtype)
+    out = np.full((shape[0], shape[2], shape[1]), np.nan, dtype)
+    assert _ops.transpose_into(x, out) is out
+    np.testing.assert_array_equal(out, x.transpose(0, 2, 1))
+
+
+def test_transpose_into_strided_views(isa):
+    # a padded destination (the Conv1d GEMM's channels-last buffer) and a strided source
+    x = RNG.standard_normal((2, 48, 72)).astype(np.float32)
+    buf = np.zeros((2, 36 + 3, 48), np.float32)
+    _ops.transpose_into(x[:, :, ::2], buf[:, 1:37])
+    np.testing.assert_array_equal(buf[:, 1:37], x[:, :, ::2].transpose(0, 2, 1))
+    assert not buf[:, 0].any() and not buf[:, 37:].any()
+    src = RNG.standard_normal((3, 20, 32)).astype(np.float32)[::-1, 2:, 5:]
+    out = np.empty((3, 27, 18), np.float32)
+    np.testing.assert_array_equal(_ops.transpose_into(src, out), src.transpose(0, 2, 1))
+
+
+def test_transpose_into_refuses_bad_arguments():
+    x = np.zeros((1, 4, 5), np.float32)
+    with pytest.raises(ValueError, match="out must have shape"):
+        _ops.transpose_into(x, np.empty((1, 4, 5), np.float32))
+    with pytest.raises(TypeError, match="out must have src's dtype"):
+        _ops.transpose_into(x, np.empty((1, 5, 4), np.float64))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        _ops.transpose_into(x.astype(np.int32), np.empty((1, 5, 4), np.int32))
+    with pytest.raises(ValueError, match="must be 3-D"):
+        _ops.transpose_into(x[0], np.empty((5, 4), np.float32))
+    with pytest.raises(ValueError, match="contiguous last axis"):
+        _ops.transpose_into(x, np.empty((1, 5, 8), np.float32)[:, :, ::2])
+    ro = np.empty((1, 5, 4), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        _ops.transpose_into(x, ro)
+    sq = np.zeros((1, 4, 4), np.float32)
+    with pytest.raises(ValueError, match="must not overlap"):
+        _ops.transpose_into(sq, sq)
+    with pytest.raises(TypeError, match="non-native byte order"):
+        _ops.transpose_into(x.astype(">f4"), np.empty((1, 5, 4), np.float32))

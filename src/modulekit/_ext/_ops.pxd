@@ -21,6 +21,9 @@ cdef extern from "ops/ops.h" nogil:
                         ptrdiff_t sx0, ptrdiff_t sx1, ptrdiff_t sx2, const double *mask,
                         ptrdiff_t sm0, ptrdiff_t sm1, ptrdiff_t sm2, double scale,
                         int nthreads)
+    void mk_transpose(int isa, size_t esize, size_t batch, size_t rows, size_t cols,
+                      const void *src, ptrdiff_t sb, ptrdiff_t sr, void *dst, ptrdiff_t db,
+                      ptrdiff_t dr, int nthreads)
     ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows)
     void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
                    const void *table, void *out, size_t ldo, int accumulate, int nthreads)

@@ -43,6 +43,7 @@ def embedding_layer_norm(
     bias: np.ndarray,
     eps: float,
 ) -> np.ndarray | None: ...
+def transpose_into(src: np.ndarray, out: np.ndarray) -> np.ndarray: ...
 def attention(
     q: npt.ArrayLike,
     k: npt.ArrayLike,

@@ -12,6 +12,8 @@
   to float32), every index checked before anything is read.
 * :func:`embedding_layer_norm`: three float32 embedding rows summed and layer-normalised in one
   pass per row (BERT's embeddings).
+* :func:`transpose_into`: the last two axes of a 3-D array swapped into another array (layout
+  changes such as (N, C, L) -> (N, L, C)) in 16 x 16 blocks.
 
 Each function validates shapes, dtypes and strides in Python before the ``nogil`` kernel runs;
 float32 work dispatches on :func:`modulekit._ext._isa.get_isa`'s level, float64 work runs the
@@ -40,7 +42,7 @@ cnp.import_array()
 
 __all__ = [
     "ACTIVATIONS", "PARALLEL_THRESHOLD", "activation", "attention", "layer_norm", "softmax_",
-    "gelu", "embedding", "embedding_layer_norm",
+    "gelu", "embedding", "embedding_layer_norm", "transpose_into",
 ]
 
 # Below this many elements an op runs on the calling thread (a parallel region costs 1-15 us).
@@ -722,3 +724,75 @@ def attention(q, k, v, Py_ssize_t num_heads, mask=None, scale=None, bint need_we
     if rc != 0:
         raise MemoryError("attention: could not allocate the per-thread scratch buffers")
     return out, W
+
+
+cdef bint _unit_last_axis(a, Py_ssize_t isz):
+    """Every axis longer than one: its stride whole elements, the last axis's one element."""
+    for d in range(3):
+        if a.shape[d] > 1 and (a.strides[d] % isz or (d == 2 and a.strides[d] != isz)):
+            return False
+    return True
+
+
+cdef inline ptrdiff_t _stride(a, int d, Py_ssize_t isz):
+    """Axis ``d``'s stride in elements (0 for an axis of length one: never stepped)."""
+    return a.strides[d] // isz if a.shape[d] > 1 else 0
+
+
+def transpose_into(src, out):
+    """``out[b, j, i] = src[b, i, j]``: the last two axes of a 3-D array swapped into ``out``.
+
+    Parameters
+    ----------
+    src : ndarray
+        (B, R, C) float32 or float64, any strides (copied first unless its last axis is
+        contiguous and it is aligned).
+    out : ndarray
+        Writable (B, C, R) array of ``src``'s dtype whose last axis is contiguous (a view into a
+        larger buffer is fine, e.g. the unpadded rows of a padded (N, L + pad, C) buffer),
+        outside ``src``'s address range.
+
+    Returns
+    -------
+    ndarray
+        ``out``.
+    """
+    what = "transpose_into"
+    if not isinstance(src, np.ndarray) or not isinstance(out, np.ndarray):
+        raise TypeError(f"{what}: src and out must be NumPy arrays")
+    if src.ndim != 3 or out.ndim != 3:
+        raise ValueError(f"{what}: src and out must be 3-D, got {src.ndim}-D and {out.ndim}-D")
+    _check_native(src, what)
+    dt = src.dtype
+    if dt != _F32 and dt != _F64:
+        raise TypeError(f"{what}: src must be float32 or float64, got {dt}")
+    if out.dtype != dt:
+        raise TypeError(f"{what}: out must have src's dtype {dt}, got {out.dtype}")
+    cdef Py_ssize_t nb = src.shape[0], nr = src.shape[1], nc = src.shape[2]
+    if out.shape != (nb, nc, nr):
+        raise ValueError(f"{what}: out must have shape {(nb, nc, nr)} for src of shape "
+                         f"{src.shape}, got {out.shape}")
+    if not out.flags.writeable:
+        raise ValueError(f"{what}: out must be writable")
+    if src.size == 0:
+        return out
+    cdef Py_ssize_t isz = dt.itemsize
+    if not _unit_last_axis(out, isz):
+        raise ValueError(f"{what}: out must have a contiguous last axis and strides that are "
+                         f"whole elements, got strides {out.strides}")
+    check_aligned(out, f"{what}: out")
+    if np.may_share_memory(src, out):
+        raise ValueError(f"{what}: src and out must not overlap (their address ranges)")
+    if not _unit_last_axis(src, isz):
+        src = np.ascontiguousarray(src)
+    src = aligned(src)
+    cdef ptrdiff_t sb = _stride(src, 0, isz), sr = _stride(src, 1, isz)
+    cdef ptrdiff_t db = _stride(out, 0, isz), dr = _stride(out, 1, isz)
+    cdef const void *ps = cnp.PyArray_DATA(<cnp.ndarray>src)
+    cdef void *po = cnp.PyArray_DATA(<cnp.ndarray>out)
+    cdef int nt = _threads(src.size)
+    cdef int isa = <int>active_isa()
+    with nogil:
+        mk_transpose(isa, <size_t>isz, <size_t>nb, <size_t>nr, <size_t>nc, ps, sb, sr, po, db,
+                     dr, nt)
+    return out

@@ -10,21 +10,23 @@ typedef struct {
     mk_ln_row_f32 layernorm;
     mk_softmax_row_f32 softmax;
     void (*f16_widen)(size_t, const uint16_t *, float *, int);
+    /* 16 x 16 float32 block, or NULL: the scalar block loop */
+    void (*transpose16)(const float *, ptrdiff_t, float *, ptrdiff_t);
 } mk_ops_config;
 
 static const mk_ops_config ops_configs[MK_ISA_COUNT] = {
     [MK_ISA_GENERIC] = {mk_layernorm_row_f32_scalar, mk_softmax_row_f32_scalar,
-                        mk_f16_widen_scalar},
+                        mk_f16_widen_scalar, NULL},
 #if MK_X86
     [MK_ISA_AVX2] = {mk_layernorm_row_f32_avx2, mk_softmax_row_f32_avx2,
-                     mk_f16_widen_avx2},
+                     mk_f16_widen_avx2, NULL},
     [MK_ISA_AVX512] = {mk_layernorm_row_f32_avx512, mk_softmax_row_f32_avx512,
-                       mk_f16_widen_avx2},
+                       mk_f16_widen_avx2, mk_x32_transpose_16x16_avx512},
 #else /* never selected: mk_isa_detect() reports MK_ISA_GENERIC (see isa.h) */
     [MK_ISA_AVX2] = {mk_layernorm_row_f32_scalar, mk_softmax_row_f32_scalar,
-                     mk_f16_widen_scalar},
+                     mk_f16_widen_scalar, NULL},
     [MK_ISA_AVX512] = {mk_layernorm_row_f32_scalar, mk_softmax_row_f32_scalar,
-                       mk_f16_widen_scalar},
+                       mk_f16_widen_scalar, NULL},
 #endif
 };
 
@@ -60,6 +62,44 @@ void mk_softmax_f32(int isa, size_t na, size_t nb, size_t nc, size_t n, float *x
         ptrdiff_t a = r / (pb * pc), b = (r / pc) % pb, c = r % pc;
         row(n, x + a * sx0 + b * sx1 + c * sx2, mask ? mask + a * sm0 + b * sm1 + c * sm2 : NULL,
             scale);
+    }
+}
+
+/* dst[j * ld + i] = src[i * ls + j], i < r, j < c: the scalar block loop (stores in order) */
+#define MK_TRANSPOSE_BLOCK(T, NAME)                                                    \
+    static void NAME(size_t r, size_t c, const T *src, ptrdiff_t ls, T *dst, ptrdiff_t ld) \
+    {                                                                                  \
+        for (size_t j = 0; j < c; j++)                                                 \
+            for (size_t i = 0; i < r; i++) dst[(ptrdiff_t)j * ld + (ptrdiff_t)i] =      \
+                src[(ptrdiff_t)i * ls + (ptrdiff_t)j];                                  \
+    }
+MK_TRANSPOSE_BLOCK(float, transpose_block_f32)
+MK_TRANSPOSE_BLOCK(double, transpose_block_f64)
+
+void mk_transpose(int isa, size_t esize, size_t batch, size_t rows, size_t cols,
+                  const void *src, ptrdiff_t sb, ptrdiff_t sr, void *dst, ptrdiff_t db,
+                  ptrdiff_t dr, int nthreads)
+{
+    enum { B = 16 };
+    void (*const block)(const float *, ptrdiff_t, float *, ptrdiff_t) =
+        ops_config(isa)->transpose16;
+    const size_t ncb = (cols + B - 1) / B;
+    ptrdiff_t it, items = (ptrdiff_t)(batch * ncb);
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    for (it = 0; it < items; it++) {
+        const ptrdiff_t b = it / (ptrdiff_t)ncb, j0 = (it % (ptrdiff_t)ncb) * B;
+        const size_t nc = cols - (size_t)j0 < B ? cols - (size_t)j0 : B;
+        for (size_t i0 = 0; i0 < rows; i0 += B) {
+            const size_t nr = rows - i0 < B ? rows - i0 : B;
+            const ptrdiff_t s = b * sb + (ptrdiff_t)i0 * sr + j0;
+            const ptrdiff_t d = b * db + j0 * dr + (ptrdiff_t)i0;
+            if (esize == 8)
+                transpose_block_f64(nr, nc, (const double *)src + s, sr, (double *)dst + d, dr);
+            else if (block && nr == B && nc == B)
+                block((const float *)src + s, sr, (float *)dst + d, dr);
+            else
+                transpose_block_f32(nr, nc, (const float *)src + s, sr, (float *)dst + d, dr);
+        }
     }
 }
 

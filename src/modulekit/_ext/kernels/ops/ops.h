@@ -40,6 +40,9 @@ void mk_softmax_row_f32_avx512(size_t n, float *x, const float *mask, float scal
 void mk_f16_widen_scalar(size_t n, const uint16_t *src, float *dst, int accumulate);
 void mk_f16_widen_avx2(size_t n, const uint16_t *src, float *dst, int accumulate);
 
+/* One 16 x 16 float32 block: dst[j * ld + i] = src[i * ls + j] (strides in elements). */
+void mk_x32_transpose_16x16_avx512(const float *src, ptrdiff_t ls, float *dst, ptrdiff_t ld);
+
 /* ---- drivers (rows on up to nthreads threads; isa is an mk_isa level) ---------------------
  * Row r of x starts at x + r * ldx (elements); likewise res, y. */
 void mk_layernorm_f32(int isa, size_t rows, size_t n, const float *x, size_t ldx,
@@ -63,6 +66,16 @@ void mk_softmax_f64(size_t na, size_t nb, size_t nc, size_t n, double *x, ptrdif
  * ldo). Table element dtypes: MK_TABLE_F32, F16, BF16 into float32 out; F64 into float64 out.
  * Every ids[i] must be in [0, rows): mk_ids_first_bad checks that first. */
 enum { MK_TABLE_F32 = 0, MK_TABLE_F64 = 1, MK_TABLE_F16 = 2, MK_TABLE_BF16 = 3 };
+/* Batched transpose (layout changes such as (N, C, L) -> (N, L, C)):
+ * dst[b * db + j * dr + i] = src[b * sb + i * sr + j] for b < batch, i < rows, j < cols;
+ * float32 (esize 4) or float64 (esize 8) elements, strides in elements, unit stride along each
+ * row. Work items are (b, 16 source columns): each walks every row in 16 x 16 blocks, through
+ * the level's float32 block kernel (AVX-512) or a scalar block loop (other levels, float64,
+ * edges). */
+void mk_transpose(int isa, size_t esize, size_t batch, size_t rows, size_t cols,
+                  const void *src, ptrdiff_t sb, ptrdiff_t sr, void *dst, ptrdiff_t db,
+                  ptrdiff_t dr, int nthreads);
+
 ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows);
 void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
                const void *table, void *out, size_t ldo, int accumulate, int nthreads);
