@@ -1,5 +1,5 @@
-"""The _ops kernels (LayerNorm, masked softmax, GELU, embedding gather, transpose) on every ISA path,
-against float64 NumPy references; validation before any kernel runs."""
+"""The _ops kernels (LayerNorm, masked softmax, GELU, embedding gather, transpose) on every ISA
+path, against float64 NumPy references; validation before any kernel runs."""
 
 import math
 
