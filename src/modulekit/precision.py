@@ -15,8 +15,8 @@ What "medium" covers: ``nn.Linear`` (and so the layer chains, stacked projection
 compiled plans built from it), the GEMM engine's ``PackedLinear``, float32
 ``modulekit.matmul`` (its ``b`` rounded to bfloat16 per call), the convolutions (on AMX
 every one but the depthwise and fused inverted-residual ones; on AVX512-BF16 those that would
-run as an implicit GEMM, not Winograd; see docs/api.md) and, on the AVX512-BF16 path,
-attention's two matmuls (``q k^T`` and ``P v``; on AMX attention stays float32).
+run as an implicit GEMM, not Winograd; see docs/api.md) and attention's two matmuls
+(``q k^T`` and ``P v``, on both bfloat16 paths).
 float16 weights keep float32 compute (rounding them to bfloat16 would drop 3 of their
 bits); float64 computes in float64.
 

@@ -605,10 +605,9 @@ cdef object _attention_f32_fast(object q, object k, object v, Py_ssize_t num_hea
 
 
 cdef int _attention_bf16():
-    """1 when a float32 attention multiplies in bfloat16 now: the calling thread's float32
-    matmul precision is "medium" and the bfloat16 path is AVX512-BF16 (on the AMX path the
-    attention blocks stay float32, as the convolutions do)."""
-    return active_bf16() == 1 and _get_precision() == _PREC_MEDIUM
+    """The bfloat16 path a float32 attention multiplies on now (1: AVX512-BF16, 2: AMX), or 0:
+    the calling thread's float32 matmul precision is not "medium", or no bfloat16 path."""
+    return active_bf16() if _get_precision() == _PREC_MEDIUM else 0
 
 
 _PREC_MEDIUM = 2  # mk_precision: float32_matmul_precision("medium")

@@ -72,6 +72,8 @@ static const struct {
 #endif
 };
 
+static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
 static void *alloc64(size_t bytes)
 {
     void *p = NULL;
@@ -101,9 +103,24 @@ int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t 
     bf16 = 0;
 #endif
     if (isa != MK_ISA_AVX512) bf16 = 0;
-    /* bfloat16 pair words: Q_h, Kt (dp pair rows of ldk), P (lp words a row), V_h (lp x dv) */
+    /* bfloat16 pair words: Q_h (lq rows of dp words), Kt (dp pair rows of ldk words), P (lq
+     * rows of lp words), V_h (lp pair rows of dv words); on AMX zero-padded to whole tiles
+     * (bf16-attention-32x32-amx.c): rows to 32, words a row to 16 (A) or 32 (B), pair rows
+     * to 16. Word counts a row: wq, wkt, wp, wv; rows: rq (Q_h and P), rd, rl (pair rows). */
+    const int amx = bf16 == 2;
     const size_t dp = (d + 1) / 2, lp = (lk + 1) / 2;
-    const size_t words16 = bf16 ? dp * lq + dp * ldk + lp * lq + lp * dv : 0;
+    const size_t rq = amx ? round_up(lq, 32) : lq, rd = amx ? round_up(dp, 16) : dp;
+    const size_t rl = amx ? round_up(lp, 16) : lp;
+    const size_t wq = rd, wkt = amx ? round_up(ldk, 32) : ldk, wp = rl;
+    const size_t wv = amx ? round_up(dv, 32) : dv;
+    const size_t words16 = bf16 ? rq * wq + rd * wkt + rq * wp + rl * wv : 0;
+    void (*const dot)(size_t, size_t, size_t, const uint32_t *, size_t, const uint32_t *,
+                      size_t, float *, ptrdiff_t) =
+#if MK_X86
+        amx ? mk_attention_dot_bf16_amx : mk_attention_dot_bf16;
+#else
+        NULL;
+#endif
 
     #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
@@ -114,6 +131,10 @@ int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t 
         const int ok = kt != NULL && (bf16 ? q16 != NULL : vbuf != NULL) &&
                        (weights != NULL || sbuf != NULL);
         if (ok) memset(kt, 0, d * ldk * sizeof(float)); /* the padding columns stay zero */
+        if (ok && amx) memset(q16, 0, words16 * sizeof(uint32_t)); /* so do the tiles' */
+#if MK_X86
+        if (ok && amx) mk_attention_amx_begin();
+#endif
         ptrdiff_t t;
         #pragma omp for schedule(dynamic)
         for (t = 0; t < tasks; t++) {
@@ -132,10 +153,10 @@ int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t 
             const float *mrow = mask ? mask + (ptrdiff_t)b * msb + (ptrdiff_t)h * msh : NULL;
             if (bf16) { /* (x86 only: bf16 is 0 elsewhere) */
 #if MK_X86
-                uint32_t *kt16 = q16 + dp * lq; /* pair words: Q_h, then Kt (see ops.h) */
-                mk_attention_bf16_rows(lq, d, qh, qsr, q16, dp);
-                mk_attention_bf16_pairs(d, ldk, kt, (ptrdiff_t)ldk, kt16, ldk);
-                mk_attention_dot_bf16(lq, lk, dp, q16, dp, kt16, ldk, s, (ptrdiff_t)lk);
+                uint32_t *kt16 = q16 + rq * wq; /* pair words: Q_h, then Kt (see above) */
+                mk_attention_bf16_rows(lq, d, qh, qsr, q16, wq);
+                mk_attention_bf16_pairs(d, ldk, kt, (ptrdiff_t)ldk, kt16, wkt);
+                dot(lq, lk, rd, q16, wq, kt16, wkt, s, (ptrdiff_t)lk);
 #endif
             } else {
                 for (size_t j = 0; j < lk; j++) /* V_h rows, contiguous */
@@ -146,15 +167,18 @@ int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t 
                 softmax(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, 1.0f);
             if (bf16) {
 #if MK_X86
-                uint32_t *p16 = q16 + dp * (lq + ldk), *v16 = p16 + lp * lq; /* P, V_h */
-                mk_attention_bf16_rows(lq, lk, s, (ptrdiff_t)lk, p16, lp);
-                mk_attention_bf16_pairs(lk, dv, vh, vsr, v16, dv);
-                mk_attention_dot_bf16(lq, dv, lp, p16, lp, v16, dv, oh, osr);
+                uint32_t *p16 = q16 + rq * wq + rd * wkt, *v16 = p16 + rq * wp; /* P, V_h */
+                mk_attention_bf16_rows(lq, lk, s, (ptrdiff_t)lk, p16, wp);
+                mk_attention_bf16_pairs(lk, dv, vh, vsr, v16, wv);
+                dot(lq, dv, rl, p16, wp, v16, wv, oh, osr);
 #endif
             } else {
                 pv(lq, lk, dv, s, lk, vbuf, (ptrdiff_t)dv, oh, osr);
             }
         }
+#if MK_X86
+        if (ok && amx) mk_attention_amx_end();
+#endif
         free(kt);
         free(vbuf);
         free(sbuf);

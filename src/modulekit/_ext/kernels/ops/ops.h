@@ -102,9 +102,10 @@ mk_softmax_row_f32 mk_ops_softmax_row(int isa);
  *   additive mask row (b, h, i) at mask + b*msb + h*msh + i*msr (lk values; NULL: none;
  *   stride 0 broadcasts); weights (NULL, or nb x nh x lq x lk contiguous) receives the
  *   probabilities. Tasks (b, h) run on up to nthreads threads, each holding one head's
- *   scores at a time. bf16 (isa AVX512 on a CPU with AVX512-BF16 only; the caller checks):
- *   both matmuls multiply bfloat16 roundings of Q, scale K, the float32 softmax P and V with
- *   float32 accumulation (float32_matmul_precision "medium"; weights still get the float32 P).
+ *   scores at a time. bf16 (isa AVX512 only; 1: AVX512-BF16, 2: AMX-BF16 with the tile state
+ *   granted; the caller checks): both matmuls multiply bfloat16 roundings of Q, scale K, the
+ *   float32 softmax P and V with float32 accumulation (float32_matmul_precision "medium";
+ *   weights still get the float32 P).
  *   Returns 0, or -1 when a scratch buffer could not be allocated. */
 void mk_attention_qk_f32_avx512(size_t lq, size_t lk, size_t d, const float *q, ptrdiff_t qsr,
                                 const float *kt, size_t ldk, float *s, size_t lds);
@@ -121,6 +122,15 @@ void mk_attention_bf16_pairs(size_t rows, size_t cols, const float *x, ptrdiff_t
                              uint32_t *dst, size_t ldd);
 void mk_attention_dot_bf16(size_t rows, size_t cols, size_t np, const uint32_t *a, size_t lda,
                            const uint32_t *b, size_t ldb, float *c, ptrdiff_t csr);
+/* The same product on AMX tiles (bf16-attention-32x32-amx.c): A zero-padded to a multiple of
+ * 32 rows and np (a multiple of 16) words a row, B to np pair rows and a multiple of 32
+ * columns; between mk_attention_amx_begin (loads the tile configuration) and
+ * mk_attention_amx_end (releases the tiles) on the calling thread. */
+void mk_attention_dot_bf16_amx(size_t rows, size_t cols, size_t np, const uint32_t *a,
+                               size_t lda, const uint32_t *b, size_t ldb, float *c,
+                               ptrdiff_t csr);
+void mk_attention_amx_begin(void);
+void mk_attention_amx_end(void);
 int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t lk, size_t d,
                      size_t dv,
                      const float *q, ptrdiff_t qsb, ptrdiff_t qsr, const float *k, ptrdiff_t ksb,
