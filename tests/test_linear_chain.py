@@ -317,41 +317,6 @@ def test_sequential_partial_chains():
     np.testing.assert_array_equal(scaled(x), _unfused(scaled, x) * 2)
 
 
-def test_contention_backoff(threads):
-    """Calls that waited for their team longer than they worked (a thread descheduled by
-    another process) make threaded GEMMs run serially for a while; results are unchanged."""
-    _gemm._reset_backoff()
-    try:
-        _gemm._record_parallel_call(5_000, 1_000)  # clean
-        _gemm._record_parallel_call(5_000, 900_000)  # one strike: not yet
-        assert not _gemm._backing_off()
-        _gemm._record_parallel_call(5_000, 5_000)  # a clean call resets the strikes
-        _gemm._record_parallel_call(5_000, 900_000)
-        assert not _gemm._backing_off()
-        _gemm._record_parallel_call(5_000, 900_000)  # two in a row: back off
-        assert _gemm._backing_off()
-        _gemm._record_parallel_call(5_000, 10_000)  # short waits (< 20 us) never count
-        _gemm._reset_backoff()
-        _gemm._record_parallel_call(1_000, 15_000)
-        _gemm._record_parallel_call(1_000, 15_000)
-        assert not _gemm._backing_off()
-        # while backing off, chains and Linears compute the same on the calling thread
-        _gemm._record_parallel_call(5_000, 900_000)
-        _gemm._record_parallel_call(5_000, 900_000)
-        assert _gemm._backing_off()
-        rng = np.random.default_rng(14)
-        packs = _packs(rng, (300, 300, 9))
-        chain = _gemm.linear_chain(packs, ["relu", "none"])
-        x = rng.standard_normal((2, 300)).astype(np.float32)
-        threads(2)
-        y = chain(x)
-        _gemm._reset_backoff()
-        np.testing.assert_array_equal(chain(x), y)
-        np.testing.assert_array_equal(_per_layer(packs, ["relu", "none"], x), y)
-    finally:
-        _gemm._reset_backoff()
-
-
 def test_sequential_instance_forward_respected():
     model = _mlp(6, 8, 3).initialize()
     x = np.ones((2, 6), np.float32)

@@ -387,31 +387,6 @@ def test_resample_kernels_threads_agree(rng):
     assert a.size > _resample.PARALLEL_THRESHOLD
 
 
-def test_resample_kernels_report_team_waits(rng, monkeypatch):
-    """A threaded call reports (worked, waited) nanoseconds to the GEMM engine's contention
-    back-off, so a loaded machine sends these kernels to one thread too."""
-    from modulekit._ext import _gemm
-
-    calls = []
-    monkeypatch.setattr(_resample, "_gemm_record_parallel_call",
-                        lambda worked, waited: calls.append((worked, waited)))
-    before = modulekit.get_num_threads()
-    try:
-        modulekit.set_num_threads(2)
-        _gemm._reset_backoff()
-        x = rng.standard_normal((2, 8, 64, 64)).astype(np.float32)
-        F.interpolate(x, scale_factor=2, mode="bilinear")
-        F.interpolate(x, scale_factor=2, mode="nearest")
-        F.interpolate(x, scale_factor=2, mode="bicubic")
-    finally:
-        modulekit.set_num_threads(before)
-        _gemm._reset_backoff()
-    if modulekit.get_num_threads() < 2 and not calls:
-        pytest.skip("one thread only here")
-    assert len(calls) >= 3
-    assert all(worked >= 0 and waited >= 0 for worked, waited in calls)
-
-
 def test_resample_kernels_validate_taps():
     x = np.zeros((1, 1, 4, 4), np.float32)
     idx, w = np.array([0, 4]), np.ones(2, np.float32)

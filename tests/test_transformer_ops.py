@@ -294,25 +294,6 @@ def test_attention_fast_path_equals_general_path(isa, B, H, Lq, Lk, d):
     assert _ops.attention(q.astype(np.float64), k, v, H)[0].dtype == np.float64
 
 
-def test_row_ops_follow_the_gemm_back_off():
-    """While the GEMMs back off after contention the row ops run on the calling thread:
-    same results."""
-    from modulekit._ext import _gemm
-
-    q = RNG.standard_normal((4, 128, 384)).astype(np.float32)
-    want, _ = _ops.attention(q, q, q, 12)
-    ln_want = _ops.layer_norm(q, 384)
-    _gemm._reset_backoff()
-    try:
-        for _ in range(2):
-            _gemm._record_parallel_call(1000, 10_000_000)
-        assert _gemm._backing_off()
-        np.testing.assert_array_equal(_ops.attention(q, q, q, 12)[0], want)
-        np.testing.assert_array_equal(_ops.layer_norm(q, 384), ln_want)
-    finally:
-        _gemm._reset_backoff()
-
-
 # ---- transpose_into: (B, R, C) -> (B, C, R)
 
 

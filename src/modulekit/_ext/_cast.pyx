@@ -14,11 +14,13 @@ from libc.stdint cimport uintptr_t
 
 from modulekit._ext._align cimport aligned
 from modulekit._ext._isa cimport active_isa, mk_isa
-from modulekit._ext._openmp_helpers cimport effective_threads
+from modulekit._ext._openmp_helpers cimport bind_team, effective_threads
 
 import numpy as np
 
 from modulekit.dtypes import as_dtype as _as_dtype, bfloat16_numpy, is_bfloat16
+
+_TEAM = bind_team()  # the kernels' contention back-off: the process's state
 
 cnp.import_array()
 

@@ -29,7 +29,7 @@ from modulekit._ext._act cimport (MK_ACT_GELU_ERF, MK_ACT_GELU_TANH, MK_ACT_HARD
                                    MK_ACT_SILU, MK_ACT_TANH)
 from modulekit._ext._align cimport aligned
 from modulekit._ext._isa cimport MK_ISA_AVX512, active_bf16, active_isa
-from modulekit._ext._openmp_helpers cimport effective_threads
+from modulekit._ext._openmp_helpers cimport bind_team, effective_threads
 
 import threading
 
@@ -38,6 +38,8 @@ import numpy as np
 from modulekit import _shared
 from modulekit._ext._gemm import _get_precision, _winograd_engine_capsule
 from modulekit.dtypes import bfloat16_numpy, is_bfloat16
+
+_TEAM = bind_team()  # the kernels' contention back-off: the process's state
 
 cnp.import_array()
 

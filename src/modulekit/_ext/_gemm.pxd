@@ -73,10 +73,6 @@ cdef extern from "gemm/gemm.h" nogil:
         size_t n, k
         const void *packed
         mk_epilogue ep
-    long long mk_gemm_now_ns()
-    int mk_gemm_backing_off(long long *now)
-    void mk_gemm_contention_account(long long start, long long end, long long waited)
-    void mk_gemm_backoff_reset()
     int mk_gemm_set_rowdirect(int on)
     ctypedef void (*mk_gemm_step_fn)(void *ctx, size_t s, size_t m, size_t u0, size_t u1,
                                      const void *prev, void *next) noexcept nogil

@@ -26,7 +26,9 @@ from modulekit._ext._act cimport (MK_ACT_CLAMP, MK_ACT_GELU_ERF, MK_ACT_GELU_TAN
                                    MK_ACT_SILU, MK_ACT_TANH)
 from modulekit._ext._align cimport aligned, check_aligned
 from modulekit._ext._isa cimport active_bf16, active_isa
-from modulekit._ext._openmp_helpers cimport effective_threads, omp_get_thread_num
+from modulekit._ext._openmp_helpers cimport bind_team, effective_threads, omp_get_thread_num
+
+_TEAM = bind_team()  # the kernels' contention back-off: the process's state
 
 cnp.import_array()
 
@@ -1114,17 +1116,6 @@ def _winograd_engine_capsule():
     return PyCapsule_New(<void *>&mk_gemm_wino_api, b"modulekit._ext._gemm.wino_eng_api", NULL)
 
 
-def _backing_off():
-    """True while threaded GEMMs run serially after contention (see gemm.h; for tests)."""
-    cdef long long now
-    return bool(mk_gemm_backing_off(&now))
-
-
-def _reset_backoff():
-    """Forget the contention back-off state (for tests and benchmarks)."""
-    mk_gemm_backoff_reset()
-
-
 def _set_rowdirect(bint on):
     """Run problems of more than 8 rows with a unit-stride input on the row-direct kernels
     (``True``, the default) or pack the input (``False``); returns the previous setting.
@@ -1132,12 +1123,6 @@ def _set_rowdirect(bint on):
     Both paths give bit-identical results (for tests and benchmarks).
     """
     return bool(mk_gemm_set_rowdirect(on))
-
-
-def _record_parallel_call(long long worked_ns, long long waited_ns):
-    """Record a parallel call that worked and waited this long, ending now (for tests)."""
-    cdef long long end = mk_gemm_now_ns()
-    mk_gemm_contention_account(end - worked_ns - waited_ns, end, waited_ns)
 
 
 def warm_threads():

@@ -5,14 +5,13 @@ one group per channel).
 float32 work dispatches on :func:`modulekit._ext._isa.get_isa`'s level through the config table
 of ``kernels/norm/norm-config.c`` (:func:`kernel_name` says which variant runs); float64 work
 runs the portable C path. Groups are spread over ``modulekit.get_num_threads()`` OpenMP threads
-when the input holds at least ``PARALLEL_THRESHOLD`` elements (one thread while the GEMMs back
-off after contention, as the other ops do).
+when the input holds at least ``PARALLEL_THRESHOLD`` elements (one thread while the contention
+back-off of kernels/common/team.h holds, as for every kernel family).
 """
 
 cimport numpy as cnp
 import numpy as np
 
-from modulekit._ext._gemm import _backing_off as _gemm_backing_off
 from modulekit._ext._align cimport aligned
 from modulekit._ext._isa cimport active_isa
 from modulekit._ext._norm cimport (
@@ -22,8 +21,10 @@ from modulekit._ext._norm cimport (
     mk_norm_set_streaming_min_bytes,
     mk_norm_streaming_min_bytes,
 )
-from modulekit._ext._openmp_helpers cimport effective_threads
+from modulekit._ext._openmp_helpers cimport bind_team, effective_threads
 from modulekit.dtypes import is_bfloat16
+
+_TEAM = bind_team()  # the kernels' contention back-off: the process's state
 
 cnp.import_array()
 
@@ -41,10 +42,7 @@ _F64 = np.dtype(np.float64)
 cdef int _threads(Py_ssize_t work, Py_ssize_t items) except -1:
     if work < PARALLEL_THRESHOLD or items < 2:
         return 1
-    cdef int nt = effective_threads()
-    if nt > 1 and _gemm_backing_off():
-        return 1
-    return nt
+    return effective_threads()
 
 
 def kernel_name():

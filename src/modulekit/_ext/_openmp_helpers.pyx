@@ -1,4 +1,4 @@
-"""OpenMP guard and modulekit's thread count.
+"""OpenMP guard, modulekit's thread count and the contention back-off's state.
 
 modulekit keeps its own thread count and passes it to every parallel region explicitly, so
 ``modulekit.set_num_threads``, ``OMP_NUM_THREADS`` and ``threadpoolctl.threadpool_limits`` all
@@ -38,6 +38,40 @@ cdef int effective_threads() noexcept nogil:
     if n > 1:
         _team_maybe_started = 1    # the caller may now start a team of n threads
     return n
+
+
+cdef mk_team_state *team_state() noexcept nogil:
+    return mk_team_current()
+
+
+_TEAM = bind_team()
+
+
+def _team_address():
+    """The address of the process's contention back-off state (see ``bind_team``)."""
+    return <size_t>team_state()
+
+
+def _team_regions():
+    """How many parallel regions the back-off has recorded (for tests)."""
+    return team_state().regions
+
+
+def _backing_off():
+    """True while every parallel region runs on the calling thread after contention
+    (kernels/common/team.h; for tests)."""
+    return bool(mk_team_backing_off())
+
+
+def _reset_backoff():
+    """Forget the contention back-off state (for tests and benchmarks)."""
+    mk_team_reset()
+
+
+def _record_parallel_call(long long worked_ns, long long waited_ns):
+    """Record a parallel region that worked and waited this long, ending now (for tests)."""
+    cdef long long end = mk_now_ns()
+    mk_team_record(end - worked_ns - waited_ns, end, waited_ns)
 
 
 def openmp_enabled():

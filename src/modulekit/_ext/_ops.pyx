@@ -18,8 +18,8 @@
 Each function validates shapes, dtypes and strides in Python before the ``nogil`` kernel runs;
 float32 work dispatches on :func:`modulekit._ext._isa.get_isa`'s level, float64 work runs the
 portable C path. Work above ``PARALLEL_THRESHOLD`` elements runs on
-``modulekit.get_num_threads()`` OpenMP threads, or on the calling thread while the GEMMs
-back off after contention.
+``modulekit.get_num_threads()`` OpenMP threads, or on the calling thread while the contention
+back-off of every parallel region holds (kernels/common/team.h).
 """
 
 cimport numpy as cnp
@@ -27,7 +27,6 @@ import numpy as np
 from libc.math cimport sqrt
 from libc.stdint cimport int64_t
 
-from modulekit._ext._gemm import _backing_off as _gemm_backing_off
 from modulekit._ext._gemm import _get_precision
 from modulekit._ext._act cimport (MK_ACT_CLAMP, MK_ACT_GELU_ERF, MK_ACT_GELU_TANH,
                                    MK_ACT_HARDSWISH, MK_ACT_NONE, MK_ACT_RELU, MK_ACT_RELU6,
@@ -35,8 +34,10 @@ from modulekit._ext._act cimport (MK_ACT_CLAMP, MK_ACT_GELU_ERF, MK_ACT_GELU_TAN
                                    mk_act_f64)
 from modulekit._ext._align cimport aligned, check_aligned
 from modulekit._ext._isa cimport active_bf16, active_isa
-from modulekit._ext._openmp_helpers cimport effective_threads
+from modulekit._ext._openmp_helpers cimport bind_team, effective_threads
 from modulekit.dtypes import is_bfloat16
+
+_TEAM = bind_team()  # the kernels' contention back-off: the process's state
 
 cnp.import_array()
 
@@ -55,15 +56,12 @@ _I64 = np.dtype(np.int64)
 
 
 cdef inline int _threads(Py_ssize_t work) except -1:
-    """Threads for an op of ``work`` elements: one below PARALLEL_THRESHOLD, and one while the
-    GEMMs back off after contention (a descheduled worker would hold every barrier up to a
-    time slice; see ``_gemm._backing_off``), else ``effective_threads()``."""
+    """Threads for an op of ``work`` elements: one below PARALLEL_THRESHOLD, else
+    ``effective_threads()`` (the kernels' regions go serial on their own while the contention
+    back-off holds: kernels/common/team.h)."""
     if work < PARALLEL_THRESHOLD:
         return 1
-    cdef int nt = effective_threads()
-    if nt > 1 and _gemm_backing_off():
-        return 1
-    return nt
+    return effective_threads()
 
 
 cdef int _check_native(object arr, str what) except -1:

@@ -17,7 +17,9 @@ from libc.stdlib cimport free
 from modulekit._ext._act cimport (MK_ACT_GELU_ERF, MK_ACT_GELU_TANH, MK_ACT_HARDSWISH,
                                    MK_ACT_NONE, MK_ACT_SIGMOID, MK_ACT_SILU, MK_ACT_TANH)
 from modulekit._ext._isa cimport active_bf16, active_isa
-from modulekit._ext._openmp_helpers cimport effective_threads
+from modulekit._ext._openmp_helpers cimport bind_team, effective_threads
+
+_TEAM = bind_team()  # the kernels' contention back-off: the process's state
 
 cnp.import_array()
 

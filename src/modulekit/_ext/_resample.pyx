@@ -13,9 +13,8 @@ here before the ``nogil`` kernel runs, and a non-contiguous or misaligned array 
 (``_align.aligned``); float32 work dispatches on
 :func:`modulekit._ext._isa.get_isa`'s level. Work above ``PARALLEL_THRESHOLD`` output elements
 runs on ``modulekit.get_num_threads()`` OpenMP threads, taking chunks of rows from a shared
-counter; a threaded call reports how long the calling thread waited for its team to the GEMM
-engine's contention back-off (docs/design.md, Threads), whose serial windows these kernels
-follow too.
+counter; each threaded call takes part in the contention back-off of every kernel family
+(kernels/common/team.h, docs/design.md, Threads).
 """
 
 cimport numpy as cnp
@@ -23,10 +22,10 @@ import numpy as np
 from libc.stdint cimport int32_t
 
 from modulekit._ext._align cimport aligned
-from modulekit._ext._gemm import _backing_off as _gemm_backing_off
-from modulekit._ext._gemm import _record_parallel_call as _gemm_record_parallel_call
 from modulekit._ext._isa cimport active_isa
-from modulekit._ext._openmp_helpers cimport effective_threads
+from modulekit._ext._openmp_helpers cimport bind_team, effective_threads
+
+_TEAM = bind_team()  # the kernels' contention back-off: the process's state
 
 cnp.import_array()
 
@@ -44,28 +43,19 @@ cdef extern from "resample/resample.h" nogil:
                           const float *x, float *y, const int32_t *ys0, const int32_t *ys1,
                           const float *wy0, const float *wy1, const int32_t *xs0,
                           const int32_t *xs1, const float *wx0, const float *wx1,
-                          int nthreads, long long *acct)
+                          int nthreads)
     void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
                           const float *x, float *y, const int32_t *ys, const int32_t *xs,
-                          int nthreads, long long *acct)
+                          int nthreads)
     void mk_f32_taps_axis(int isa, size_t outer, size_t len, size_t inner, size_t out_len,
                           size_t ntaps, const float *x, float *y, const int32_t *idx,
-                          const float *w, int nthreads, long long *acct)
+                          const float *w, int nthreads)
 
 
 cdef inline int _threads(Py_ssize_t work) except -1:
     if work < PARALLEL_THRESHOLD:
         return 1
-    cdef int nt = effective_threads()
-    if nt > 1 and _gemm_backing_off():
-        return 1
-    return nt
-
-
-cdef inline void _account(int nt, long long *acct) except *:
-    """Report a threaded call's (worked, waited) nanoseconds to the contention back-off."""
-    if nt > 1:
-        _gemm_record_parallel_call(acct[0], acct[1])
+    return effective_threads()
 
 
 cdef cnp.ndarray _input(object x, str what):
@@ -120,7 +110,6 @@ def bilinear2d(x, ys0, ys1, wy0, wy1, xs0, xs1, wx0, wx1):
     cdef int nt = _threads(Y.size)
     cdef int isa = <int>active_isa()
     cdef int rc
-    cdef long long acct[2]
     with nogil:
         rc = mk_f32_bilinear2d(
             isa, n * c, ih, iw, oh, ow, <const float *>cnp.PyArray_DATA(X),
@@ -128,10 +117,9 @@ def bilinear2d(x, ys0, ys1, wy0, wy1, xs0, xs1, wx0, wx1):
             <const int32_t *>cnp.PyArray_DATA(Ys1), <const float *>cnp.PyArray_DATA(Wy0),
             <const float *>cnp.PyArray_DATA(Wy1), <const int32_t *>cnp.PyArray_DATA(Xs0),
             <const int32_t *>cnp.PyArray_DATA(Xs1), <const float *>cnp.PyArray_DATA(Wx0),
-            <const float *>cnp.PyArray_DATA(Wx1), nt, acct)
+            <const float *>cnp.PyArray_DATA(Wx1), nt)
     if rc != 0:
         raise MemoryError("bilinear2d: could not allocate the threads' row caches")
-    _account(nt, acct)
     return Y
 
 
@@ -148,12 +136,10 @@ def nearest2d(x, ys, xs):
         return Y
     cdef int nt = _threads(Y.size)
     cdef int isa = <int>active_isa()
-    cdef long long acct[2]
     with nogil:
         mk_f32_nearest2d(isa, n * c, ih, iw, oh, ow, <const float *>cnp.PyArray_DATA(X),
                          <float *>cnp.PyArray_DATA(Y), <const int32_t *>cnp.PyArray_DATA(Ys),
-                         <const int32_t *>cnp.PyArray_DATA(Xs), nt, acct)
-    _account(nt, acct)
+                         <const int32_t *>cnp.PyArray_DATA(Xs), nt)
     return Y
 
 
@@ -202,11 +188,9 @@ def taps_axis(x, int axis, idx, w=None):
         return Y
     cdef int nt = _threads(Y.size * ntaps)
     cdef int isa = <int>active_isa()
-    cdef long long acct[2]
     with nogil:
         mk_f32_taps_axis(isa, outer, length, inner, out_len, ntaps,
                          <const float *>cnp.PyArray_DATA(X), <float *>cnp.PyArray_DATA(Y),
                          <const int32_t *>cnp.PyArray_DATA(It),
-                         <const float *>cnp.PyArray_DATA(Wt), nt, acct)
-    _account(nt, acct)
+                         <const float *>cnp.PyArray_DATA(Wt), nt)
     return Y

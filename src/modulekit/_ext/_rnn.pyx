@@ -21,7 +21,9 @@ import numpy as np
 from modulekit._ext._align cimport check_aligned
 from modulekit._ext._gemm cimport PackedLinear, make_epilogue, mk_epilogue, mk_gemm_recurrence
 from modulekit._ext._isa cimport active_isa
-from modulekit._ext._openmp_helpers cimport effective_threads
+from modulekit._ext._openmp_helpers cimport bind_team, effective_threads
+
+_TEAM = bind_team()  # the kernels' contention back-off: the process's state
 
 cnp.import_array()
 

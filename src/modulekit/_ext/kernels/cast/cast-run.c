@@ -3,6 +3,7 @@
  * elements narrower) runs in rounds so that no thread overwrites source elements another
  * thread has not read yet. Without OpenMP (mk_omp.h) the regions run once, serially. */
 #include "cast.h"
+#include "common/team.h"
 #include "mk_omp.h"
 
 /* Chunk boundaries are multiples of this many elements (whole cache lines of output). */
@@ -47,14 +48,16 @@ int mk_cast_run(const void* src, int src_code, void* dst, int dst_code, size_t n
     if (s != (const char*)d || ds == ss) {
         /* Disjoint buffers, or same-size elements in place: every thread writes exactly the
          * bytes it reads, so a plain static split is safe. */
-#ifdef _OPENMP
-        #pragma omp parallel num_threads(nthreads)
-#endif
+        mk_team_clock clk;
+        nthreads = mk_team_begin(nthreads, &clk);
+        #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
         {
             size_t lo, hi;
             mk_cast_slice(0, n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
             if (hi > lo) ukernel(hi - lo, s + lo * ss, d + lo * ds);
+            MK_TEAM_DONE(&clk);
         }
+        mk_team_end(&clk);
         return 0;
     }
 
@@ -68,9 +71,9 @@ int mk_cast_run(const void* src, int src_code, void* dst, int dst_code, size_t n
     if (first > n) first = n;
     ukernel(first, s, d);
     if (first == n) return 0;
-#ifdef _OPENMP
-    #pragma omp parallel num_threads(nthreads)
-#endif
+    mk_team_clock clk;
+    nthreads = mk_team_begin(nthreads, &clk);
+    #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         const int t = omp_get_thread_num(), nt = omp_get_num_threads();
         size_t a = first;
@@ -79,11 +82,11 @@ int mk_cast_run(const void* src, int src_code, void* dst, int dst_code, size_t n
             size_t lo, hi;
             mk_cast_slice(a, b, t, nt, &lo, &hi);
             if (hi > lo) ukernel(hi - lo, s + lo * ss, d + lo * ds);
-#ifdef _OPENMP
-            #pragma omp barrier
-#endif
+            MK_TEAM_BARRIER(&clk);
             a = b;
         }
+        MK_TEAM_DONE(&clk);
     }
+    mk_team_end(&clk);
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "conv.h"
+#include "common/team.h"
 #include "mk_omp.h"
 #include "isa.h"
 
@@ -302,7 +303,7 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
         const size_t total = panel * (size_t)npg * groups;
         const size_t chunk = 1 << 14;
         const size_t nch = (total + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) num_threads(nthreads)
+        MK_TEAM_FOR(nthreads, 1)
         for (size_t i = 0; i < nch; i++) {
             const size_t lo = i * chunk, n = total - lo < chunk ? total - lo : chunk;
             if (wtype == MK_W_F16)
@@ -310,6 +311,7 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
             else
                 mk_widen_bf16_f32((const uint16_t *)packed + lo, wide + lo, n, isa);
         }
+        MK_TEAM_FOR_END
         wp = wide;
     }
 
@@ -330,7 +332,9 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
         memset(tiles + pair_planes * pplane, 0, (2 * (size_t)g->Wq + 96) * sizeof *tiles);
     }
 
-#pragma omp parallel num_threads(nthreads)
+    mk_team_clock clk;
+    nthreads = mk_team_begin(nthreads, &clk);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         mk_seg segs[MK_CONV_TILE_BLOCK][MK_MAX_SEGS];
         ptrdiff_t packed_key = -1; /* the tile in this thread's bfloat16 buffer */
@@ -338,18 +342,18 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
         for (int n = 0; n < g->N; n++) {
             const float *bimg = direct ? x + n * g->sn : phase;
             if (!direct && !image) {
-#pragma omp for schedule(dynamic, 4)
+#pragma omp for schedule(dynamic, 4) nowait
                 for (int it = 0; it < phase_items; it++) {
                     const int c = it / phase_parts, part = it % phase_parts;
                     phase_channel_rows(g, x + n * g->sn + c * g->sc, phase + c * g->plane, 0.0f,
                                        g->Hq * part / phase_parts,
                                        g->Hq * (part + 1) / phase_parts, isa);
                 }
-                /* implicit barrier: the phase image is complete */
+                MK_TEAM_BARRIER(&clk); /* the phase image is complete */
             }
             if (image) { /* the pair image: channels 2p, 2p + 1 of each group */
                 const ptrdiff_t cs = direct ? g->sc : g->plane;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
                 for (ptrdiff_t it = 0; it < pair_planes; it++) {
                     const int grp = (int)(it / kpt), c0 = 2 * (int)(it % kpt);
                     if (c0 >= cin_g) continue; /* zero */
@@ -361,8 +365,9 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                     const float *lo = bimg + (ptrdiff_t)c * cs;
                     c16.pairs(lo, two ? lo + cs : NULL, (size_t)pplane, tiles + it * pplane);
                 }
+                MK_TEAM_BARRIER(&clk);
             } else if (w16 && panel_major) { /* every tile's bfloat16 pairs, once per image */
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
                 for (int it = 0; it < groups * ntiles; it++) {
                     const int grp = it / ntiles, tile = it % ntiles;
                     const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
@@ -370,10 +375,11 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                     c16.pack(K, kpt, bimg + grp * gstride + q0, koff, nl, cfg.nr,
                              tiles + (size_t)it * tile_words);
                 }
+                MK_TEAM_BARRIER(&clk);
             }
             float *oimg = out + (ptrdiff_t)n * Cout * ohw;
             const float *rimg = res ? res + (ptrdiff_t)n * Cout * ohw : NULL;
-#pragma omp for schedule(dynamic, grain)
+#pragma omp for schedule(dynamic, grain) nowait
             for (int it = 0; it < items; it++) {
                 int chunk, blk;
                 const int grp = it / (nchunks * nblocks), rem = it % (nchunks * nblocks);
@@ -429,10 +435,12 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                            c, ohw, r, (const mk_seg(*)[MK_MAX_SEGS])segs, ns, act);
                 }
             }
-            /* implicit barrier before the next image overwrites the phase image */
+            MK_TEAM_BARRIER(&clk); /* before the next image overwrites the phase image */
         }
         if (c16.end) c16.end();
+        MK_TEAM_DONE(&clk);
     }
+    mk_team_end(&clk);
     return 0;
 }
 
@@ -598,7 +606,9 @@ int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
 
     fill_koff(&gb, g->C, 0, koff); /* offsets into the band buffer, the same for every band */
 
-#pragma omp parallel num_threads(nthreads)
+    mk_team_clock clk;
+    nthreads = mk_team_begin(nthreads, &clk);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
         float *phase = scratch + (ptrdiff_t)tid * per;
@@ -678,6 +688,8 @@ int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
 #endif
             }
         }
+        MK_TEAM_DONE(&clk);
     }
+    mk_team_end(&clk);
     return 0;
 }

@@ -15,6 +15,7 @@
 
 #include "conv.h"
 #include "isa.h"
+#include "common/team.h"
 #include "mk_omp.h"
 #include "conv-simd.h"
 
@@ -82,11 +83,12 @@ int mk_conv2d_im2col_f32(const mk_conv_geom *g, const float *x, int Cout, const 
     if ((double)K * HW < 16384) nt = 1; /* the copy alone is too small to split */
     for (int n = 0; n < g->N; n++) {
         const float *xn = x + n * g->sn;
-#pragma omp parallel for schedule(static) num_threads(nt)
+        MK_TEAM_FOR(nt, 1)
         for (int k = 0; k < K; k++) {
             const int ci = k / taps, t = k % taps;
             im2col_row(g, xn + ci * g->sc, t / g->KW, t % g->KW, col + (ptrdiff_t)k * HW);
         }
+        MK_TEAM_FOR_END
         mk_conv1x1_f32(1, K, HW, col, 0, HW, Cout, wp, koff, out + (ptrdiff_t)n * Cout * HW,
                        res ? res + (ptrdiff_t)n * Cout * HW : NULL, act, nthreads);
     }

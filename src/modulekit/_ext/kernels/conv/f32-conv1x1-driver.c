@@ -12,6 +12,7 @@
  * the 7x7 layers); threads split the output channels in runs of panel pairs (16 channels). */
 #include "conv.h"
 #include "isa.h"
+#include "common/team.h"
 #include "mk_omp.h"
 
 void mk_f32_conv1x1_16cx8_avx512(size_t K, const float *p0, int npan, size_t panel,
@@ -125,7 +126,7 @@ void mk_conv1x1_mean_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t s
     const int nchunks = nthreads < npairs ? nthreads : npairs;
     const int items = N * nchunks;
     if (nthreads > items) nthreads = items;
-#pragma omp parallel for schedule(static) num_threads(nthreads)
+    MK_TEAM_FOR(nthreads, 1)
     for (int it = 0; it < items; it++) {
         const int n = it / nchunks, ch = it % nchunks;
         const int pp0 = npairs * ch / nchunks, pp1 = npairs * (ch + 1) / nchunks;
@@ -138,6 +139,7 @@ void mk_conv1x1_mean_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t s
             mk_mean_rows_f32(o + (ptrdiff_t)m0 * HW, m1 - m0, HW, mean + (ptrdiff_t)n * M + m0);
         }
     }
+    MK_TEAM_FOR_END
 }
 
 void mk_conv1x1_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t sn, ptrdiff_t sc,

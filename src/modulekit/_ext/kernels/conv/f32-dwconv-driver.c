@@ -6,6 +6,7 @@
  * the copy: f32-dwconv2d-chw-3x3-avx512.c reads the input in place. */
 #include "conv.h"
 #include "isa.h"
+#include "common/team.h"
 #include "mk_omp.h"
 
 void mk_f32_grid_rows_scalar(const float *grid, int Wq, int OH, int OW, float *out,
@@ -51,7 +52,7 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
         const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
         const int planes = g->N * g->C;
         if ((double)planes * ohw * 9 < 2e4) nthreads = 1;
-#pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
+        MK_TEAM_FOR(nthreads, 4)
         for (int pc = 0; pc < planes; pc++) {
             const int n = pc / g->C, c = pc % g->C;
             cfg->dw_3x3(x + n * g->sn + c * g->sc, g->sh, g->H, g->W, g->sy, g->pt, g->pl, g->OW,
@@ -59,6 +60,7 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
                         out + (ptrdiff_t)pc * ohw, g->OW, res ? res + (ptrdiff_t)pc * ohw : NULL,
                         g->OW, act);
         }
+        MK_TEAM_FOR_END
         return;
     }
     /* the output grid is contiguous in the phase image: one pass over all its lanes */
@@ -75,13 +77,15 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
             toff[t] = (ptrdiff_t)((ry % g->sy) * g->sx + rx % g->sx) * g->Hq * g->Wq +
                       (ptrdiff_t)(ry / g->sy) * g->Wq + rx / g->sx;
         }
-#pragma omp parallel num_threads(nthreads)
+    mk_team_clock clk;
+    nthreads = mk_team_begin(nthreads, &clk);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         float *ph = scratch + per * omp_get_thread_num();
         const ptrdiff_t phsize = mk_conv_phase_size(g, 1);
         float *grid = ph + phsize;
         for (ptrdiff_t i = g->plane; i < phsize; i++) ph[i] = 0.0f; /* slack read by tails */
-#pragma omp for schedule(dynamic, 2)
+#pragma omp for schedule(dynamic, 2) nowait
         for (int pc = 0; pc < planes; pc++) {
             const int n = pc / g->C, c = pc % g->C;
             mk_conv_phase_channel_f32(g, x + n * g->sn + c * g->sc, ph, 0.0f);
@@ -95,5 +99,7 @@ void mk_dwconv2d_f32(const mk_conv_geom *g, const float *x, const float *w, cons
                 rows(grid, g->Wq, g->OH, g->OW, o, r, act);
             }
         }
+        MK_TEAM_DONE(&clk);
     }
+    mk_team_end(&clk);
 }

@@ -17,6 +17,7 @@
 
 #include "conv.h"
 #include "isa.h"
+#include "common/team.h"
 #include "mk_omp.h"
 
 void mk_f32_dwconv2d_chw_3x3_avx512(const float *x, ptrdiff_t sh, int H, int W, int stride,
@@ -96,7 +97,9 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
         if (nthreads > op) nthreads = op;
         float *E = scratch, *D = scratch + (ptrdiff_t)chid * Es;
         const int y1 = (OH - 1) * S - g->pt + g->KH < H ? (OH - 1) * S - g->pt + g->KH : H;
-#pragma omp parallel num_threads(nthreads)
+        mk_team_clock clk;
+        nthreads = mk_team_begin(nthreads, &clk);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
         {
             const int t = omp_get_thread_num(), nt = omp_get_num_threads();
             const int h0 = hp * t / nt, h1 = hp * (t + 1) / nt;
@@ -114,16 +117,18 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
                                                        0, OH, wdw + (ptrdiff_t)c * 9, bdw[c],
                                                        D + c * Ds, OW, NULL, 0, act_d);
             }
-#pragma omp barrier
+            MK_TEAM_BARRIER(&clk);
             const int q0 = op * t / nt, q1 = op * (t + 1) / nt;
             if (q1 > q0)
                 mk_conv1x1_band_f32((size_t)chid, wproj, cout, D, koff_p, ohw, out, ohw, res,
                                     act_p, q0, q1);
+            MK_TEAM_DONE(&clk);
         }
+        mk_team_end(&clk);
         return;
     }
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+    MK_TEAM_FOR(nthreads, 1)
     for (int it = 0; it < items; it++) {
         const int n = it / nsplit, part = it % nsplit;
         const int r0 = (int)((ptrdiff_t)OH * part / nsplit);
@@ -178,5 +183,6 @@ void mk_invres_f32(const mk_conv_geom *g, const float *x, int chid, const float 
                                 act_p, 0, (cout + 15) / 16);
         }
     }
+    MK_TEAM_FOR_END
 #endif
 }

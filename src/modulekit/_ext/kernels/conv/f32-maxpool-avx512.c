@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "conv.h"
+#include "common/team.h"
 #include "mk_omp.h"
 #include "conv-simd.h"
 
@@ -141,7 +142,9 @@ int mk_max_pool2d_f32_avx512(const mk_conv_geom *g, const float *x, float *out, 
     if ((double)planes * ohw * g->KH * g->KW < 3e4) nthreads = 1;
     const int nb = pool_buf_size(g);
     int ok = 1;
-#pragma omp parallel num_threads(nthreads)
+    mk_team_clock clk;
+    nthreads = mk_team_begin(nthreads, &clk);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         float *buf = (float *)malloc(sizeof(float) * (size_t)nb);
         if (!buf) {
@@ -150,15 +153,17 @@ int mk_max_pool2d_f32_avx512(const mk_conv_geom *g, const float *x, float *out, 
         } else {
             for (int i = 0; i < nb; i++) buf[i] = -INFINITY;
         }
-#pragma omp barrier
+        MK_TEAM_BARRIER(&clk);
         if (ok) {
-#pragma omp for schedule(dynamic, 4)
+#pragma omp for schedule(dynamic, 4) nowait
             for (int pc = 0; pc < planes; pc++)
                 pool_rows(g, x + (pc / g->C) * g->sn + (pc % g->C) * g->sc, 0,
                           out + (ptrdiff_t)pc * ohw, buf, 0, g->OH);
         }
         free(buf);
+        MK_TEAM_DONE(&clk);
     }
+    mk_team_end(&clk);
     return ok;
 }
 

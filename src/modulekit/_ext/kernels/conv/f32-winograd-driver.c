@@ -16,6 +16,7 @@
 
 #include "conv.h"
 #include "isa.h"
+#include "common/team.h"
 #include "mk_omp.h"
 
 /* Bytes of one block's V and M kept in L2 (about half of a 1-2 MiB L2, the rest for the
@@ -439,12 +440,14 @@ int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int 
     int status = 0;
 
     if (!p.shared) {
-#pragma omp parallel num_threads(nthreads)
+        mk_team_clock clk;
+        nthreads = mk_team_begin(nthreads, &clk);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
         {
             float *V = base + omp_get_thread_num() * p.per_thread;
             float *M = V + p.vsz, *chunk = M + p.msz, *buf = chunk + p.csz;
             mk_wino_seg *segs = (mk_wino_seg *)(buf + p.bufsz);
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
             for (ptrdiff_t b = 0; b < p.nblocks; b++) {
                 const ptrdiff_t t0 = b * p.tb, t1 = t0 + p.tb < p.ntiles ? t0 + p.tb : p.ntiles;
                 const int nl = (int)(t1 - t0);
@@ -456,14 +459,18 @@ int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int 
                 }
                 step_out(&p, g, cfg.out, segs, ns, nl, 0, Cout, M, chunk, buf, out, res, act);
             }
+            MK_TEAM_DONE(&clk);
         }
+        mk_team_end(&clk);
         return status;
     }
 
     float *V = base, *M = base + p.vsz;
     /* channels per work item: 4 (igemm layout), one chunk (engine) */
     const int cstep = p.eng ? WINO_CH : 4;
-#pragma omp parallel num_threads(nthreads)
+    mk_team_clock clk;
+    nthreads = mk_team_begin(nthreads, &clk);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         float *chunk = M + p.msz + omp_get_thread_num() * (p.csz + p.bufsz + p.segsz);
         float *buf = chunk + p.csz;
@@ -472,24 +479,29 @@ int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int 
             const ptrdiff_t t0 = b * p.tb, t1 = t0 + p.tb < p.ntiles ? t0 + p.tb : p.ntiles;
             const int nl = (int)(t1 - t0);
             const int ns = block_segs(&p, g, Cout, t0, t1, segs);
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
             for (int ci = 0; ci < Cin; ci += cstep)
                 step_in(&p, g, x, cfg.in, segs, ns, nl, ci, ci + cstep < Cin ? ci + cstep : Cin,
                         V, chunk, buf);
+            MK_TEAM_BARRIER(&clk);
             const ptrdiff_t items = gemm_items(&p, nl);
             const int istep = p.eng ? 1 : 4;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
             for (ptrdiff_t it = 0; it < items; it += istep)
                 if (step_gemm(&p, Cin, Cout, u, koff, V, M, nl, it,
                               it + istep < items ? it + istep : items)) {
 #pragma omp atomic write
                     status = -1;
                 }
-#pragma omp for schedule(dynamic, 1)
+            MK_TEAM_BARRIER(&clk);
+#pragma omp for schedule(dynamic, 1) nowait
             for (int co = 0; co < Cout; co += cstep)
                 step_out(&p, g, cfg.out, segs, ns, nl, co, co + cstep < Cout ? co + cstep : Cout,
                          M, chunk, buf, out, res, act);
+            MK_TEAM_BARRIER(&clk);
         }
+        MK_TEAM_DONE(&clk);
     }
+    mk_team_end(&clk);
     return status;
 }

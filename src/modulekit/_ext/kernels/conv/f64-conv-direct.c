@@ -1,6 +1,7 @@
 /* float64 convolution: a direct loop (float64 models are for checking, not speed); OpenMP over
  * (image, output channel) planes. */
 #include "conv.h"
+#include "common/team.h"
 #include "mk_omp.h"
 
 void mk_conv2d_f64(const mk_conv_geom *g, const double *x, int groups, int Cout,
@@ -10,7 +11,7 @@ void mk_conv2d_f64(const mk_conv_geom *g, const double *x, int groups, int Cout,
     const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
     const int planes = g->N * Cout;
     if ((double)planes * ohw * cin_g * g->KH * g->KW < 1e5) nthreads = 1;
-#pragma omp parallel for schedule(static) num_threads(nthreads)
+    MK_TEAM_FOR(nthreads, 1)
     for (int pc = 0; pc < planes; pc++) {
         const int n = pc / Cout, co = pc % Cout, grp = co / cout_g;
         const double *wc = w + (ptrdiff_t)co * cin_g * g->KH * g->KW;
@@ -37,4 +38,5 @@ void mk_conv2d_f64(const mk_conv_geom *g, const double *x, int groups, int Cout,
             }
         }
     }
+    MK_TEAM_FOR_END
 }

@@ -11,6 +11,7 @@
  * the chain is bit-identical to the per-layer path. Threads keep their share of the weights from call to call, so with two
  * threads each core streams its half from its own L2. The calling thread times its waits at
  * the barriers for the contention back-off (gemm.h). */
+#include "common/team.h"
 #include "gemm.h"
 #include "mk_omp.h"
 
@@ -54,8 +55,8 @@ int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, co
         }
         return status;
     }
-    long long start = 0, master_done = 0, waited = 0;
-    if (nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
+    mk_team_clock clk;
+    nt = mk_team_begin(nt, &clk);
     if (nt <= 1) {
         for (size_t i = 0; i < nl; i++) {
             mk_gemm_problem pr;
@@ -83,15 +84,10 @@ int mk_gemm_chain_run(size_t nl, const mk_gemm_chain_layer *layers, size_t m, co
                     status = -1;
                 }
             }
-            if (i + 1 < nl) {
-                const long long b0 = t == 0 ? mk_gemm_now_ns() : 0;
-#pragma omp barrier
-                if (t == 0) waited += mk_gemm_now_ns() - b0;
-            }
+            if (i + 1 < nl) MK_TEAM_BARRIER(&clk);
         }
-        if (t == 0) master_done = mk_gemm_now_ns();
+        MK_TEAM_DONE(&clk);
     }
-    const long long end = mk_gemm_now_ns();
-    mk_gemm_contention_account(start, end, waited + (end - master_done));
+    mk_team_end(&clk);
     return status;
 }

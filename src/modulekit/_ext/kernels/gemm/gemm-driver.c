@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/team.h"
 #include "gemm.h"
 #include "mk_omp.h"
 
@@ -26,52 +27,6 @@
 #define MK_GEMM_PARALLEL_MIN_WEIGHT_BYTES (256u << 10)
 
 static size_t mk_min(size_t a, size_t b) { return a < b ? a : b; }
-
-/* ---------------------------------------------------------------- contention back-off
- * (see gemm.h). The state is shared by all calling threads, with relaxed atomics: it is a
- * heuristic, and results do not depend on the thread count. */
-#define MK_WAIT_MIN_NS 20000LL
-#define MK_BACKOFF_MIN_NS 20000000LL
-#define MK_BACKOFF_MAX_NS 1000000000LL
-static long long mk_serial_until = 0; /* CLOCK_MONOTONIC ns */
-static long long mk_backoff = 0;
-static int mk_strikes = 0;
-
-long long mk_gemm_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-int mk_gemm_backing_off(long long *now) {
-    *now = mk_gemm_now_ns();
-    return *now < __atomic_load_n(&mk_serial_until, __ATOMIC_RELAXED);
-}
-
-void mk_gemm_contention_account(long long start, long long end, long long waited) {
-    const long long worked = end - start - waited;
-    if (waited > MK_WAIT_MIN_NS && waited > worked) {
-        long long backoff = __atomic_load_n(&mk_backoff, __ATOMIC_RELAXED);
-        const int strikes = __atomic_add_fetch(&mk_strikes, 1, __ATOMIC_RELAXED);
-        if (strikes >= (backoff > 0 ? 1 : 2)) {
-            backoff = backoff > 0 ? 2 * backoff : MK_BACKOFF_MIN_NS;
-            if (backoff > MK_BACKOFF_MAX_NS) backoff = MK_BACKOFF_MAX_NS;
-            __atomic_store_n(&mk_backoff, backoff, __ATOMIC_RELAXED);
-            __atomic_store_n(&mk_serial_until, end + backoff, __ATOMIC_RELAXED);
-            __atomic_store_n(&mk_strikes, 0, __ATOMIC_RELAXED);
-        }
-    } else if (__atomic_load_n(&mk_strikes, __ATOMIC_RELAXED) != 0 ||
-               __atomic_load_n(&mk_backoff, __ATOMIC_RELAXED) != 0) {
-        __atomic_store_n(&mk_strikes, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&mk_backoff, 0, __ATOMIC_RELAXED);
-    }
-}
-
-void mk_gemm_backoff_reset(void) {
-    __atomic_store_n(&mk_serial_until, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&mk_backoff, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&mk_strikes, 0, __ATOMIC_RELAXED);
-}
 
 /* Per-thread packing buffer, kept between calls (OpenMP worker threads persist). */
 static _Thread_local void *mk_tl_buf = NULL;
@@ -364,9 +319,8 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
         pr.rsa = (ptrdiff_t)k;
         pr.csa = 1;
     }
-    int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
-    long long start = 0, master_done = 0;
-    if (nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
+    mk_team_clock clk;
+    const int nt = mk_team_begin(mk_gemm_plan_threads(cfg, m, n, k, nthreads), &clk);
     if (nt <= 1) {
         size_t m0, m1, p0, p1;
         mk_gemm_part(&pr, 0, 1, &m0, &m1, &p0, &p1);
@@ -392,10 +346,9 @@ int mk_gemm_run(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const v
 #pragma omp atomic write
             status = -1;
         }
-        if (omp_get_thread_num() == 0) master_done = mk_gemm_now_ns();
+        MK_TEAM_DONE(&clk);
     }
-    const long long end = mk_gemm_now_ns();
-    mk_gemm_contention_account(start, end, end - master_done);
+    mk_team_end(&clk);
     return status;
 }
 
@@ -453,8 +406,8 @@ static void mk_mm_wait(const size_t *flag) {
  * j + 1 without waiting for the others. Every element is computed by the same kernel call
  * sequence over the whole K as in mk_gemm_run, so the result is bit-identical to it.
  * Returns the time the master spent waiting for packed chunks (ns). */
-static long long mk_mm_pipelined(const mk_gemm_problem *pr, const void *b, ptrdiff_t rsb,
-                                 ptrdiff_t csb, int nt, long long *master_done, int *status) {
+static void mk_mm_pipelined(const mk_gemm_problem *pr, const void *b, ptrdiff_t rsb,
+                            ptrdiff_t csb, int nt, mk_team_clock *clk, int *status) {
     const mk_gemm_config *cfg = pr->cfg;
     const size_t nr = cfg->nr, mr = cfg->mr, ws = cfg->wsize;
     const size_t panels = (pr->n + nr - 1) / nr;
@@ -466,7 +419,6 @@ static long long mk_mm_pipelined(const mk_gemm_problem *pr, const void *b, ptrdi
     size_t ready[MK_MM_PIPE_MAX], next[MK_MM_PIPE_MAX], claimed = 0;
     memset(ready, 0, nch * sizeof ready[0]);
     memset(next, 0, nch * sizeof next[0]);
-    long long waited = 0;
 #pragma omp parallel num_threads(nt)
     {
         const int t = omp_get_thread_num();
@@ -485,9 +437,9 @@ static long long mk_mm_pipelined(const mk_gemm_problem *pr, const void *b, ptrdi
                 __atomic_store_n(&ready[ch], 1, __ATOMIC_RELEASE);
             }
             if (!__atomic_load_n(&ready[j], __ATOMIC_ACQUIRE)) {
-                const long long w0 = t == 0 ? mk_gemm_now_ns() : 0;
+                const long long w0 = t == 0 ? mk_now_ns() : 0;
                 mk_mm_wait(&ready[j]);
-                if (t == 0) waited += mk_gemm_now_ns() - w0;
+                if (t == 0) clk->waited += mk_now_ns() - w0;
             }
             const size_t p0 = j * cp, p1 = mk_min(panels, p0 + cp);
             for (;;) {
@@ -501,9 +453,8 @@ static long long mk_mm_pipelined(const mk_gemm_problem *pr, const void *b, ptrdi
 #pragma omp atomic write
             *status = -1;
         }
-        if (t == 0) *master_done = mk_gemm_now_ns();
+        MK_TEAM_DONE(clk);
     }
-    return waited;
 }
 
 int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, const void *a,
@@ -517,9 +468,8 @@ int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, cons
     const mk_epilogue ep = {MK_ACT_NONE, 0.0f, 0.0f, 0.0, 0.0};
     int status = 0;
     const int direct = mk_use_direct(cfg, m, csa);
-    int nt = mk_gemm_plan_threads(cfg, m, n, k, nthreads);
-    long long start = 0, master_done = 0, waited = 0;
-    if (!direct && nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
+    mk_team_clock clk;
+    const int nt = direct ? 1 : mk_team_begin(mk_gemm_plan_threads(cfg, m, n, k, nthreads), &clk);
     if (direct || nt <= 1) {
         /* one thread, or the direct path (its own threading over panels) */
         mk_gemm_pack(cfg, n, k, b, rsb, csb, NULL, packed, nthreads);
@@ -530,9 +480,8 @@ int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, cons
     mk_gemm_problem pr;
     mk_gemm_problem_init(&pr, cfg, m, n, k, a, rsa, csa, packed, c, ldc, &ep);
     if (pr.rowdirect && mk_gemm_row_tiles(&pr, nt)) {
-        waited = mk_mm_pipelined(&pr, b, rsb, csb, nt, &master_done, &status);
-        const long long end = mk_gemm_now_ns();
-        mk_gemm_contention_account(start, end, waited + (end - master_done));
+        mk_mm_pipelined(&pr, b, rsb, csb, nt, &clk, &status);
+        mk_team_end(&clk);
         mk_mm_release(packed);
         return status;
     }
@@ -554,7 +503,7 @@ int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, cons
             packed_chunks++;
         }
         const int t = omp_get_thread_num();
-        const long long w0 = t == 0 ? mk_gemm_now_ns() : 0;
+        const long long w0 = t == 0 ? mk_now_ns() : 0;
         for (unsigned spins = 0;; spins++) {
             size_t done;
 #pragma omp atomic read
@@ -568,15 +517,14 @@ int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, cons
                 sched_yield(); /* the packing thread may be waiting for this core */
             }
         }
-        if (t == 0) waited = mk_gemm_now_ns() - w0;
+        if (t == 0) clk.waited += mk_now_ns() - w0;
         if (mk_gemm_tiles(&pr, omp_get_num_threads()) != 0) {
 #pragma omp atomic write
             status = -1;
         }
-        if (t == 0) master_done = mk_gemm_now_ns();
+        MK_TEAM_DONE(&clk);
     }
-    const long long end = mk_gemm_now_ns();
-    mk_gemm_contention_account(start, end, waited + (end - master_done));
+    mk_team_end(&clk);
     mk_mm_release(packed);
     return status;
 }

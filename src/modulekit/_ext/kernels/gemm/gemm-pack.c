@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "common/team.h"
 #include "mk_omp.h"
 
 static size_t mk_min(size_t a, size_t b) { return a < b ? a : b; }
@@ -64,7 +65,7 @@ void mk_gemm_pack(const mk_gemm_config *cfg, size_t n, size_t k, const void *b, 
         return;
     }
     if (nthreads < 1 || (double)n * (double)k < (double)(1u << 18)) nthreads = 1;
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    MK_TEAM_FOR(nthreads, 1)
     for (size_t p = 0; p < panels; p++) {
         unsigned char *panel = (unsigned char *)dst + p * ps; /* out */
         const size_t n0 = p * nr, ncols = n - n0 < nr ? n - n0 : nr;
@@ -89,6 +90,7 @@ void mk_gemm_pack(const mk_gemm_config *cfg, size_t n, size_t k, const void *b, 
                 break;
         }
     }
+    MK_TEAM_FOR_END
 }
 
 #define MK_UNPACK_LOOP(T)                                                        \

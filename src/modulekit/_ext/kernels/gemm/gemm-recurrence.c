@@ -19,12 +19,14 @@
  * The calling thread times its waits at the barriers for the contention back-off (gemm.h). */
 #include <string.h>
 
+#include "common/team.h"
 #include "gemm.h"
 #include "mk_omp.h"
 
-/* Thread t of team: steps of units [u0, u1). Returns 0 or -1 (a packing buffer). */
+/* Thread t of team: steps of units [u0, u1), a barrier after each (clk: the team's clock;
+ * NULL when the calling thread runs alone). Returns 0 or -1 (a packing buffer). */
 static int recurrence_thread(const mk_gemm_recurrence *r, size_t u0, size_t u1,
-                             long long *waited) {
+                             mk_team_clock *clk) {
     const mk_gemm_config *cfg = r->cfg;
     const size_t h = r->h, n = r->gates * h, nr = cfg->nr, es = cfg->esize;
     unsigned char *bufs[2] = {(unsigned char *)r->state, (unsigned char *)r->spare};
@@ -53,9 +55,7 @@ static int recurrence_thread(const mk_gemm_recurrence *r, size_t u0, size_t u1,
             }
         }
         cur ^= 1;
-        const long long b0 = waited ? mk_gemm_now_ns() : 0;
-#pragma omp barrier
-        if (waited) *waited += mk_gemm_now_ns() - b0;
+        if (clk != NULL) MK_TEAM_BARRIER(clk);
     }
     return status;
 }
@@ -68,21 +68,20 @@ int mk_gemm_recurrence_run(const mk_gemm_recurrence *r, int nthreads) {
     if (m == 0) return 0;
     int nt = mk_gemm_plan_threads(r->cfg, m, r->gates * r->h, r->h, nthreads);
     if ((size_t)nt > blocks) nt = (int)blocks;
-    long long start = 0, master_done = 0, waited = 0;
-    if (nt > 1 && mk_gemm_backing_off(&start)) nt = 1;
+    mk_team_clock clk;
+    nt = mk_team_begin(nt, &clk);
     if (nt <= 1) return recurrence_thread(r, 0, r->h, NULL);
     int status = 0;
 #pragma omp parallel num_threads(nt)
     {
         const size_t t = (size_t)omp_get_thread_num(), team = (size_t)omp_get_num_threads();
         const size_t u0 = blocks * t / team * nr, u1 = blocks * (t + 1) / team * nr;
-        if (recurrence_thread(r, u0, u1, t == 0 ? &waited : NULL) != 0) {
+        if (recurrence_thread(r, u0, u1, &clk) != 0) {
 #pragma omp atomic write
             status = -1;
         }
-        if (t == 0) master_done = mk_gemm_now_ns();
+        MK_TEAM_DONE(&clk);
     }
-    const long long end = mk_gemm_now_ns();
-    mk_gemm_contention_account(start, end, waited + (end - master_done));
+    mk_team_end(&clk);
     return status;
 }

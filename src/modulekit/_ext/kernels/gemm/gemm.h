@@ -253,20 +253,8 @@ int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, cons
                    ptrdiff_t rsa, ptrdiff_t csa, const void *b, ptrdiff_t rsb, ptrdiff_t csb,
                    void *c, size_t ldc, int nthreads);
 
-/* Contention back-off, for mk_gemm_run, mk_gemm_chain_run and mk_gemm_matmul. When the other cores are busy
- * with other processes, a team thread that is not scheduled makes the call wait for it at
- * the join or a barrier (up to a scheduler time slice: ~100x a batch-1 MLP). The calling
- * thread times how long it waited for the team; a call that waited longer than it worked
- * (and over 20 us) is a strike, and two in a row (or one right after a back-off) make
- * these calls run on the calling thread alone for a while: 20 ms, doubled while the
- * contention persists, up to 1 s; a clean parallel call resets it. Results do not depend on
- * the thread count, so this changes only the time. mk_gemm_backing_off reads the clock into
- * *now and says whether to stay serial; mk_gemm_contention_account records a parallel
- * call (start, end, ns the caller waited); mk_gemm_backoff_reset forgets the state. */
-long long mk_gemm_now_ns(void);
-int mk_gemm_backing_off(long long *now);
-void mk_gemm_contention_account(long long start, long long end, long long waited);
-void mk_gemm_backoff_reset(void);
+/* Every threaded GEMM, layer chain, matmul and recurrence takes part in the contention
+ * back-off of common/team.h. */
 
 
 

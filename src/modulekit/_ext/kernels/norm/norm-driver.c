@@ -4,6 +4,7 @@
  * group is still in cache. */
 #include <math.h>
 
+#include "common/team.h"
 #include "mk_omp.h"
 #include "norm.h"
 
@@ -29,7 +30,7 @@ void mk_groupnorm_f32(int isa, size_t n, size_t c, size_t s, size_t groups, cons
     const int stream = cfg->affine_nt && min_nt && n * c * s * sizeof(float) >= min_nt;
     const mk_affine_f32 affine = stream ? cfg->affine_nt : cfg->affine;
     ptrdiff_t i, total = (ptrdiff_t)(n * groups);
-    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (nthreads > 1)
+    MK_TEAM_FOR(nthreads, 1)
     for (i = 0; i < total; i++) {
         const float *xg = x + (size_t)i * span;
         float *yg = y + (size_t)i * span;
@@ -50,6 +51,7 @@ void mk_groupnorm_f32(int isa, size_t n, size_t c, size_t s, size_t groups, cons
         }
         if (stream) cfg->sfence(); /* each thread orders its own streaming stores */
     }
+    MK_TEAM_FOR_END
 }
 
 void mk_groupnorm_f64(size_t n, size_t c, size_t s, size_t groups, const double *x,
@@ -58,7 +60,7 @@ void mk_groupnorm_f64(size_t n, size_t c, size_t s, size_t groups, const double 
 {
     const size_t cpg = c / groups, span = cpg * s;
     ptrdiff_t i, total = (ptrdiff_t)(n * groups);
-    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (nthreads > 1)
+    MK_TEAM_FOR(nthreads, 1)
     for (i = 0; i < total; i++) {
         const double *xg = x + (size_t)i * span;
         double *yg = y + (size_t)i * span;
@@ -83,4 +85,5 @@ void mk_groupnorm_f64(size_t n, size_t c, size_t s, size_t groups, const double 
             for (size_t j = 0; j < s; j++) yc[j] = (xc[j] - mu) * sc + b;
         }
     }
+    MK_TEAM_FOR_END
 }

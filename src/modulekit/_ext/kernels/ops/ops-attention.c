@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "isa.h"
+#include "common/team.h"
 #include "mk_omp.h"
 #include "ops.h"
 
@@ -122,6 +123,8 @@ int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t 
         NULL;
 #endif
 
+    mk_team_clock clk;
+    nthreads = mk_team_begin(nthreads, &clk);
     #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         float *kt = (float *)alloc64(d * ldk * sizeof(float));
@@ -136,7 +139,7 @@ int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t 
         if (ok && amx) mk_attention_amx_begin();
 #endif
         ptrdiff_t t;
-        #pragma omp for schedule(dynamic)
+        #pragma omp for schedule(dynamic) nowait
         for (t = 0; t < tasks; t++) {
             if (!ok) {
                 #pragma omp atomic write
@@ -183,7 +186,9 @@ int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t 
         free(vbuf);
         free(sbuf);
         free(q16);
+        MK_TEAM_DONE(&clk);
     }
+    mk_team_end(&clk);
     return failed ? -1 : 0;
 }
 
@@ -198,13 +203,15 @@ int mk_attention_f64(size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_
     int failed = 0;
     if (tasks < nthreads) nthreads = (int)(tasks > 0 ? tasks : 1);
 
+    mk_team_clock clk;
+    nthreads = mk_team_begin(nthreads, &clk);
     #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         double *kt = (double *)alloc64(d * lk * sizeof(double));
         double *sbuf = weights ? NULL : (double *)alloc64(lq * lk * sizeof(double));
         const int ok = kt != NULL && (weights != NULL || sbuf != NULL);
         ptrdiff_t t;
-        #pragma omp for schedule(dynamic)
+        #pragma omp for schedule(dynamic) nowait
         for (t = 0; t < tasks; t++) {
             if (!ok) {
                 #pragma omp atomic write
@@ -229,6 +236,8 @@ int mk_attention_f64(size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_
         }
         free(kt);
         free(sbuf);
+        MK_TEAM_DONE(&clk);
     }
+    mk_team_end(&clk);
     return failed ? -1 : 0;
 }

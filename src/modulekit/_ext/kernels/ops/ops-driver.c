@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "isa.h"
+#include "common/team.h"
 #include "mk_omp.h"
 #include "ops.h"
 
@@ -44,10 +45,11 @@ void mk_layernorm_f32(int isa, size_t rows, size_t n, const float *x, size_t ldx
 {
     const mk_ln_row_f32 row = ops_config(isa)->layernorm;
     ptrdiff_t r, nr = (ptrdiff_t)rows;
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    MK_TEAM_FOR(nthreads, 4)
     for (r = 0; r < nr; r++)
         row(n, x + (size_t)r * ldx, res ? res + (size_t)r * ldr : NULL, gamma, beta, eps,
             y + (size_t)r * ldy);
+    MK_TEAM_FOR_END
 }
 
 void mk_softmax_f32(int isa, size_t na, size_t nb, size_t nc, size_t n, float *x, ptrdiff_t sx0,
@@ -57,12 +59,13 @@ void mk_softmax_f32(int isa, size_t na, size_t nb, size_t nc, size_t n, float *x
     const mk_softmax_row_f32 row = ops_config(isa)->softmax;
     const ptrdiff_t pb = (ptrdiff_t)nb, pc = (ptrdiff_t)nc;
     ptrdiff_t r, total = (ptrdiff_t)(na * nb * nc);
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    MK_TEAM_FOR(nthreads, 4)
     for (r = 0; r < total; r++) {
         ptrdiff_t a = r / (pb * pc), b = (r / pc) % pb, c = r % pc;
         row(n, x + a * sx0 + b * sx1 + c * sx2, mask ? mask + a * sm0 + b * sm1 + c * sm2 : NULL,
             scale);
     }
+    MK_TEAM_FOR_END
 }
 
 /* dst[j * ld + i] = src[i * ls + j], i < r, j < c: the scalar block loop (stores in order) */
@@ -85,7 +88,7 @@ void mk_transpose(int isa, size_t esize, size_t batch, size_t rows, size_t cols,
         ops_config(isa)->transpose16;
     const size_t ncb = (cols + B - 1) / B;
     ptrdiff_t it, items = (ptrdiff_t)(batch * ncb);
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    MK_TEAM_FOR(nthreads, 4)
     for (it = 0; it < items; it++) {
         const ptrdiff_t b = it / (ptrdiff_t)ncb, j0 = (it % (ptrdiff_t)ncb) * B;
         const size_t nc = cols - (size_t)j0 < B ? cols - (size_t)j0 : B;
@@ -101,6 +104,7 @@ void mk_transpose(int isa, size_t esize, size_t batch, size_t rows, size_t cols,
                 transpose_block_f32(nr, nc, (const float *)src + s, sr, (float *)dst + d, dr);
         }
     }
+    MK_TEAM_FOR_END
 }
 
 ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows)
@@ -128,7 +132,7 @@ void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *id
 {
     const mk_ops_config *cfg = ops_config(isa);
     ptrdiff_t i, nn = (ptrdiff_t)n;
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    MK_TEAM_FOR(nthreads, 4)
     for (i = 0; i < nn; i++) {
         const size_t row = (size_t)ids[i];
         size_t j;
@@ -157,6 +161,7 @@ void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *id
                          accumulate);
         }
     }
+    MK_TEAM_FOR_END
 }
 
 void mk_embed3_layernorm_f32(int isa, size_t n, size_t dim, const int64_t *ids0,
@@ -166,7 +171,7 @@ void mk_embed3_layernorm_f32(int isa, size_t n, size_t dim, const int64_t *ids0,
 {
     const mk_ln_row_f32 row = ops_config(isa)->layernorm;
     ptrdiff_t i, nn = (ptrdiff_t)n;
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    MK_TEAM_FOR(nthreads, 4)
     for (i = 0; i < nn; i++) {
         const float *a = t0 + (size_t)ids0[i] * dim, *b = t1 + (size_t)ids1[i] * dim;
         float *y = out + (size_t)i * dim;
@@ -174,4 +179,5 @@ void mk_embed3_layernorm_f32(int isa, size_t n, size_t dim, const int64_t *ids0,
         /* the layernorm row adds the third row as its residual, then normalises in place */
         row(dim, y, t2 + (size_t)ids2[i] * dim, gamma, beta, eps, y);
     }
+    MK_TEAM_FOR_END
 }

@@ -86,6 +86,7 @@ static void layernorm_row_f64(size_t n, const double *x, const double *res, cons
     }
 }
 
+#include "common/team.h"
 #include "mk_omp.h"
 
 void mk_layernorm_f64(size_t rows, size_t n, const double *x, size_t ldx, const double *res,
@@ -93,10 +94,11 @@ void mk_layernorm_f64(size_t rows, size_t n, const double *x, size_t ldx, const 
                       double *y, size_t ldy, int nthreads)
 {
     ptrdiff_t r, nr = (ptrdiff_t)rows;
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    MK_TEAM_FOR(nthreads, 4)
     for (r = 0; r < nr; r++)
         layernorm_row_f64(n, x + (size_t)r * ldx, res ? res + (size_t)r * ldr : NULL, gamma,
                           beta, eps, y + (size_t)r * ldy);
+    MK_TEAM_FOR_END
 }
 
 void mk_softmax_row_f64(size_t n, double *x, const double *mask, double scale)
@@ -121,11 +123,12 @@ void mk_softmax_f64(size_t na, size_t nb, size_t nc, size_t n, double *x, ptrdif
                     ptrdiff_t sm1, ptrdiff_t sm2, double scale, int nthreads)
 {
     ptrdiff_t r, total = (ptrdiff_t)(na * nb * nc);
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    MK_TEAM_FOR(nthreads, 4)
     for (r = 0; r < total; r++) {
         ptrdiff_t a = r / (ptrdiff_t)(nb * nc), b = (r / (ptrdiff_t)nc) % (ptrdiff_t)nb,
                   c = r % (ptrdiff_t)nc;
         mk_softmax_row_f64(n, x + a * sx0 + b * sx1 + c * sx2,
                         mask ? mask + a * sm0 + b * sm1 + c * sm2 : NULL, scale);
     }
+    MK_TEAM_FOR_END
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/team.h"
 #include "mk_omp.h"
 #include "qgemm.h"
 
@@ -80,12 +81,14 @@ int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t
     const size_t pblocks = (panels + MK_QCONV_PANELS - 1) / MK_QCONV_PANELS;
     const long tiles = (long)(rblocks * pblocks);
     const double macs = (double)m * (double)n * (double)(k ? k : 1);
-    const int nt = macs < MK_QCONV_PARALLEL_MIN_MACS ? 1 : nthreads;
+    int nt = macs < MK_QCONV_PARALLEL_MIN_MACS ? 1 : nthreads;
     mk_qgemm_epilogue ep = *ep_in;
     ep.ascale_step = 0;
     ep.ldr = n;
     const size_t width = ep.out_u8 ? 1 : sizeof(float);
     int failed = 0;
+    mk_team_clock clk;
+    nt = mk_team_begin(nt, &clk);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         uint8_t *buf = NULL;
@@ -103,7 +106,7 @@ int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t
         }
         long gathered = -1;
         if (cfg->begin != NULL) cfg->begin();
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
         for (long t = 0; t < tiles; t++) {
             if (!direct && buf == NULL) continue;
             const size_t rb = (size_t)t / pblocks, pb = (size_t)t % pblocks;
@@ -131,7 +134,9 @@ int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t
         }
         if (cfg->end != NULL) cfg->end();
         free(buf);
+        MK_TEAM_DONE(&clk);
     }
+    mk_team_end(&clk);
     return failed ? -1 : 0;
 }
 
@@ -151,7 +156,7 @@ void mk_qu8_quantize_nchw(int isa, size_t n, size_t c, size_t hw, const float *x
 #endif
     const long blocks = (long)(n * ((hw + BLOCK - 1) / BLOCK));
     const int nt = n * c * hw < MK_QCONV_PARALLEL_MIN_BYTES ? 1 : nthreads;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    MK_TEAM_FOR(nt, 1)
     for (long t = 0; t < blocks; t++) {
         const size_t per = (hw + BLOCK - 1) / BLOCK, b = (size_t)t / per;
         const size_t p0 = (size_t)t % per * BLOCK, p1 = p0 + BLOCK < hw ? p0 + BLOCK : hw;
@@ -162,13 +167,14 @@ void mk_qu8_quantize_nchw(int isa, size_t n, size_t c, size_t hw, const float *x
             for (size_t p = 0; p < p1 - p0; p++) dst[p * c] = plane[p];
         }
     }
+    MK_TEAM_FOR_END
 }
 
 void mk_qu8_dequantize_nhwc(size_t n, size_t hw, size_t c, const uint8_t *q, float scale,
                             int32_t zp, float *x, int nthreads) {
     const long blocks = (long)(n * ((hw + BLOCK - 1) / BLOCK));
     const int nt = n * c * hw < MK_QCONV_PARALLEL_MIN_BYTES ? 1 : nthreads;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    MK_TEAM_FOR(nt, 1)
     for (long t = 0; t < blocks; t++) {
         const size_t per = (hw + BLOCK - 1) / BLOCK, b = (size_t)t / per;
         const size_t p0 = (size_t)t % per * BLOCK, p1 = p0 + BLOCK < hw ? p0 + BLOCK : hw;
@@ -178,6 +184,7 @@ void mk_qu8_dequantize_nhwc(size_t n, size_t hw, size_t c, const uint8_t *q, flo
             for (size_t p = p0; p < p1; p++) dst[p] = (float)((int32_t)src[p * c] - zp) * scale;
         }
     }
+    MK_TEAM_FOR_END
 }
 
 void mk_qu8_maxpool_nhwc(size_t n, size_t h, size_t w, size_t c, size_t oh, size_t ow,
@@ -185,7 +192,7 @@ void mk_qu8_maxpool_nhwc(size_t n, size_t h, size_t w, size_t c, size_t oh, size
                          size_t dh, size_t dw, const uint8_t *x, uint8_t *y, int nthreads) {
     const long rows = (long)(n * oh);
     const int nt = n * oh * ow * c * kh * kw < MK_QCONV_PARALLEL_MIN_BYTES ? 1 : nthreads;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    MK_TEAM_FOR(nt, 1)
     for (long t = 0; t < rows; t++) {
         const size_t b = (size_t)t / oh, oy = (size_t)t % oh;
         for (size_t ox = 0; ox < ow; ox++) {
@@ -203,4 +210,5 @@ void mk_qu8_maxpool_nhwc(size_t n, size_t h, size_t w, size_t c, size_t oh, size
             }
         }
     }
+    MK_TEAM_FOR_END
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "isa.h"
+#include "common/team.h"
 #include "mk_omp.h"
 #include "qgemm.h"
 
@@ -246,10 +247,12 @@ int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
     (void)isa;
 #endif
     const double macs = (double)rows * (double)(g->ow * g->cin * g->kh * g->kw);
-    const int nt = macs < (1u << 17) ? 1 : nthreads;
+    int nt = macs < (1u << 17) ? 1 : nthreads;
     const size_t run = (rows + 4 * (size_t)nt - 1) / (4 * (size_t)nt); /* 4 runs per thread */
     const size_t runs = (rows + run - 1) / run;
     int failed = 0;
+    mk_team_clock clk;
+    nt = mk_team_begin(nt, &clk);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         float *acc = (float *)aligned_alloc(64, (scratch * sizeof(float) + 63) & ~(size_t)63);
@@ -258,13 +261,15 @@ int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
             failed = 1;
         }
         /* runs of consecutive output rows, so that the AVX-512 rows reuse converted input rows */
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
         for (long r = 0; r < (long)runs; r++)
             if (acc != NULL) {
                 const size_t t0 = (size_t)r * run, t1 = t0 + run < rows ? t0 + run : rows;
                 fn(g, x, in_zp, in_scale, packed, res, ep, y, t0, t1, acc);
             }
         free(acc);
+        MK_TEAM_DONE(&clk);
     }
+    mk_team_end(&clk);
     return failed ? -1 : 0;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/act.h"
+#include "common/team.h"
 #include "mk_omp.h"
 #include "qgemm.h"
 
@@ -217,7 +218,7 @@ int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, cons
     /* rows rounded up to mr, the padding rows zero (128): a kernel may read a whole block */
     const size_t mpad = (m + mr - 1) / mr * mr;
     const double macs = (double)m * (double)n * (double)(k ? k : 1);
-    const int nt = macs < MK_QD8_PARALLEL_MIN_MACS ? 1 : nthreads;
+    int nt = macs < MK_QD8_PARALLEL_MIN_MACS ? 1 : nthreads;
     uint8_t *qa = (uint8_t *)aligned_alloc(64, mpad * lda);
     float *sx = (float *)malloc(m * sizeof(float));
     int *ocnt = (int *)malloc(m * sizeof(int));
@@ -233,9 +234,11 @@ int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, cons
     const long tiles = (long)(rblocks * pblocks);
     memset(qa + m * lda, 128, (mpad - m) * lda);
     const mk_qgemm_epilogue ep = {1, lo, hi, 0, 0.0f, 0, 0, 0.0f, 0, act};
+    mk_team_clock clk;
+    nt = mk_team_begin(nt, &clk);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-#pragma omp for schedule(dynamic, 8)
+#pragma omp for schedule(dynamic, 8) nowait
         for (long r = 0; r < (long)m; r++) {
             uint8_t *row = qa + (size_t)r * lda;
             const float *xr = x + (size_t)r * ldx;
@@ -251,12 +254,15 @@ int mk_qd8_gemm_run(const mk_qd8_config *cfg, size_t m, size_t n, size_t k, cons
             sx[r] = cfg->quantize(k, kp, xr, row);
             if (isnan(sx[r])) memset(row, 128, kp); /* computed, then overwritten with NaN */
         }
+        MK_TEAM_BARRIER(&clk);
         if (cfg->begin != NULL) cfg->begin();
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
         for (long t = 0; t < tiles; t++)
             gemm_tile(cfg, t, pblocks, m, n, kp, qa, lda, sx, packed, ps, y, ldc, &ep);
         if (cfg->end != NULL) cfg->end();
+        MK_TEAM_DONE(&clk);
     }
+    mk_team_end(&clk);
     rc = outlier_rows(cfg, m, n, k, qa, lda, sx, ocnt, oidx, oval, packed, y, ldc, lo, hi, act);
     for (size_t r = 0; r < m; r++)
         if (isnan(sx[r]))

@@ -2,38 +2,21 @@
  *
  * Work is cut into chunks of consecutive rows (about 16 K output values each) that the team
  * takes from a shared counter (schedule(dynamic)): when the OS has descheduled a worker, the
- * calling thread goes on taking chunks instead of waiting for the worker's share. Each driver
- * reports, through acct (may be NULL), how long the calling thread worked and how long it
- * then waited for the team, for the contention back-off the GEMM engine keeps
- * (_resample.pyx passes it on). */
+ * calling thread goes on taking chunks instead of waiting for the worker's share. Every
+ * region takes part in the contention back-off (common/team.h). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/team.h"
 #include "mk_omp.h"
 #include "resample.h"
 
 #define MK_CHUNK_VALUES 16384
 
-static long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static size_t chunk_rows(size_t row_len)
 {
     const size_t r = MK_CHUNK_VALUES / (row_len ? row_len : 1);
     return r ? r : 1;
-}
-
-static void account(long long *acct, long long start, long long master_done, long long end)
-{
-    if (acct) {
-        acct[0] = master_done - start;
-        acct[1] = end - master_done;
-    }
 }
 
 /* The slot of cache holding input row r, or -1. */
@@ -45,18 +28,16 @@ static inline int slot_of(const ptrdiff_t tag[2], ptrdiff_t r)
 int mk_f32_bilinear2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
                       const float *x, float *y, const int32_t *ys0, const int32_t *ys1,
                       const float *wy0, const float *wy1, const int32_t *xs0,
-                      const int32_t *xs1, const float *wx0, const float *wx1, int nthreads,
-                      long long *acct)
+                      const int32_t *xs1, const float *wx0, const float *wx1, int nthreads)
 {
     const mk_resample_config *cfg = mk_resample_config_for(isa);
     const size_t total = planes * oh, per = chunk_rows(ow);
     const ptrdiff_t nchunks = (ptrdiff_t)((total + per - 1) / per);
     const size_t ld = (ow + 15) & ~(size_t)15; /* cache slots 64-byte apart */
-    const int nt = nthreads > 1 ? nthreads : 1;
+    mk_team_clock clk;
+    const int nt = mk_team_begin(nthreads, &clk);
     float *caches = (float *)aligned_alloc(64, (size_t)nt * 2 * ld * sizeof(float));
     if (caches == NULL) return -1;
-    const long long start = now_ns();
-    long long master_done = start;
     #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         float *cache = caches + (size_t)omp_get_thread_num() * 2 * ld;
@@ -90,21 +71,21 @@ int mk_f32_bilinear2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, s
                            y + r * ow);
             }
         }
-        if (omp_get_thread_num() == 0) master_done = now_ns();
+        MK_TEAM_DONE(&clk);
     }
-    account(acct, start, master_done, now_ns());
+    mk_team_end(&clk);
     free(caches);
     return 0;
 }
 
 /* Rows [0, total) in chunks of per rows taken from the shared counter by up to nthreads
- * threads: rows(ctx, lo, hi) for each chunk; acct as above. */
-static void run_chunks(size_t total, size_t per, int nthreads, long long *acct,
+ * threads: rows(ctx, lo, hi) for each chunk. */
+static void run_chunks(size_t total, size_t per, int nthreads,
                        void (*rows)(const void *ctx, size_t lo, size_t hi), const void *ctx)
 {
     const ptrdiff_t nchunks = (ptrdiff_t)((total + per - 1) / per);
-    const long long start = now_ns();
-    long long master_done = start;
+    mk_team_clock clk;
+    nthreads = mk_team_begin(nthreads, &clk);
     #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         ptrdiff_t c;
@@ -113,9 +94,9 @@ static void run_chunks(size_t total, size_t per, int nthreads, long long *acct,
             const size_t lo = (size_t)c * per;
             rows(ctx, lo, lo + per < total ? lo + per : total);
         }
-        if (omp_get_thread_num() == 0) master_done = now_ns();
+        MK_TEAM_DONE(&clk);
     }
-    account(acct, start, master_done, now_ns());
+    mk_team_end(&clk);
 }
 
 typedef struct {
@@ -141,11 +122,10 @@ static void nearest_rows(const void *ctx, size_t lo, size_t hi)
 }
 
 void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
-                      const float *x, float *y, const int32_t *ys, const int32_t *xs,
-                      int nthreads, long long *acct)
+                      const float *x, float *y, const int32_t *ys, const int32_t *xs, int nthreads)
 {
     const nearest_job j = {mk_resample_config_for(isa), ih, iw, oh, ow, x, y, ys, xs};
-    run_chunks(planes * oh, chunk_rows(ow), nthreads, acct, nearest_rows, &j);
+    run_chunks(planes * oh, chunk_rows(ow), nthreads, nearest_rows, &j);
 }
 
 typedef struct {
@@ -174,13 +154,12 @@ static void taps_rows(const void *ctx, size_t lo, size_t hi)
 }
 
 void mk_f32_taps_axis(int isa, size_t outer, size_t len, size_t inner, size_t out_len,
-                      size_t ntaps, const float *x, float *y, const int32_t *idx, const float *w,
-                      int nthreads, long long *acct)
+                      size_t ntaps, const float *x, float *y, const int32_t *idx, const float *w, int nthreads)
 {
     const taps_job j = {mk_resample_config_for(isa), len, inner, out_len, ntaps, x, y, idx, w};
     /* inner == 1: rows of out_len weighted gathers, one per outer index; else rows of inner
      * values, one per (outer, output) pair */
     const size_t row_len = inner == 1 ? out_len : inner;
     const size_t total = inner == 1 ? outer : outer * out_len;
-    run_chunks(total, chunk_rows(row_len), nthreads, acct, taps_rows, &j);
+    run_chunks(total, chunk_rows(row_len), nthreads, taps_rows, &j);
 }

@@ -9,8 +9,8 @@
  * Any other separable mode (bicubic, linear / trilinear, nearest in 1-D / 3-D, antialiased
  * filters) runs one axis at a time through mk_f32_taps_axis with T taps per output sample.
  *
- * Rows are handed out in chunks from a shared counter; acct (may be NULL) receives
- * {ns the calling thread worked, ns it then waited for the team} for the contention back-off.
+ * Rows are handed out in chunks from a shared counter; every region takes part in the
+ * contention back-off (common/team.h).
  *
  * Per-ISA row kernels (f32-resample-scalar.c; f32-resample-{avx2,avx512}.c instantiate the one
  * SIMD template f32-resample.inc.h), one config table (resample-config.c) and the drivers
@@ -88,14 +88,13 @@ void mk_f32_wgather_row__avx512(size_t, size_t, const float *, const int32_t *, 
 int mk_f32_bilinear2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
                       const float *x, float *y, const int32_t *ys0, const int32_t *ys1,
                       const float *wy0, const float *wy1, const int32_t *xs0,
-                      const int32_t *xs1, const float *wx0, const float *wx1, int nthreads,
-                      long long *acct);
+                      const int32_t *xs1, const float *wx0, const float *wx1, int nthreads);
 
 /* Nearest: y[p, oy, ox] = x[p, ys[oy], xs[ox]]; an output row equal to the previous one is
  * copied. */
 void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, size_t ow,
                       const float *x, float *y, const int32_t *ys, const int32_t *xs,
-                      int nthreads, long long *acct);
+                      int nthreads);
 
 /* One axis of a separable resampling: x viewed as (outer, len, inner), C-contiguous, to y
  * (outer, out_len, inner): y[a, o, i] = sum_t w[t, o] * x[a, idx[t, o], i] for t < ntaps
@@ -103,7 +102,7 @@ void mk_f32_nearest2d(int isa, size_t planes, size_t ih, size_t iw, size_t oh, s
  * inner == 1 weighted gathers; (a, o) rows / a rows on up to nthreads threads. */
 void mk_f32_taps_axis(int isa, size_t outer, size_t len, size_t inner, size_t out_len,
                       size_t ntaps, const float *x, float *y, const int32_t *idx, const float *w,
-                      int nthreads, long long *acct);
+                      int nthreads);
 
 #ifdef __cplusplus
 }
