@@ -14,6 +14,20 @@ MK_T256 static inline __m256i mk_mask256(unsigned bits) {
     return _mm256_cmpeq_epi32(_mm256_and_si256(b, idx), idx);
 }
 
+/* One k step: acc[r][j] += a[r] * bj for the 4 rows (inlined, so the accumulators stay in
+ * registers). */
+MK_T256 static inline __attribute__((always_inline)) void fma_4rows(__m256 acc[4][3],
+                                                                    const float *a, __m256 b0,
+                                                                    __m256 b1, __m256 b2) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m256 ar = _mm256_broadcast_ss(a + r);
+        acc[r][0] = _mm256_fmadd_ps(ar, b0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(ar, b1, acc[r][1]);
+        acc[r][2] = _mm256_fmadd_ps(ar, b2, acc[r][2]);
+    }
+}
+
 MK_T256 static void igemm_4x24(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
                                int nlanes, int mrows, float *c, ptrdiff_t c_rs,
                                const float *res, const mk_seg *segs, int nseg, int act) {
@@ -33,13 +47,7 @@ MK_T256 static void igemm_4x24(size_t K, const float *a, const float *b, const p
             __m256 b0 = _mm256_loadu_ps(bk);
             __m256 b1 = _mm256_loadu_ps(bk + 8);
             __m256 b2 = _mm256_loadu_ps(bk + 16);
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                __m256 ar = _mm256_broadcast_ss(a + r);
-                acc[r][0] = _mm256_fmadd_ps(ar, b0, acc[r][0]);
-                acc[r][1] = _mm256_fmadd_ps(ar, b1, acc[r][1]);
-                acc[r][2] = _mm256_fmadd_ps(ar, b2, acc[r][2]);
-            }
+            fma_4rows(acc, a, b0, b1, b2);
             a += 8;
         }
     } else {
@@ -52,13 +60,7 @@ MK_T256 static void igemm_4x24(size_t K, const float *a, const float *b, const p
             __m256 b0 = _mm256_maskload_ps(bk, m0);
             __m256 b1 = _mm256_maskload_ps(bk + 8, m1);
             __m256 b2 = _mm256_maskload_ps(bk + 16, m2);
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                __m256 ar = _mm256_broadcast_ss(a + r);
-                acc[r][0] = _mm256_fmadd_ps(ar, b0, acc[r][0]);
-                acc[r][1] = _mm256_fmadd_ps(ar, b1, acc[r][1]);
-                acc[r][2] = _mm256_fmadd_ps(ar, b2, acc[r][2]);
-            }
+            fma_4rows(acc, a, b0, b1, b2);
             a += 8;
         }
     }

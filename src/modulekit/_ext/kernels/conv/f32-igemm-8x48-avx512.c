@@ -12,6 +12,21 @@
  * on ResNet-18's 512-channel layers at batch 1, whose weights stream from DRAM */
 #define MK_IGEMM_PREFETCH 2048
 
+/* One k step: acc[r][j] += a[r] * bj for the 8 rows, NV vectors a row (inlined, so the
+ * accumulators stay in registers). */
+MK_T512 static inline __attribute__((always_inline)) void fma_8rows(const int NV,
+                                                                    __m512 acc[8][3],
+                                                                    const float *a, __m512 b0,
+                                                                    __m512 b1, __m512 b2) {
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
+        __m512 ar = _mm512_set1_ps(a[r]);
+        acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
+        if (NV > 1) acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
+        if (NV > 2) acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
+    }
+}
+
 MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, const float *b,
                                       const ptrdiff_t *koff, int nlanes, int mrows, float *c,
                                       ptrdiff_t c_rs, const float *res, const mk_seg *segs,
@@ -35,13 +50,7 @@ MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, co
             __m512 b0 = _mm512_loadu_ps(bk);
             __m512 b1 = NV > 1 ? _mm512_loadu_ps(bk + 16) : _mm512_setzero_ps();
             __m512 b2 = NV > 2 ? _mm512_loadu_ps(bk + 32) : _mm512_setzero_ps();
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) {
-                __m512 ar = _mm512_set1_ps(a[r]);
-                acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
-                if (NV > 1) acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
-                if (NV > 2) acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
-            }
+            fma_8rows(NV, acc, a, b0, b1, b2);
             a += 8;
         }
     } else {
@@ -55,13 +64,7 @@ MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, co
             __m512 b0 = _mm512_maskz_loadu_ps(m0, bk);
             __m512 b1 = NV > 1 ? _mm512_maskz_loadu_ps(m1, bk + 16) : _mm512_setzero_ps();
             __m512 b2 = NV > 2 ? _mm512_maskz_loadu_ps(m2, bk + 32) : _mm512_setzero_ps();
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) {
-                __m512 ar = _mm512_set1_ps(a[r]);
-                acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
-                if (NV > 1) acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
-                if (NV > 2) acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
-            }
+            fma_8rows(NV, acc, a, b0, b1, b2);
             a += 8;
         }
     }

@@ -28,19 +28,23 @@
 
 static size_t mk_min(size_t a, size_t b) { return a < b ? a : b; }
 
+/* A thread's buffer *buf of *cap bytes, grown (whole pages) to hold `bytes`; NULL when it
+ * could not be. */
+static void *mk_grow(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        free(*buf);
+        const size_t want = (bytes + 4095) / 4096 * 4096;
+        *buf = aligned_alloc(64, want);
+        *cap = *buf != NULL ? want : 0;
+    }
+    return *buf;
+}
+
 /* Per-thread packing buffer, kept between calls (OpenMP worker threads persist). */
 static _Thread_local void *mk_tl_buf = NULL;
 static _Thread_local size_t mk_tl_cap = 0;
 
-static void *mk_tl_buffer(size_t bytes) {
-    if (bytes > mk_tl_cap) {
-        free(mk_tl_buf);
-        const size_t cap = (bytes + 4095) / 4096 * 4096;
-        mk_tl_buf = aligned_alloc(64, cap);
-        mk_tl_cap = mk_tl_buf != NULL ? cap : 0;
-    }
-    return mk_tl_buf;
-}
+static void *mk_tl_buffer(size_t bytes) { return mk_grow(&mk_tl_buf, &mk_tl_cap, bytes); }
 
 static int mk_rowdirect_on = 1;
 
@@ -366,13 +370,7 @@ static _Thread_local size_t mk_tl_bcap = 0;
 
 static void *mk_mm_buffer(size_t bytes) {
     if (bytes > MK_MM_KEEP_BYTES) return aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (bytes > mk_tl_bcap) {
-        free(mk_tl_bbuf);
-        const size_t cap = (bytes + 4095) / 4096 * 4096;
-        mk_tl_bbuf = aligned_alloc(64, cap);
-        mk_tl_bcap = mk_tl_bbuf != NULL ? cap : 0;
-    }
-    return mk_tl_bbuf;
+    return mk_grow(&mk_tl_bbuf, &mk_tl_bcap, bytes);
 }
 
 static void mk_mm_release(void *buf) {

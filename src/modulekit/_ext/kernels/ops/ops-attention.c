@@ -75,6 +75,23 @@ static const struct {
 
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
+/* Task t (batch t / nh, head t % nh): element offsets of its q/k columns, v and output
+ * columns, and its mask plane. */
+typedef struct {
+    ptrdiff_t q, k, v, o, m;
+} head_offsets;
+
+static head_offsets head_of(ptrdiff_t t, size_t nh, size_t d, size_t dv, ptrdiff_t qsb,
+                            ptrdiff_t ksb, ptrdiff_t vsb, ptrdiff_t osb, ptrdiff_t msb,
+                            ptrdiff_t msh)
+{
+    const ptrdiff_t b = t / (ptrdiff_t)nh, h = t % (ptrdiff_t)nh;
+    const head_offsets o = {b * qsb + h * (ptrdiff_t)d, b * ksb + h * (ptrdiff_t)d,
+                            b * vsb + h * (ptrdiff_t)dv, b * osb + h * (ptrdiff_t)dv,
+                            b * msb + h * msh};
+    return o;
+}
+
 static void *alloc64(size_t bytes)
 {
     void *p = NULL;
@@ -146,14 +163,11 @@ int mk_attention_f32(int isa, int bf16, size_t nb, size_t nh, size_t lq, size_t 
                 failed = 1;
                 continue;
             }
-            const size_t b = (size_t)t / nh, h = (size_t)t % nh;
-            const float *qh = q + (ptrdiff_t)b * qsb + (ptrdiff_t)(h * d);
-            const float *kh = k + (ptrdiff_t)b * ksb + (ptrdiff_t)(h * d);
-            const float *vh = v + (ptrdiff_t)b * vsb + (ptrdiff_t)(h * dv);
-            float *oh = out + (ptrdiff_t)b * osb + (ptrdiff_t)(h * dv);
-            float *s = weights ? weights + (size_t)t * lq * lk : sbuf;
+            const head_offsets o = head_of(t, nh, d, dv, qsb, ksb, vsb, osb, msb, msh);
+            const float *qh = q + o.q, *kh = k + o.k, *vh = v + o.v;
+            const float *mrow = mask ? mask + o.m : NULL;
+            float *oh = out + o.o, *s = weights ? weights + (size_t)t * lq * lk : sbuf;
             pack_kt(lk, d, kh, ksr, scale, kt, ldk); /* Kt = scale K_h^T: S comes out scaled */
-            const float *mrow = mask ? mask + (ptrdiff_t)b * msb + (ptrdiff_t)h * msh : NULL;
             if (bf16) { /* (x86 only: bf16 is 0 elsewhere) */
 #if MK_X86
                 uint32_t *kt16 = q16 + rq * wq; /* pair words: Q_h, then Kt (see above) */
@@ -210,26 +224,23 @@ int mk_attention_f64(size_t nb, size_t nh, size_t lq, size_t lk, size_t d, size_
         double *kt = (double *)alloc64(d * lk * sizeof(double));
         double *sbuf = weights ? NULL : (double *)alloc64(lq * lk * sizeof(double));
         const int ok = kt != NULL && (weights != NULL || sbuf != NULL);
+        if (!ok) {
+            #pragma omp atomic write
+            failed = 1;
+        }
         ptrdiff_t t;
         #pragma omp for schedule(dynamic) nowait
         for (t = 0; t < tasks; t++) {
-            if (!ok) {
-                #pragma omp atomic write
-                failed = 1;
-                continue;
-            }
-            const size_t b = (size_t)t / nh, h = (size_t)t % nh;
-            const double *qh = q + (ptrdiff_t)b * qsb + (ptrdiff_t)(h * d);
-            const double *kh = k + (ptrdiff_t)b * ksb + (ptrdiff_t)(h * d);
-            const double *vh = v + (ptrdiff_t)b * vsb + (ptrdiff_t)(h * dv);
-            double *oh = out + (ptrdiff_t)b * osb + (ptrdiff_t)(h * dv);
-            double *s = weights ? weights + (size_t)t * lq * lk : sbuf;
+            if (!ok) continue; /* (the call fails) */
+            const head_offsets o = head_of(t, nh, d, dv, qsb, ksb, vsb, osb, msb, msh);
+            const double *qh = q + o.q, *kh = k + o.k, *vh = v + o.v;
+            const double *mrow = mask ? mask + o.m : NULL;
+            double *oh = out + o.o, *s = weights ? weights + (size_t)t * lq * lk : sbuf;
             for (size_t j = 0; j < lk; j++) {
                 const double *kj = kh + (ptrdiff_t)j * ksr;
                 for (size_t c = 0; c < d; c++) kt[c * lk + j] = kj[c];
             }
             att_qk_f64(lq, lk, d, qh, qsr, kt, lk, s, lk);
-            const double *mrow = mask ? mask + (ptrdiff_t)b * msb + (ptrdiff_t)h * msh : NULL;
             for (size_t i = 0; i < lq; i++)
                 mk_softmax_row_f64(lk, s + i * lk, mrow ? mrow + (ptrdiff_t)i * msr : NULL, scale);
             att_pv_f64(lq, lk, dv, s, lk, vh, vsr, oh, osr);

@@ -142,6 +142,17 @@ int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t
 
 #define BLOCK 64 /* pixels per step of the layout conversions */
 
+/* Block t of the BLOCK-pixel blocks of images of hw pixels: image b, pixels [p0, p1). */
+typedef struct {
+    size_t b, p0, p1;
+} pixel_block;
+
+static pixel_block block_of(long t, size_t hw) {
+    const size_t per = (hw + BLOCK - 1) / BLOCK, p0 = (size_t)t % per * BLOCK;
+    const pixel_block blk = {(size_t)t / per, p0, p0 + BLOCK < hw ? p0 + BLOCK : hw};
+    return blk;
+}
+
 static void quantize_row_scalar(size_t n, const float *x, float inv, int32_t zp, uint8_t *q) {
     for (size_t i = 0; i < n; i++) q[i] = mk_qu8_requantize(x[i], inv, zp);
 }
@@ -158,13 +169,12 @@ void mk_qu8_quantize_nchw(int isa, size_t n, size_t c, size_t hw, const float *x
     const int nt = n * c * hw < MK_QCONV_PARALLEL_MIN_BYTES ? 1 : nthreads;
     MK_TEAM_FOR(nt, 1)
     for (long t = 0; t < blocks; t++) {
-        const size_t per = (hw + BLOCK - 1) / BLOCK, b = (size_t)t / per;
-        const size_t p0 = (size_t)t % per * BLOCK, p1 = p0 + BLOCK < hw ? p0 + BLOCK : hw;
+        const pixel_block k = block_of(t, hw);
         uint8_t plane[BLOCK]; /* one channel's bytes, then spread into the NHWC rows */
         for (size_t ch = 0; ch < c; ch++) {
-            row(p1 - p0, x + (b * c + ch) * hw + p0, inv, zp, plane);
-            uint8_t *dst = q + (b * hw + p0) * c + ch;
-            for (size_t p = 0; p < p1 - p0; p++) dst[p * c] = plane[p];
+            row(k.p1 - k.p0, x + (k.b * c + ch) * hw + k.p0, inv, zp, plane);
+            uint8_t *dst = q + (k.b * hw + k.p0) * c + ch;
+            for (size_t p = 0; p < k.p1 - k.p0; p++) dst[p * c] = plane[p];
         }
     }
     MK_TEAM_FOR_END
@@ -176,12 +186,12 @@ void mk_qu8_dequantize_nhwc(size_t n, size_t hw, size_t c, const uint8_t *q, flo
     const int nt = n * c * hw < MK_QCONV_PARALLEL_MIN_BYTES ? 1 : nthreads;
     MK_TEAM_FOR(nt, 1)
     for (long t = 0; t < blocks; t++) {
-        const size_t per = (hw + BLOCK - 1) / BLOCK, b = (size_t)t / per;
-        const size_t p0 = (size_t)t % per * BLOCK, p1 = p0 + BLOCK < hw ? p0 + BLOCK : hw;
+        const pixel_block k = block_of(t, hw);
         for (size_t ch = 0; ch < c; ch++) {
-            const uint8_t *src = q + b * hw * c + ch;
-            float *dst = x + (b * c + ch) * hw;
-            for (size_t p = p0; p < p1; p++) dst[p] = (float)((int32_t)src[p * c] - zp) * scale;
+            const uint8_t *src = q + k.b * hw * c + ch;
+            float *dst = x + (k.b * c + ch) * hw;
+            for (size_t p = k.p0; p < k.p1; p++)
+                dst[p] = (float)((int32_t)src[p * c] - zp) * scale;
         }
     }
     MK_TEAM_FOR_END
