@@ -29,10 +29,10 @@ int mk_team_backing_off(void) {
 
 int mk_team_begin(int nthreads, mk_team_clock *clk) {
     clk->waited = 0;
+    clk->nt = 1;
+    if (nthreads <= 1) return 1; /* a serial call reads no clock */
     clk->start = clk->master_done = mk_now_ns();
-    if (nthreads > 1 && clk->start < __atomic_load_n(&state->serial_until, __ATOMIC_RELAXED))
-        nthreads = 1;
-    clk->nt = nthreads > 1 ? nthreads : 1;
+    if (clk->start >= __atomic_load_n(&state->serial_until, __ATOMIC_RELAXED)) clk->nt = nthreads;
     return clk->nt;
 }
 

@@ -13,7 +13,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/team.h"
 #include "gemm.h"
