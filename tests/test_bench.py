@@ -119,9 +119,14 @@ def test_check_bars_reports_the_ceiling_a_floor_allows():
         {"suite": "casts", "case": case, "impl": "numpy astype", "seconds": 30.0},
         {"suite": "casts", "case": case, "impl": FLOOR_NEW, "seconds": 1.5},
     ]
-    (bar,) = check_bars(with_ratios(rows))
+    bars = {b["peer"]: b for b in check_bars(with_ratios(rows))}
+    bar = bars["numpy astype"]
     assert bar["speedup"] == 15.0 and not bar["met"] and bar["ceiling"] == 20.0
     assert "at most 20.00x" in ceiling_text(bar)
+    # the floor is a peer of its own: a new-array cast within 1.5x of allocate-and-write
+    assert bars[FLOOR_NEW]["speedup"] == 0.75 and bars[FLOOR_NEW]["met"]
+    rows[0]["seconds"] = 2.5
+    assert not {b["peer"]: b for b in check_bars(with_ratios(rows))}[FLOOR_NEW]["met"]
     del rows[2]
     (bar,) = check_bars(with_ratios(rows))
     assert "ceiling" not in bar and ceiling_text(bar) == ""

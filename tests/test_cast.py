@@ -6,6 +6,7 @@ rounding ties, every 16-bit pattern, random data, the parallel path and in-place
 """
 
 import itertools
+import sys
 import warnings
 
 import ml_dtypes
@@ -269,6 +270,29 @@ def test_streaming_stores(isa, threads, pair):
         np.testing.assert_array_equal(bits(odd), bits(want))
     finally:
         _cast.set_stream_min_bytes(previous)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["stores", "streamed"])
+@pytest.mark.parametrize("pair", STREAMED, ids=ids)
+def test_new_array_on_every_thread(isa, threads, pair, stream):
+    """``cast`` to a new array (its pages populated in one call, then the team; one thread
+    where the system cannot populate): bit-identical at a size that goes parallel, and on
+    Linux the work really ran in a parallel region."""
+    src, dst = pair
+    x = random_data(src, N_PARALLEL * 2 + 13, np.random.default_rng(5))
+    previous = _cast.set_stream_min_bytes(0 if stream else 1 << 62)
+    parallel = (threads > 1 and sys.platform.startswith("linux")
+                and _openmp_helpers.openmp_enabled() and not _openmp_helpers._backing_off())
+    try:
+        before = _openmp_helpers._team_regions()
+        out = _cast.cast(x, dst)
+        regions = _openmp_helpers._team_regions() - before
+    finally:
+        _cast.set_stream_min_bytes(previous)
+    assert out.dtype == dst and out.shape == x.shape and out.flags.c_contiguous
+    assert_bits_equal(out, x, dst)
+    if parallel:
+        assert regions > 0, "a large new-array cast stayed on one thread"
 
 
 def test_identity_in_place_is_a_no_op():

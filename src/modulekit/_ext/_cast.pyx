@@ -27,6 +27,8 @@ cnp.import_array()
 cdef extern from "cast/cast.h" nogil:
     int mk_cast_run(const void* src, int src_code, void* dst, int dst_code, size_t n,
                     int nthreads, mk_isa isa)
+    int mk_cast_run_fresh(const void* src, int src_code, void* dst, int dst_code, size_t n,
+                          int nthreads, mk_isa isa)
 
 # Type codes (see _cast.pxd).
 F32 = MK_DT_F32
@@ -268,9 +270,10 @@ def cast(src, dtype):
     cdef Py_ssize_t n = cnp.PyArray_SIZE(s)
     cdef const void* sp = cnp.PyArray_DATA(s)
     cdef void* dp = cnp.PyArray_DATA(out)
+    cdef int nthreads = effective_threads()
     if n > 0:
-        # one thread: the new output's first-touch page faults, taken by two threads at
-        # once, stalled at random (docs/design.md, Dtype casts)
+        # the new output's pages populated in one call, then every thread (one thread where
+        # they cannot be: docs/design.md, Dtype casts)
         with nogil:
-            mk_cast_run(sp, sc, dp, dc, <size_t>n, 1, active_isa())
+            mk_cast_run_fresh(sp, sc, dp, dc, <size_t>n, nthreads, active_isa())
     return out

@@ -20,6 +20,13 @@ BARS = [
      "casts", "float32 -> float16 64 MiB, new array", "numpy astype", 20.0, FLOOR_NEW),
     ("float32 -> bfloat16 cast of 64 MiB >= 10x ml_dtypes astype",
      "casts", "float32 -> bfloat16 64 MiB, new array", "ml_dtypes astype", 10.0, FLOOR_NEW),
+]
+#: Casts to a new array within 1.5x of the time to allocate and write the output (issue #19)
+for _src, _dst in (("float32", "float16"), ("float32", "bfloat16"), ("float16", "float32"),
+                   ("bfloat16", "float32")):
+    BARS.append((f"{_src} -> {_dst} cast of 64 MiB to a new array <= 1.5x allocate and write",
+                 "casts", f"{_src} -> {_dst} 64 MiB, new array", FLOOR_NEW, 1 / 1.5))
+BARS += [
     ("matmul float32 1024^3 >= 0.95x numpy", "gemm", "matmul 1024^3", "numpy", 0.95),
     ("packed Linear 1024x1024 batch 1024 >= 1.0x numpy", "gemm",
      "linear 1024x1024 batch 1024", "numpy", 1.0),

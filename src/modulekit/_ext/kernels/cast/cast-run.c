@@ -6,6 +6,15 @@
 #include "common/team.h"
 #include "mk_omp.h"
 
+#if defined(__linux__)
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+#endif
+
 /* Chunk boundaries are multiples of this many elements (whole cache lines of output). */
 #define MK_CAST_CHUNK_ALIGN 64
 /* In-place narrowing converts this share (1/4) of the elements serially first, at least
@@ -89,4 +98,30 @@ int mk_cast_run(const void* src, int src_code, void* dst, int dst_code, size_t n
     }
     mk_team_end(&clk);
     return 0;
+}
+
+/* Populate the whole pages of [p, p + bytes) for writing; 0 on success, -1 where the system
+ * cannot (not Linux, a kernel before 5.14). The partial pages at either end are left to the
+ * cast's own first touch. */
+static int mk_populate_write(void* p, size_t bytes) {
+#if defined(__linux__)
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) return -1;
+    const uintptr_t ps = (uintptr_t)page;
+    const uintptr_t lo = ((uintptr_t)p + ps - 1) / ps * ps, hi = ((uintptr_t)p + bytes) / ps * ps;
+    if (hi <= lo) return 0;
+    return madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE) == 0 ? 0 : -1;
+#else
+    (void)p;
+    (void)bytes;
+    return -1;
+#endif
+}
+
+int mk_cast_run_fresh(const void* src, int src_code, void* dst, int dst_code, size_t n,
+                      int nthreads, mk_isa isa) {
+    const size_t ss = mk_dtype_size(src_code), ds = mk_dtype_size(dst_code);
+    if (n * (ss + ds) >= mk_cast_parallel_min_bytes() && mk_populate_write(dst, n * ds) != 0)
+        nthreads = 1;
+    return mk_cast_run(src, src_code, dst, dst_code, n, nthreads, isa);
 }
