@@ -199,7 +199,7 @@ def test_linear_weights_bound_from_misaligned(isa, r):
 CONV_GEOMETRIES = {
     # name: (n, cin, cout, k, h, w, stride, padding, groups)
     "igemm": (2, 5, 7, 3, 11, 13, 2, 1, 1),
-    "im2col": (1, 8, 32, 3, 7, 7, 1, 1, 1),
+    "im2col": (1, 8, 32, 1, 13, 13, 2, 0, 1),  # a strided 1x1 (AVX-512: im2col)
     "stem": (1, 3, 17, 7, 23, 19, 2, 3, 1),
     "depthwise-s1": (1, 7, 7, 3, 13, 11, 1, 1, 7),
     "depthwise-s2": (1, 5, 5, 3, 17, 13, 2, 1, 5),
@@ -220,6 +220,14 @@ def test_conv2d(isa, r, geom):
     check(lambda x, res: pk.forward(x, "relu", res), x, r(*y.shape))
     check(lambda wt, b: _conv.pack_conv2d(wt, b, s, p, 1, g).forward(x), wt, b)
     check(lambda x, wt, b: F.conv2d(x, wt, b, s, p, 1, g), x, wt, b)
+
+
+def test_conv2d_im2col_forced(isa, r):
+    """A 3x3 on a 7x7 map ('auto': the igemm) with im2col forced (AVX-512)."""
+    wt, b = r(32, 8, 3, 3), r(32)
+    pk = _conv.pack_conv2d(wt, b, padding=1)
+    pk.algorithm = "im2col"
+    check(lambda x, res: pk.forward(x, "relu", res), r(1, 8, 7, 7), r(1, 32, 7, 7))
 
 
 @pytest.mark.parametrize("algorithm", ["winograd-2x2", "winograd-4x4"])

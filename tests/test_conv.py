@@ -275,14 +275,13 @@ def test_bad_inputs(rng):
         _conv.PackedConv2d()
 
 
-# (batch, cin, cout, kernel, H, W, stride, padding, dilation): output maps whose pixel count
-# is not a multiple of 16 (or strided 1x1 convolutions), at least 32 output channels (the
-# im2col path on AVX-512 at batch 1)
+# (batch, cin, cout, kernel, H, W, stride, padding, dilation): geometries for the im2col path
+# (AVX-512; forced where 'auto' takes the igemm)
 IM2COL_GEOMETRIES = [
     (1, 5, 37, 3, 13, 11, 2, 1, 1),  # 7x6 output, partial panel
     (1, 7, 32, 1, 14, 15, 2, 0, 1),  # ResNet downsample 1x1 stride 2, odd map
     (1, 3, 40, 3, 7, 7, 1, 1, 1),  # stride 1 (Winograd does not take 3 channels)
-    (3, 3, 40, 3, 7, 7, 1, 1, 1),  # batch 3: the igemm
+    (3, 3, 40, 3, 7, 7, 1, 1, 1),  # batch 3
     (1, 9, 33, 3, 9, 31, 2, 0, 1),  # 4x15 output
     (1, 4, 48, 5, 17, 19, 3, 2, 1),  # stride 3: the scalar column walk
     (1, 6, 32, 3, 11, 5, 1, 2, 2),  # dilation 2
@@ -290,8 +289,34 @@ IM2COL_GEOMETRIES = [
     (1, 64, 64, 3, 2, 3, 1, 1, 1),  # 2x3 output, window wider than the input
     (1, 16, 64, 1, 1, 1, 1, 1, 1),  # 3x3 output of a padded 1x1 input
     (1, 11, 40, 1, 16, 8, 2, 0, 1),  # strided 1x1 on an 8x4 map (a multiple of 16 pixels)
-    (2, 11, 40, 1, 16, 8, 2, 0, 1),  # the same at batch 2: the igemm
+    (2, 11, 40, 1, 16, 8, 2, 0, 1),  # the same at batch 2
 ]
+
+# (input shape, cout, kernel, stride, padding): what 'auto' runs on AVX-512 (conv-config.c,
+# im2col_pays): im2col for strided 1x1 kernels at batch 1 and where the igemm's grid tiles
+# would cost more than twice the pixels; the igemm on ResNet-18's stride-2 3x3 maps
+IM2COL_CHOICES = [
+    ((1, 64, 56, 56), 128, 1, 2, 0, "im2col"),  # ResNet-18 downsamples
+    ((1, 256, 14, 14), 512, 1, 2, 0, "im2col"),
+    ((2, 256, 14, 14), 512, 1, 2, 0, "igemm"),  # batch 2
+    ((1, 128, 28, 28), 256, 3, 2, 1, "igemm"),  # 14x14 output: lane cost 1.22x the pixels
+    ((1, 256, 14, 14), 512, 3, 2, 1, "igemm"),  # 7x7: 1.45x
+    ((1, 64, 2, 3), 64, 3, 1, 1, "im2col"),  # 2x3: 16 lanes at 1.35 for 6 pixels
+    ((1, 16, 1, 1), 64, 1, 1, 1, "im2col"),  # padded 1x1 input: a 3x3 map
+    ((1, 16, 6, 6), 16, 1, 2, 0, "igemm"),  # fewer than 32 output channels
+]
+
+
+@pytest.mark.parametrize("shape,cout,k,s,p,want", IM2COL_CHOICES,
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_im2col_choice(isa, rng, shape, cout, k, s, p, want):
+    w = rng.standard_normal((cout, shape[1], k, k)).astype(np.float32)
+    packed = _conv.pack_conv2d(w, stride=s, padding=p)
+    got = packed.algorithm_for(shape)
+    if isa == "avx512":
+        assert got == want
+    else:
+        assert got != "im2col"  # no lane-exact paths (the 2x3 map: Winograd on AVX2)
 
 
 def test_conv_config_names_the_active_path(isa):
@@ -303,21 +328,16 @@ def test_conv_config_names_the_active_path(isa):
 
 @pytest.mark.parametrize("geom", IM2COL_GEOMETRIES, ids=lambda g: "-".join(map(str, g)))
 def test_im2col_path(isa, rng, geom):
-    """im2col + the lane-exact GEMM: against torch, on views, and bit-identical to the igemm."""
+    """im2col + the lane-exact GEMM (forced): against torch, on views, and bit-identical to
+    the igemm. Without the lane-exact paths a forced 'im2col' leaves the choice to 'auto'."""
     n, cin, cout, k, h, w, s, p, d = geom
     x, wt, b = make(rng, n, cin, cout, k, h, w, 1)
     packed = _conv.pack_conv2d(wt, b, stride=s, padding=p, dilation=d)
-    oh, ow = packed.output_shape(x.shape)[2:]
-    lanes = (oh * ow) % 16 or k == 1
-    expected = "im2col" if isa == "avx512" and lanes and n == 1 else "igemm"
-    if expected == "igemm" and isa == "avx512" and cin <= 4:
-        expected = "igemm-rows"  # few input channels: the row-band igemm (same bits)
-    if expected == "igemm" and (n, cin, k, s, d) == (1, 64, 3, 1, 1) and isa == "avx2":
-        # the 64-channel 2x3 map: on AVX2 the Winograd cost model takes F(2x2) in the GEMM
-        # engine's orientation (12 us against the igemm's 25); check the igemm forced
-        assert packed.algorithm_for(x.shape) == "winograd-2x2"
-        packed.algorithm = "igemm"
-    assert packed.algorithm_for(x.shape) == expected
+    chosen = packed.algorithm_for(x.shape)
+    packed.algorithm = "im2col"
+    assert packed.algorithm_for(x.shape) == ("im2col" if isa == "avx512" else chosen)
+    if isa != "avx512" and chosen.startswith("winograd"):
+        packed.algorithm = "igemm"  # the comparison below is with the igemm's sums
     ref_shape = reference(x, wt, b, s, p, d, 1).shape
     residual = rng.standard_normal(ref_shape).astype(np.float32)
     views = [x, np.asfortranarray(x), x[:, :, :, ::-1].copy()[:, :, :, ::-1]]

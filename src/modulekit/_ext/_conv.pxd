@@ -34,6 +34,7 @@ cdef extern from "conv/conv.h" nogil:
         MK_W_F64
         MK_CONV_FORCE_AUTO
         MK_CONV_FORCE_IGEMM
+        MK_CONV_FORCE_IM2COL
     enum:  # mk_conv_algo
         MK_CONV_ALGO_F64
         MK_CONV_ALGO_DEPTHWISE

@@ -96,11 +96,11 @@ _STORAGE = {"float32": MK_W_F32, "float16": MK_W_F16, "bfloat16": MK_W_BF16,
 _MAX_TAPS = 256  # depthwise kernels up to KH*KW = 256 (16x16)
 
 # Winograd: the algorithm names and the weight-transform matrices G (alpha x 3) per tile size
-_ALGORITHMS = frozenset({"auto", "igemm", "winograd-2x2", "winograd-4x4"})
+_ALGORITHMS = frozenset({"auto", "igemm", "im2col", "winograd-2x2", "winograd-4x4"})
 # PackedConv2d.algorithm as mk_conv_layer.force, and mk_conv_choose's answers by name (the
 # lane-exact direct 1x1 is the igemm's GEMM without its lane waste: 'igemm' to the user)
-_FORCE = {"auto": MK_CONV_FORCE_AUTO, "igemm": MK_CONV_FORCE_IGEMM, "winograd-2x2": 2,
-          "winograd-4x4": 4}
+_FORCE = {"auto": MK_CONV_FORCE_AUTO, "igemm": MK_CONV_FORCE_IGEMM,
+          "im2col": MK_CONV_FORCE_IM2COL, "winograd-2x2": 2, "winograd-4x4": 4}
 _ALGORITHM_NAMES = {MK_CONV_ALGO_F64: "float64", MK_CONV_ALGO_DEPTHWISE: "depthwise",
                     MK_CONV_ALGO_IM2COL: "im2col", MK_CONV_ALGO_ROWS: "igemm-rows",
                     MK_CONV_ALGO_1X1: "igemm", MK_CONV_ALGO_IGEMM: "igemm",
@@ -280,7 +280,7 @@ cdef class PackedConv2d:
 
     @property
     def algorithm(self):
-        """Algorithm of 3x3 stride-1 float32 convolutions: 'auto' (default), 'igemm',
+        """Algorithm of float32 convolutions: 'auto' (default), 'igemm', 'im2col',
         'winograd-2x2' or 'winograd-4x4'.
 
         'auto' lets the cost model choose per input shape (see :meth:`algorithm_for`). A
@@ -291,7 +291,9 @@ cdef class PackedConv2d:
         output scale, F(4x4) about ten times more (relative 1e-5 to 1e-4 at 512 channels).
         Setting 'igemm' also drops the transformed weights built so far (see
         :attr:`winograd_nbytes`), and forces the phase-image implicit GEMM where 'auto' would
-        run im2col on a small map (both give the same bits).
+        run im2col (both give the same bits). 'im2col' forces the window matrix and the
+        lane-exact GEMM where that path exists (AVX-512, float32 weights, groups 1, not a
+        plain 1x1 stride-1 layer); elsewhere the choice stays 'auto''s.
         """
         return self._algorithm
 
@@ -315,7 +317,8 @@ cdef class PackedConv2d:
 
     def algorithm_for(self, input_shape):
         """Name of what :meth:`forward` runs for an (N, C_in, H, W) contiguous input here:
-        'igemm', 'im2col' (small output maps on AVX-512, see ``f32-conv-im2col.c``),
+        'igemm', 'im2col' (batch 1 on AVX-512: strided 1x1 kernels and tiny output maps, see
+        ``f32-conv-im2col.c``),
         'igemm-rows' (at most 4 input channels on AVX-512: the igemm in row bands, see
         ``mk_conv2d_rows_f32``), 'winograd-2x2', 'winograd-4x4', 'depthwise', 'float64' or
         'igemm-bf16' (bfloat16 multiplies under ``float32_matmul_precision("medium")`` on a

@@ -15,7 +15,8 @@
  *                            tile forced by the layer), with the GEMM stage's orientation
  *   bfloat16 allowed      -> the bfloat16 implicit GEMM ("medium" on the AVX512-BF16 path)
  *   lane-exact paths (AVX-512, float32 weights, groups 1; not with 'igemm' forced):
- *     small output maps   -> im2col + the 1x1 band kernel
+ *     strided 1x1 kernels and tiny output maps, or 'im2col' forced
+ *                         -> im2col + the 1x1 band kernel
  *     few input channels  -> the igemm in row bands
  *     direct 1x1          -> the 1x1 band kernel over the input itself
  *   everything else       -> the implicit GEMM over the phase image (or the input itself for a
@@ -189,8 +190,11 @@ int mk_conv_winograd_supported(int m, int isa) {
 /* im2col: output maps of at most this many pixels (larger maps keep every thread busy on the
  * igemm's pixel tiles) ... */
 #define IM2COL_MAX_PIXELS 4096
-/* ... and at least this many output channels (the copy is 1/Cout of the multiply-adds) */
+/* ... and at least this many output channels (the copy is 1/Cout of the multiply-adds) ... */
 #define IM2COL_MIN_COUT 32
+/* ... and, other than for a strided 1x1 kernel, an igemm lane cost above this many times the
+ * pixels (see im2col_pays) */
+#define IM2COL_WASTE 2.0
 /* row bands: inputs of at most this many channels (a network's first layer) */
 #define ROWS_MAX_CIN 4
 /* the direct 1x1 band kernel: maps of at most this many pixels (splitting the output channels
@@ -213,23 +217,40 @@ static int direct_1x1(const mk_conv_geom *g) {
  * unit input column stride; the cost model's choice, or the forced tile (F(4x4) falls back to
  * F(2x2) where the path has no F(4x4)). */
 static int winograd_tile(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads) {
-    if (l->groups != 1 || l->force == MK_CONV_FORCE_IGEMM || g->KH != 3 || g->KW != 3 ||
+    if (l->groups != 1 || l->force == MK_CONV_FORCE_IGEMM || l->force == MK_CONV_FORCE_IM2COL ||
+        g->KH != 3 || g->KW != 3 ||
         g->sy != 1 || g->sx != 1 || g->dy != 1 || g->dx != 1 || g->sw != 1)
         return 0;
     if (l->force == MK_CONV_FORCE_AUTO) return mk_conv_winograd_choose(g, l->Cout, isa, nthreads);
     return mk_conv_winograd_supported(l->force, isa) ? l->force : 2;
 }
 
+/* The phase-image igemm's grid lanes for g (see conv2d_igemm): OH rows of Wq columns, the last
+ * one OW. */
+static ptrdiff_t grid_lanes(const mk_conv_geom *g) {
+    ptrdiff_t wq = (g->W + g->pl + g->pr + g->sx - 1) / g->sx;
+    if (wq < g->OW) wq = g->OW;
+    return (ptrdiff_t)(g->OH - 1) * wq + g->OW;
+}
+
 /* im2col + the lane-exact 1x1 GEMM (f32-conv-im2col.c): one image (at batch 32 ResNet-18
- * measured about 4% slower with it), not a direct 1x1, output maps whose pixel count is not a
- * multiple of 16 (where the igemm's grid tiles waste lanes: 64 lanes for a 7x7 map, 240 for
- * 14x14) or from a strided 1x1 kernel (ResNet's 28x28 downsample: 53-58 -> 47-50 us, the
- * channel split of mk_conv1x1_f32 balancing its 17 tiles of 48 pixels). */
-static int im2col_pays(const mk_conv_layer *l, const mk_conv_geom *g) {
+ * measured about 4% slower with it), not a direct 1x1, and either a strided 1x1 kernel
+ * (ResNet's downsamples: 28x28 on Zen 4 53-58 -> 47-50 us, the channel split of
+ * mk_conv1x1_f32 balancing its 17 tiles of 48 pixels; 14x14 and 7x7 on the Xeon 113 -> 101
+ * and 114 -> 107 us) or a map on which the igemm's tiles cost more than IM2COL_WASTE times
+ * its pixels (a 3x3 over a 1x1 or 2x3 map). On the maps between, the igemm wins in spite of
+ * its padded lanes: ResNet-18's stride-2 3x3 at 14x14 and 7x7 (lane cost 1.22 and 1.45 times
+ * the pixels) on the Xeon at 2 threads, im2col 721-742 and 824-831 us against the igemm's
+ * 605-611 and 699-703 (the window copy and a second parallel region); on Zen 4 im2col was 3%
+ * faster on the first and even on the second. */
+static int im2col_pays(const mk_conv_layer *l, const mk_conv_geom *g, int isa) {
     const ptrdiff_t hw = (ptrdiff_t)g->OH * g->OW;
-    return g->N == 1 && l->Cout >= IM2COL_MIN_COUT &&
-           (hw % 16 != 0 || (g->KH == 1 && g->KW == 1)) && hw <= IM2COL_MAX_PIXELS &&
-           !direct_1x1(g);
+    if (g->N != 1 || l->Cout < IM2COL_MIN_COUT || hw > IM2COL_MAX_PIXELS || direct_1x1(g))
+        return 0;
+    if (g->KH == 1 && g->KW == 1) return 1;
+    mk_igemm_fn fn;
+    int nr;
+    return mk_conv_igemm_lanes(isa, grid_lanes(g), &fn, &nr) > IM2COL_WASTE * (double)hw;
 }
 
 /* bfloat16 compute, where the layer allows it ("medium" precision on a bfloat16 path). On
@@ -246,6 +267,12 @@ static int bf16_pays(const mk_conv_layer *l, int wino_m) {
 
 void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads,
                     mk_conv_choice *c) {
+    mk_conv_layer auto_l;
+    if (l->force == MK_CONV_FORCE_IM2COL && !(lane_exact(l, isa) && !direct_1x1(g))) {
+        auto_l = *l; /* im2col forced where it cannot run: the rules as under 'auto' */
+        auto_l.force = MK_CONV_FORCE_AUTO;
+        l = &auto_l;
+    }
     c->wino_m = c->wino_eng = 0;
     c->direct = 0;
     if (l->wtype == MK_W_F64) {
@@ -271,7 +298,8 @@ void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int 
     c->direct = direct_1x1(g);
     const int exact = lane_exact(l, isa), forced = l->force == MK_CONV_FORCE_IGEMM;
     const ptrdiff_t hw = (ptrdiff_t)g->H * g->W;
-    if (exact && !forced && im2col_pays(l, g))
+    if (exact && !c->direct &&
+        (l->force == MK_CONV_FORCE_IM2COL || (!forced && im2col_pays(l, g, isa))))
         c->algo = MK_CONV_ALGO_IM2COL;
     else if (exact && !forced && g->C <= ROWS_MAX_CIN && !c->direct)
         /* each thread copies the phase rows of its bands of output rows into a band-sized

@@ -318,12 +318,13 @@ double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr);
 int mk_conv_winograd_supported(int m, int isa);
 
 /* What a layer is, for mk_conv_choose. */
-enum { MK_CONV_FORCE_AUTO = 0, MK_CONV_FORCE_IGEMM = 1 }; /* or 2 / 4: a Winograd tile */
+/* or 2 / 4: a Winograd tile */
+enum { MK_CONV_FORCE_AUTO = 0, MK_CONV_FORCE_IGEMM = 1, MK_CONV_FORCE_IM2COL = 3 };
 typedef struct {
     int groups, Cout;
     int wtype;     /* MK_W_* of the packed weights */
     int depthwise; /* packed for the depthwise kernels */
-    int force;     /* MK_CONV_FORCE_AUTO, MK_CONV_FORCE_IGEMM, or a Winograd tile (2, 4) */
+    int force;     /* MK_CONV_FORCE_AUTO, _IGEMM, _IM2COL, or a Winograd tile (2, 4) */
     int bf16;      /* 0, or the bfloat16 path (MK_CONV_BF16_*) the layer may compute on (float32
                       or bfloat16 weights under "medium"): the caller has its pair panels */
 } mk_conv_layer;

@@ -7,8 +7,10 @@
  * materialised (one row per (ci, kh, kw), zero where the window hangs over the padding) and
  * handed to mk_conv1x1_band_f32 (f32-conv1x1-driver.c), which covers any pixel count without
  * lane waste (48-lane tiles, then channel-lane kernels for the remainder). The copy is K x
- * OH*OW floats, 1/Cout of the multiply-adds, so the caller keeps this path for maps whose
- * pixel count is not a multiple of 16 and for Cout >= 32 (see _im2col_lanes in _conv.pyx).
+ * OH*OW floats, 1/Cout of the multiply-adds; conv-config.c (im2col_pays) keeps this path for
+ * strided 1x1 kernels and for maps on which the igemm's tiles would cost over twice the
+ * pixels, at Cout >= 32 (on the maps between, the igemm measured faster in spite of its
+ * padding).
  * Every output is the same sum in the same order as the igemm's (k ascending, starting from
  * the bias), so the two paths agree bit for bit. */
 #include <string.h>

@@ -122,8 +122,11 @@ void mk_conv1x1_mean_f32(int N, int K, ptrdiff_t HW, const float *x, ptrdiff_t s
     for (int k = 0; k < K; k++) koff[k] = k * sc;
     const int npairs = (M + 2 * MK_CONV_MR - 1) / (2 * MK_CONV_MR);
     if (2.0 * N * (double)HW * M * K < 4e5) nthreads = 1;
-    /* each thread a contiguous run of panel pairs (tile-major within it) */
-    const int nchunks = nthreads < npairs ? nthreads : npairs;
+    /* chunks of 4 panel pairs (the band's 64-channel groups, each of which reads the input
+     * once), at least one per thread, claimed from a shared counter: a thread slowed by
+     * another process hands its chunks over (tile-major within a chunk) */
+    int nchunks = (npairs + 3) / 4;
+    if (nchunks < nthreads) nchunks = nthreads < npairs ? nthreads : npairs;
     const int items = N * nchunks;
     if (nthreads > items) nthreads = items;
     MK_TEAM_FOR(nthreads, 1)
