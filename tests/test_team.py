@@ -3,9 +3,12 @@
 A region whose calling thread waited for its team longer than it worked is a strike; two in
 a row make every kernel family's regions run on the calling thread for a while. One state
 for the process: each extension binds its copy of kernels/common to _openmp_helpers' state.
+On Linux the regions also keep their workers off the calling thread's CPU.
 """
 
 import importlib
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -148,3 +151,34 @@ def test_linear_chain_while_backing_off(two_threads):
     want = model(x)
     _back_off()
     np.testing.assert_array_equal(model(x), want)
+
+
+def _thread_cpus(tid):
+    """The CPUs thread ``tid`` of this process may run on (Linux)."""
+    with open(f"/proc/self/task/{tid}/status") as f:
+        line = next(ln for ln in f if ln.startswith("Cpus_allowed_list:"))
+    cpus = set()
+    for part in line.split(":", 1)[1].strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "sched_getaffinity")
+                    or len(os.sched_getaffinity(0)) < 2 or os.environ.get("OMP_PROC_BIND"),
+                    reason="worker placement: Linux, 2 or more CPUs, OpenMP not binding")
+def test_workers_keep_off_the_calling_threads_cpu(two_threads):
+    """After a region the worker's CPU set is the process's CPUs but one (the calling thread's
+    when the region started); the calling thread's own set is left alone; the results are
+    those of the other kernels' tests."""
+    mine = os.sched_getaffinity(0)
+    x = RNG.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    w = RNG.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    want = F.conv2d(x, w, padding=1)
+    for _ in range(3):  # the first region registers the worker, a later one places it
+        np.testing.assert_array_equal(F.conv2d(x, w, padding=1), want)
+    assert os.sched_getaffinity(0) == mine
+    assert omp._team_placements() > 0
+    narrowed = [tid for tid in os.listdir("/proc/self/task")
+                if _thread_cpus(tid) < mine and len(_thread_cpus(tid)) == len(mine) - 1]
+    assert narrowed, "no worker thread keeps off a CPU"

@@ -18,6 +18,7 @@ cdef int effective_threads() noexcept nogil
 cdef extern from "common/team.h" nogil:
     ctypedef struct mk_team_state:
         unsigned long long regions
+        unsigned long long placements
     mk_team_state *mk_team_bind(mk_team_state *shared)
     mk_team_state *mk_team_current()
     int mk_team_backing_off()

@@ -57,6 +57,12 @@ def _team_regions():
     return team_state().regions
 
 
+def _team_placements():
+    """How many times a worker thread has narrowed its CPU set to keep off the calling
+    thread's CPU (kernels/common/team.h, worker placement; for tests)."""
+    return team_state().placements
+
+
 def _backing_off():
     """True while every parallel region runs on the calling thread after contention
     (kernels/common/team.h; for tests)."""

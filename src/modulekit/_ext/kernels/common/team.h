@@ -24,7 +24,16 @@
  * One state for the process: every extension links its own copy of kernels/common, and each
  * binds its copy to the state of modulekit._ext._openmp_helpers at import (mk_team_bind;
  * _openmp_helpers.pxd's bind_team), so a strike seen by the GEMM also makes the convolutions,
- * attention and the row ops serial. The state is a heuristic shared with relaxed atomics. */
+ * attention and the row ops serial. The state is a heuristic shared with relaxed atomics.
+ *
+ * Worker placement (Linux): a sleeping worker that a region wakes can be placed on the
+ * calling thread's CPU, where it waits until the caller stops spinning at the join (OpenMP's
+ * spin: milliseconds on CPUs with a slow pause, so the first call after an idle pause took
+ * 5-20x its steady time). So each worker registers its thread id with its calling thread's
+ * at the end of its first region, and a calling thread that starts a region on another CPU
+ * than before (or with new workers) first narrows its workers' CPU sets to the process's
+ * CPUs but its own (one syscall per worker, only then). The calling thread is never bound.
+ * Not done when OpenMP binds its threads (OMP_PROC_BIND) or for a process on one CPU. */
 #ifndef MK_COMMON_TEAM_H
 #define MK_COMMON_TEAM_H
 
@@ -39,6 +48,14 @@ typedef struct mk_team_state {
     long long backoff;      /* the current back-off, ns (0: none) */
     int strikes;            /* strikes since the last clean region or back-off */
     unsigned long long regions; /* parallel regions recorded (for tests) */
+    int cpus_state;             /* worker placement: 0 unknown, 1 on, -1 off (see above) */
+    unsigned long long placements; /* worker CPU sets narrowed (for tests) */
+    unsigned char cpus[128];    /* the process's CPUs when first seen (a cpu_set_t's bytes) */
+    int nteam;                  /* slots of team[] taken */
+    int generation;             /* bumped by each registration */
+    struct {
+        int master, worker;     /* thread ids: a worker and its calling thread (0: free) */
+    } team[64];
 } mk_team_state;
 
 /* One region's timing: its start, when thread 0's work ended, thread 0's waits at inner
@@ -46,6 +63,7 @@ typedef struct mk_team_state {
 typedef struct mk_team_clock {
     long long start, master_done, waited;
     int nt;
+    int master_tid; /* the calling thread's id where workers are placed, else 0 */
 } mk_team_clock;
 
 /* CLOCK_MONOTONIC, ns. */
@@ -73,6 +91,10 @@ int mk_team_backing_off(void);
 /* Forget strikes and back-off. */
 void mk_team_reset(void);
 
+/* By a worker at the end of its part of a region: register it with the calling thread
+ * (see "Worker placement" above). */
+void mk_team_worker_seen(int master_tid);
+
 #define MK_PRAGMA(x) _Pragma(#x)
 
 /* A loop on up to nthreads threads taking chunk iterations at a time from a shared counter
@@ -96,10 +118,12 @@ void mk_team_reset(void);
         mk_team_end(&mk_clk_);                                        \
     }
 
-/* Inside the region, by every thread: thread 0 notes that its work is over. */
+/* Inside the region, by every thread: thread 0 notes that its work is over; a worker makes
+ * itself known for placement. */
 #define MK_TEAM_DONE(clk)                                          \
     do {                                                           \
         if (omp_get_thread_num() == 0) (clk)->master_done = mk_now_ns(); \
+        else mk_team_worker_seen((clk)->master_tid);               \
     } while (0)
 
 /* An inner barrier, with thread 0's wait counted. */
