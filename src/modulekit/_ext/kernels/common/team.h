@@ -32,7 +32,7 @@
  * 5-20x its steady time). So each worker registers its thread id with its calling thread's
  * at the end of its first region, and a calling thread that starts a region on another CPU
  * than before (or with new workers) first narrows its workers' CPU sets to the process's
- * CPUs but its own (one syscall per worker, only then). The calling thread is never bound.
+ * CPUs but its own (two syscalls per worker, only then). The calling thread is never bound.
  * Not done when OpenMP binds its threads (OMP_PROC_BIND) or for a process on one CPU. */
 #ifndef MK_COMMON_TEAM_H
 #define MK_COMMON_TEAM_H
