@@ -179,6 +179,16 @@ def test_workers_keep_off_the_calling_threads_cpu(two_threads):
         np.testing.assert_array_equal(F.conv2d(x, w, padding=1), want)
     assert os.sched_getaffinity(0) == mine
     assert omp._team_placements() > 0
-    narrowed = [tid for tid in os.listdir("/proc/self/task")
-                if _thread_cpus(tid) < mine and len(_thread_cpus(tid)) == len(mine) - 1]
-    assert narrowed, "no worker thread keeps off a CPU"
+    assert _narrowed(mine), "no worker thread keeps off a CPU"
+    # a team of more threads than CPUs: its workers get every CPU back
+    omp.set_num_threads(len(mine) + 1)
+    for _ in range(3):
+        np.testing.assert_array_equal(F.conv2d(x, w, padding=1), want)
+    assert not _narrowed(mine)
+    assert os.sched_getaffinity(0) == mine
+
+
+def _narrowed(mine):
+    """This process's threads whose CPU set is ``mine`` less one CPU."""
+    return [tid for tid in os.listdir("/proc/self/task")
+            if _thread_cpus(tid) < mine and len(_thread_cpus(tid)) == len(mine) - 1]

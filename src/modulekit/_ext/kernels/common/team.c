@@ -48,7 +48,10 @@ static int mk_placing(void) {
                  sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) > 1
              ? 1
              : -1;
-    if (on > 0) memcpy(s->cpus, &cpus, sizeof cpus);
+    if (on > 0) {
+        memcpy(s->cpus, &cpus, sizeof cpus);
+        s->ncpus = CPU_COUNT(&cpus);
+    }
     __atomic_store_n(&s->cpus_state, on, __ATOMIC_RELEASE);
     return on > 0;
 #else
@@ -64,23 +67,26 @@ static int mk_gettid(void) {
     return mk_tid;
 }
 
-/* A calling thread's last placement (per copy of kernels/common: each extension may place
- * the same workers once more). */
+/* A calling thread's last placement: the CPU avoided (-1: none) and the registrations it
+ * covered (per copy of kernels/common: each extension may place the same workers once more).
+ * The first placement always runs (no generation is -1). */
 static _Thread_local int mk_placed_cpu = -1, mk_placed_generation = -1;
 
-/* Narrow the CPU sets of master's workers to the process's CPUs but the one master runs on
- * now, unless done for that CPU and these workers already. */
-static void mk_team_place(int master) {
+/* Set the CPU sets of master's workers to the process's CPUs but the one master runs on now
+ * (avoid), or to all of them (not avoid, or that CPU unknown), unless done for that CPU and
+ * these workers already. */
+static void mk_team_place(int master, int avoid) {
     mk_team_state *s = state;
-    const int cpu = sched_getcpu(), gen = __atomic_load_n(&s->generation, __ATOMIC_ACQUIRE);
-    if (cpu < 0 || cpu >= CPU_SETSIZE || (cpu == mk_placed_cpu && gen == mk_placed_generation))
-        return;
-    mk_placed_cpu = cpu;
-    mk_placed_generation = gen;
+    int cpu = avoid ? sched_getcpu() : -1;
+    const int gen = __atomic_load_n(&s->generation, __ATOMIC_ACQUIRE);
     cpu_set_t cpus;
     memcpy(&cpus, s->cpus, sizeof cpus);
-    if (!CPU_ISSET(cpu, &cpus)) return; /* the caller runs outside the set: nothing to avoid */
-    CPU_CLR(cpu, &cpus);
+    if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &cpus))
+        cpu = -1; /* unknown, or the caller runs outside the set: nothing to avoid */
+    if (cpu == mk_placed_cpu && gen == mk_placed_generation) return;
+    mk_placed_cpu = cpu;
+    mk_placed_generation = gen;
+    if (cpu >= 0) CPU_CLR(cpu, &cpus);
     const int n = __atomic_load_n(&s->nteam, __ATOMIC_ACQUIRE), pid = (int)getpid();
     for (int i = 0; i < n && i < 64; i++) {
         if (__atomic_load_n(&s->team[i].master, __ATOMIC_ACQUIRE) != master) continue;
@@ -130,7 +136,9 @@ int mk_team_begin(int nthreads, mk_team_clock *clk) {
 #if defined(__linux__)
     if (clk->nt > 1 && mk_placing()) {
         clk->master_tid = mk_gettid();
-        mk_team_place(clk->master_tid);
+        /* a team of more threads than CPUs keeps every CPU: its workers would otherwise
+         * crowd onto the others while the caller's idles once its share is done */
+        mk_team_place(clk->master_tid, clk->nt <= state->ncpus);
     }
 #endif
     return clk->nt;

@@ -32,8 +32,9 @@
  * 5-20x its steady time). So each worker registers its thread id with its calling thread's
  * at the end of its first region, and a calling thread that starts a region on another CPU
  * than before (or with new workers) first narrows its workers' CPU sets to the process's
- * CPUs but its own (two syscalls per worker, only then). The calling thread is never bound.
- * Not done when OpenMP binds its threads (OMP_PROC_BIND) or for a process on one CPU. */
+ * CPUs but its own (two syscalls per worker, only then); a team of more threads than CPUs
+ * gives them back every CPU. The calling thread is never bound. Not done when OpenMP binds
+ * its threads (OMP_PROC_BIND) or for a process on one CPU. */
 #ifndef MK_COMMON_TEAM_H
 #define MK_COMMON_TEAM_H
 
@@ -51,6 +52,7 @@ typedef struct mk_team_state {
     int cpus_state;             /* worker placement: 0 unknown, 1 on, -1 off (see above) */
     unsigned long long placements; /* worker CPU sets narrowed (for tests) */
     unsigned char cpus[128];    /* the process's CPUs when first seen (a cpu_set_t's bytes) */
+    int ncpus;                  /* how many */
     int nteam;                  /* slots of team[] taken */
     int generation;             /* bumped by each registration */
     struct {
