@@ -292,7 +292,7 @@ IM2COL_GEOMETRIES = [
     (2, 11, 40, 1, 16, 8, 2, 0, 1),  # the same at batch 2
 ]
 
-# (input shape, cout, kernel, stride, padding): what 'auto' runs on AVX-512 (conv-config.c,
+# (input shape, cout, kernel, stride, padding, what 'auto' runs on AVX-512) (conv-config.c,
 # im2col_pays): im2col for strided 1x1 kernels at batch 1 and where the igemm's grid tiles
 # would cost more than twice the pixels; the igemm on ResNet-18's stride-2 3x3 maps
 IM2COL_CHOICES = [

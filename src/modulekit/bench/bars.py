@@ -26,6 +26,7 @@ for _src, _dst in (("float32", "float16"), ("float32", "bfloat16"), ("float16", 
                    ("bfloat16", "float32")):
     BARS.append((f"{_src} -> {_dst} cast of 64 MiB to a new array <= 1.5x allocate and write",
                  "casts", f"{_src} -> {_dst} 64 MiB, new array", FLOOR_NEW, 1 / 1.5))
+del _src, _dst
 BARS += [
     ("matmul float32 1024^3 >= 0.95x numpy", "gemm", "matmul 1024^3", "numpy", 0.95),
     ("packed Linear 1024x1024 batch 1024 >= 1.0x numpy", "gemm",
