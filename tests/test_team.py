@@ -164,6 +164,12 @@ def _thread_cpus(tid):
     return cpus
 
 
+def _narrowed(mine):
+    """This process's threads whose CPU set is ``mine`` less one CPU."""
+    return [tid for tid in os.listdir("/proc/self/task")
+            if _thread_cpus(tid) < mine and len(_thread_cpus(tid)) == len(mine) - 1]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "sched_getaffinity")
                     or len(os.sched_getaffinity(0)) < 2 or os.environ.get("OMP_PROC_BIND"),
                     reason="worker placement: Linux, 2 or more CPUs, OpenMP not binding")
@@ -187,8 +193,3 @@ def test_workers_keep_off_the_calling_threads_cpu(two_threads):
     assert not _narrowed(mine)
     assert os.sched_getaffinity(0) == mine
 
-
-def _narrowed(mine):
-    """This process's threads whose CPU set is ``mine`` less one CPU."""
-    return [tid for tid in os.listdir("/proc/self/task")
-            if _thread_cpus(tid) < mine and len(_thread_cpus(tid)) == len(mine) - 1]

@@ -318,7 +318,7 @@ double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr);
 int mk_conv_winograd_supported(int m, int isa);
 
 /* What a layer is, for mk_conv_choose. */
-/* or 2 / 4: a Winograd tile */
+/* mk_conv_layer.force: one of these, or a Winograd tile (2 or 4) */
 enum { MK_CONV_FORCE_AUTO = 0, MK_CONV_FORCE_IGEMM = 1, MK_CONV_FORCE_IM2COL = 3 };
 typedef struct {
     int groups, Cout;
