@@ -289,6 +289,8 @@ IM2COL_GEOMETRIES = [
     (1, 64, 64, 3, 2, 3, 1, 1, 1),  # 2x3 output, window wider than the input
     (1, 16, 64, 1, 1, 1, 1, 1, 1),  # 3x3 output of a padded 1x1 input
     (1, 11, 40, 1, 16, 8, 2, 0, 1),  # strided 1x1 on an 8x4 map (a multiple of 16 pixels)
+    (1, 8, 24, 3, 28, 28, 2, 1, 1),  # 14x14 output: the igemm's last tile 8x32 (209 lanes)
+    (1, 8, 24, 3, 14, 13, 2, 1, 1),  # 7x7 output: 48 + 7 lanes, the last tile 8x16
     (2, 11, 40, 1, 16, 8, 2, 0, 1),  # the same at batch 2
 ]
 
@@ -299,8 +301,8 @@ IM2COL_CHOICES = [
     ((1, 64, 56, 56), 128, 1, 2, 0, "im2col"),  # ResNet-18 downsamples
     ((1, 256, 14, 14), 512, 1, 2, 0, "im2col"),
     ((2, 256, 14, 14), 512, 1, 2, 0, "igemm"),  # batch 2
-    ((1, 128, 28, 28), 256, 3, 2, 1, "igemm"),  # 14x14 output: lane cost 1.22x the pixels
-    ((1, 256, 14, 14), 512, 3, 2, 1, "igemm"),  # 7x7: 1.45x
+    ((1, 128, 28, 28), 256, 3, 2, 1, "igemm"),  # 14x14 output: grid tiles cost 1.16x the pixels
+    ((1, 256, 14, 14), 512, 3, 2, 1, "igemm"),  # 7x7: 1.42x
     ((1, 64, 2, 3), 64, 3, 1, 1, "im2col"),  # 2x3: 16 lanes at 1.35 for 6 pixels
     ((1, 16, 1, 1), 64, 1, 1, 1, "im2col"),  # padded 1x1 input: a 3x3 map
     ((1, 16, 6, 6), 16, 1, 2, 0, "igemm"),  # fewer than 32 output channels

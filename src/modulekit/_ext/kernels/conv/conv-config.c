@@ -97,6 +97,35 @@ double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr) {
     return best_cost;
 }
 
+/* Each igemm tile width for the whole tiles, with the cheapest tile at least as wide as the
+ * lanes left for the last one: a 14x14 map of a stride-2 3x3 (209 grid lanes) is 4 tiles of
+ * 48 and one of 32 (224 lanes, not 240), a 7x7 one (55 lanes) 48 and 16 (not 2 x 32). */
+double mk_conv_igemm_tiling(int isa, ptrdiff_t lanes, mk_igemm_tiling *t) {
+    const mk_igemm_config *alts = mk_conv_get_config(isa)->igemm;
+    double best = -1.0;
+    for (int i = 0; i < MK_IGEMM_ALTS && alts[i].fn; i++) {
+        const ptrdiff_t rem = lanes % alts[i].nr;
+        double cost = (double)(lanes - rem) * alts[i].cost, tail = -1.0;
+        int tail_alt = i;
+        for (int a = 0; rem && a < MK_IGEMM_ALTS && alts[a].fn; a++) {
+            const double c = (double)alts[a].nr * alts[a].cost;
+            if (alts[a].nr >= rem && (tail < 0.0 || c < tail)) {
+                tail = c;
+                tail_alt = a;
+            }
+        }
+        if (rem) cost += tail;
+        if (best < 0.0 || cost < best) {
+            best = cost;
+            t->fn = alts[i].fn;
+            t->nr = alts[i].nr;
+            t->tail_fn = alts[tail_alt].fn;
+            t->tail_nr = alts[tail_alt].nr;
+        }
+    }
+    return best;
+}
+
 /* The L2 cache a thread's blocking may count on (the smallest of the machines measured: 1 MiB
  * on Zen 4, 2 MiB on the Xeons). */
 #define L2_BYTES (1 << 20)
@@ -239,18 +268,18 @@ static ptrdiff_t grid_lanes(const mk_conv_geom *g) {
  * mk_conv1x1_f32 balancing its 17 tiles of 48 pixels; 14x14 and 7x7 on the Xeon 113 -> 101
  * and 114 -> 107 us) or a map on which the igemm's tiles cost more than IM2COL_WASTE times
  * its pixels (a 3x3 over a 1x1 or 2x3 map). On the maps between, the igemm wins in spite of
- * its padded lanes: ResNet-18's stride-2 3x3 at 14x14 and 7x7 (lane cost 1.22 and 1.45 times
- * the pixels) on the Xeon at 2 threads, im2col 721-742 and 824-831 us against the igemm's
- * 605-611 and 699-703 (the window copy and a second parallel region); on Zen 4 im2col was 3%
- * faster on the first and even on the second. */
+ * its padded lanes: ResNet-18's stride-2 3x3 at 14x14 and 7x7 (grid tiles costing 1.16 and
+ * 1.42 times the pixels, mk_conv_igemm_tiling) on the Xeon at 2 threads, im2col 721-742 and
+ * 824-831 us against the igemm's 605-611 and 699-703 (the window copy and a second parallel
+ * region; measured before the igemm's narrower last tile and input prefetch, which made it
+ * 9-18% faster there); on Zen 4 im2col was 3% faster on the first and even on the second. */
 static int im2col_pays(const mk_conv_layer *l, const mk_conv_geom *g, int isa) {
     const ptrdiff_t hw = (ptrdiff_t)g->OH * g->OW;
     if (g->N != 1 || l->Cout < IM2COL_MIN_COUT || hw > IM2COL_MAX_PIXELS || direct_1x1(g))
         return 0;
     if (g->KH == 1 && g->KW == 1) return 1;
-    mk_igemm_fn fn;
-    int nr;
-    return mk_conv_igemm_lanes(isa, grid_lanes(g), &fn, &nr) > IM2COL_WASTE * (double)hw;
+    mk_igemm_tiling t;
+    return mk_conv_igemm_tiling(isa, grid_lanes(g), &t) > IM2COL_WASTE * (double)hw;
 }
 
 /* bfloat16 compute, where the layer allows it ("medium" precision on a bfloat16 path). On

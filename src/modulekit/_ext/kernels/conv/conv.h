@@ -314,6 +314,14 @@ const mk_conv_config *mk_conv_get_config(int isa);
  * or a narrower one when it computes fewer padded lanes. Returns its time: the padded lanes
  * times the tile's cost per lane (relative to the wide tile). */
 double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr);
+/* The tiling of a grid of `lanes` lanes (the phase-image igemm's): whole tiles of nr lanes
+ * by fn, and the last partial tile, if any, by tail_fn, the cheapest tile at least as wide
+ * as its lanes. Returns its time (the units of mk_conv_igemm_lanes). */
+typedef struct {
+    mk_igemm_fn fn, tail_fn;
+    int nr, tail_nr;
+} mk_igemm_tiling;
+double mk_conv_igemm_tiling(int isa, ptrdiff_t lanes, mk_igemm_tiling *t);
 /* 1 when tile size m has Winograd transforms for this isa. */
 int mk_conv_winograd_supported(int m, int isa);
 

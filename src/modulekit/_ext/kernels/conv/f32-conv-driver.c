@@ -208,11 +208,14 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
     const int direct = phase == NULL; /* 1x1, stride 1, no padding: read x itself */
     const ptrdiff_t pplane = direct ? (ptrdiff_t)g->H * g->W : g->plane; /* a pair plane */
     mk_bf16_igemm_config c16 = {NULL, NULL, NULL, NULL, NULL, 0, MK_CONV_MR, 1, 0};
+    mk_igemm_tiling tl = {NULL, NULL, 0, 0}; /* float32: the tiles and the last one's kernel */
     if (w16) {
         mk_conv_bf16_lanes(bf16, L, cin_g, taps, pplane, &c16);
         cfg.nr = c16.nr;
     } else {
-        mk_conv_igemm_lanes(isa, L, &cfg.fn, &cfg.nr);
+        mk_conv_igemm_tiling(isa, L, &tl);
+        cfg.fn = tl.fn;
+        cfg.nr = tl.nr;
     }
     const int mr = c16.mr, image = c16.image; /* output channels of a panel; B's source */
     const int npg = (cout_g + mr - 1) / mr; /* panels per group */
@@ -414,7 +417,7 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                     const float *r = rimg ? rimg + co * ohw : NULL;
                     if (!w16) {
                         for (int j = 0; j < nt; j++)
-                            cfg.fn(K, wp + pi * panel,
+                            (nl[j] < cfg.nr ? tl.tail_fn : cfg.fn)(K, wp + pi * panel,
                                    bimg + grp * gstride + (ptrdiff_t)(t0 + j) * cfg.nr, koff,
                                    nl[j], rows, c, ohw, r, segs[j], ns[j], act);
                         continue;
