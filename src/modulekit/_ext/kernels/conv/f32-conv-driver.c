@@ -580,10 +580,6 @@ int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
                        const float *wp, float *scratch, ptrdiff_t *koff, float *out,
                        const float *res, int act, int isa, int nthreads) {
     if (nthreads < 1) nthreads = 1;
-    const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW;
-    mk_igemm_fn fn;
-    int nr;
-    mk_conv_igemm_lanes(isa, L, &fn, &nr);
     const int npg = (Cout + MK_CONV_MR - 1) / MK_CONV_MR;
     const size_t K = (size_t)g->C * g->KH * g->KW;
     const size_t panel = MK_CONV_MR + K * MK_CONV_MR;
@@ -661,24 +657,24 @@ int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
                         prefetch_rows(g, x + n * g->sn, pb * g->sy - g->pt,
                                       pb * g->sy - g->pt + (hi - s1) * g->sy);
                     const ptrdiff_t qa = (ptrdiff_t)s1 * Wq, qb = (ptrdiff_t)(hi - 1) * Wq + OW;
-                    for (ptrdiff_t q0 = qa; q0 < qb; q0 += nr) {
-                        const int nl = (int)(qb - q0 < nr ? qb - q0 : nr);
+                    /* the band's tiles, its last one with the cheapest kernel for its lanes
+                     * (the stem's bands of 8 rows are 19 tiles of 48 and 5 lanes: a 16-lane
+                     * tile there saves 3% of the band; each lane is the same sum) */
+                    mk_igemm_tiling tl;
+                    mk_conv_igemm_tiling(isa, qb - qa, &tl);
+                    for (ptrdiff_t q0 = qa; q0 < qb; q0 += tl.nr) {
+                        const int nl = (int)(qb - q0 < tl.nr ? qb - q0 : tl.nr);
+                        const mk_igemm_fn fn = nl < tl.nr ? tl.tail_fn : tl.fn;
                         const int ns = tile_segments(g, q0, nl, segs);
                         if (pg)
                             for (int s = 0; s < ns; s++) segs[s].off -= (ptrdiff_t)s0 * OW;
-                        /* the band's last tile with the cheapest kernel for its lanes (the
-                         * stem's bands of 8 rows are 19 tiles of 48 and 5 lanes: a 16-lane
-                         * tile there saves 3% of the band; each lane is the same sum) */
-                        mk_igemm_fn tfn = fn;
-                        int tnr = nr;
-                        if (nl < nr) mk_conv_igemm_lanes(isa, nl, &tfn, &tnr);
                         float *cb = pg ? conv : oimg;
                         for (int p = 0; p < npg; p++) {
                             const int rows = Cout - p * MK_CONV_MR < MK_CONV_MR
                                                  ? Cout - p * MK_CONV_MR : MK_CONV_MR;
                             const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * crs;
-                            tfn(K, wp + (size_t)p * panel, phase + (q0 - qa), koff, nl, rows,
-                                cb + co, crs, rimg ? rimg + co : NULL, segs, ns, act);
+                            fn(K, wp + (size_t)p * panel, phase + (q0 - qa), koff, nl, rows,
+                               cb + co, crs, rimg ? rimg + co : NULL, segs, ns, act);
                         }
                     }
                     s1 = hi;
