@@ -192,4 +192,3 @@ def test_workers_keep_off_the_calling_threads_cpu(two_threads):
         np.testing.assert_array_equal(F.conv2d(x, w, padding=1), want)
     assert not _narrowed(mine)
     assert os.sched_getaffinity(0) == mine
-

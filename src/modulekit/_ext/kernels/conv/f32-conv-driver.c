@@ -203,19 +203,17 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                         const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
                         float *out, const float *res, int act, int isa, int nthreads) {
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW; /* grid lanes to compute */
-    mk_igemm_config cfg;
     const int cin_g = g->C / groups, cout_g = Cout / groups, taps = g->KH * g->KW;
     const int direct = phase == NULL; /* 1x1, stride 1, no padding: read x itself */
     const ptrdiff_t pplane = direct ? (ptrdiff_t)g->H * g->W : g->plane; /* a pair plane */
     mk_bf16_igemm_config c16 = {NULL, NULL, NULL, NULL, NULL, 0, MK_CONV_MR, 1, 0};
-    mk_igemm_tiling tl = {NULL, NULL, 0, 0}; /* float32: the tiles and the last one's kernel */
+    /* the tile width; float32: the tiles' kernel and the last one's */
+    mk_igemm_tiling tl = {NULL, NULL, 0, 0};
     if (w16) {
         mk_conv_bf16_lanes(bf16, L, cin_g, taps, pplane, &c16);
-        cfg.nr = c16.nr;
+        tl.nr = c16.nr;
     } else {
         mk_conv_igemm_tiling(isa, L, &tl);
-        cfg.fn = tl.fn;
-        cfg.nr = tl.nr;
     }
     const int mr = c16.mr, image = c16.image; /* output channels of a panel; B's source */
     const int npg = (cout_g + mr - 1) / mr; /* panels per group */
@@ -227,11 +225,11 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
     const ptrdiff_t *tapoff = image ? koff : tap0; /* channel 0's offsets of the taps */
     /* floats (words) of one panel */
     const size_t panel = w16 ? mr + ntaps * kpt * mr : MK_CONV_MR + K * MK_CONV_MR;
-    const size_t tile_words = kpt * (size_t)cfg.nr; /* one packed bfloat16 tile */
+    const size_t tile_words = kpt * (size_t)tl.nr; /* one packed bfloat16 tile */
     const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
     /* from a group's input (B rows) to the next one's */
     const ptrdiff_t gstride = (ptrdiff_t)cin_g * (direct ? g->sc : g->plane);
-    const int ntiles = (int)((L + cfg.nr - 1) / cfg.nr);
+    const int ntiles = (int)((L + tl.nr - 1) / tl.nr);
 
     /* small convolutions stay on one thread */
     const double flops = 2.0 * g->N * (double)ohw * Cout * (double)K;
@@ -373,9 +371,9 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
 #pragma omp for schedule(dynamic, 1) nowait
                 for (int it = 0; it < groups * ntiles; it++) {
                     const int grp = it / ntiles, tile = it % ntiles;
-                    const ptrdiff_t q0 = (ptrdiff_t)tile * cfg.nr;
-                    const int nl = (int)(L - q0 < cfg.nr ? L - q0 : cfg.nr);
-                    c16.pack(K, kpt, bimg + grp * gstride + q0, koff, nl, cfg.nr,
+                    const ptrdiff_t q0 = (ptrdiff_t)tile * tl.nr;
+                    const int nl = (int)(L - q0 < tl.nr ? L - q0 : tl.nr);
+                    c16.pack(K, kpt, bimg + grp * gstride + q0, koff, nl, tl.nr,
                              tiles + (size_t)it * tile_words);
                 }
                 MK_TEAM_BARRIER(&clk);
@@ -401,11 +399,11 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                 const ptrdiff_t key = ((ptrdiff_t)n * groups + grp) * nblocks + blk;
                 const int pack = w16 && !image && !panel_major && key != packed_key;
                 for (int j = 0; j < nt; j++) {
-                    const ptrdiff_t q0 = (ptrdiff_t)(t0 + j) * cfg.nr;
-                    nl[j] = (int)(L - q0 < cfg.nr ? L - q0 : cfg.nr);
+                    const ptrdiff_t q0 = (ptrdiff_t)(t0 + j) * tl.nr;
+                    nl[j] = (int)(L - q0 < tl.nr ? L - q0 : tl.nr);
                     ns[j] = tile_segments(g, q0, nl[j], segs[j]);
                     if (pack)
-                        c16.pack(K, kpt, bimg + grp * gstride + q0, koff, nl[j], cfg.nr,
+                        c16.pack(K, kpt, bimg + grp * gstride + q0, koff, nl[j], tl.nr,
                                  own + (size_t)j * tile_words);
                 }
                 if (pack) packed_key = key;
@@ -417,18 +415,18 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                     const float *r = rimg ? rimg + co * ohw : NULL;
                     if (!w16) {
                         for (int j = 0; j < nt; j++)
-                            (nl[j] < cfg.nr ? tl.tail_fn : cfg.fn)(K, wp + pi * panel,
-                                   bimg + grp * gstride + (ptrdiff_t)(t0 + j) * cfg.nr, koff,
+                            (nl[j] < tl.nr ? tl.tail_fn : tl.fn)(K, wp + pi * panel,
+                                   bimg + grp * gstride + (ptrdiff_t)(t0 + j) * tl.nr, koff,
                                    nl[j], rows, c, ohw, r, segs[j], ns[j], act);
                         continue;
                     }
                     /* the block's bfloat16 pair rows: consecutive tiles bstep words apart */
                     const uint32_t *bt;
-                    size_t ldb = (size_t)cfg.nr, bstep = tile_words;
+                    size_t ldb = (size_t)tl.nr, bstep = tile_words;
                     if (image) {
-                        bt = tiles + (ptrdiff_t)grp * kpt * pplane + (ptrdiff_t)t0 * cfg.nr;
+                        bt = tiles + (ptrdiff_t)grp * kpt * pplane + (ptrdiff_t)t0 * tl.nr;
                         ldb = (size_t)pplane;
-                        bstep = (size_t)cfg.nr;
+                        bstep = (size_t)tl.nr;
                     } else if (panel_major) {
                         bt = tiles + ((size_t)grp * ntiles + t0) * tile_words;
                     } else {
