@@ -106,6 +106,32 @@ def test_conv2d_large_multithreaded(isa, rng):
     np.testing.assert_allclose(y, reference(x, wt, b, 1, 1, 1, 1, "relu"), rtol=1e-4, atol=1e-4)
 
 
+# (batch, cin, cout, kernel, H, W, stride, padding, groups): tile-major and panel-major
+# (deep weights on a small map) work items, grouped items, the direct 1x1 path
+BATCH_GEOMETRIES = [
+    (3, 64, 16, 3, 24, 24, 1, 1, 1),
+    (5, 256, 64, 3, 6, 6, 1, 1, 1),
+    (3, 12, 18, 3, 9, 8, 2, 1, 3),
+    (4, 16, 24, 1, 9, 7, 1, 0, 1),
+]
+
+
+@pytest.mark.parametrize("geom", BATCH_GEOMETRIES, ids=lambda g: "-".join(map(str, g)))
+def test_igemm_batch_images(isa, rng, geom):
+    """A batch's images are computed bit for bit as each image alone (with residual and
+    activation)."""
+    n, cin, cout, k, h, w, s, p, g = geom
+    x, wt, b = make(rng, n, cin, cout, k, h, w, g)
+    packed = _conv.pack_conv2d(wt, b, stride=s, padding=p, groups=g)
+    packed.algorithm = "igemm"
+    res = rng.standard_normal(packed.output_shape(x.shape)).astype(np.float32)
+    y = packed.forward(x, "relu", res)
+    for i in range(n):
+        np.testing.assert_array_equal(y[i], packed.forward(x[i:i + 1], "relu", res[i:i + 1])[0])
+    np.testing.assert_allclose(y, reference(x, wt, b, s, p, 1, g, "relu", res), rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_noncontiguous_inputs(isa, rng):
     x, wt, b = make(rng, 2, 6, 8, 3, 12, 10, 1)
     views = [

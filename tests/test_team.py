@@ -186,9 +186,12 @@ def test_workers_keep_off_the_calling_threads_cpu(two_threads):
     assert os.sched_getaffinity(0) == mine
     assert omp._team_placements() > 0
     assert _narrowed(mine), "no worker thread keeps off a CPU"
-    # a team of more threads than CPUs: its workers get every CPU back
+    # a team of more threads than CPUs: its workers get every CPU back (each call from a
+    # clean back-off state: such a team waits for its descheduled workers, and a back-off
+    # would run the calls on the calling thread alone, placing no worker)
     omp.set_num_threads(len(mine) + 1)
     for _ in range(3):
+        omp._reset_backoff()
         np.testing.assert_array_equal(F.conv2d(x, w, padding=1), want)
     assert not _narrowed(mine)
     assert os.sched_getaffinity(0) == mine

@@ -340,3 +340,80 @@ def test_transpose_into_refuses_bad_arguments():
         _ops.transpose_into(sq, sq)
     with pytest.raises(TypeError, match="non-native byte order"):
         _ops.transpose_into(x.astype(">f4"), np.empty((1, 5, 4), np.float32))
+
+
+# ---- scatter_phases: a transposed convolution's stride phases into their places
+
+
+def _scatter_reference(src, out, windows, starts, counts, stride):
+    for i in range(src.shape[1]):
+        if min(counts[i]) == 0:
+            continue
+        dst = tuple(slice(o, o + (c - 1) * s + 1, s)
+                    for o, c, s in zip(starts[i], counts[i], stride))
+        win = tuple(slice(w, w + c) for w, c in zip(windows[i], counts[i]))
+        out[(slice(None), slice(None)) + dst] = src[(slice(None), i, slice(None)) + win]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["2d", "1d", "3d", "uneven"])
+def test_scatter_phases_matches_slicing(dtype, case):
+    if case == "2d":  # DCGAN's k4 s2 p1: four 16x16 phases of a 17x17 merged output
+        m, o, st = (1, 17, 17), (1, 32, 32), (1, 2, 2)
+        windows = [(0, a, b) for a in (0, 1) for b in (0, 1)]
+        starts = [(0, a, b) for a in (0, 1) for b in (0, 1)]
+        counts = [(1, 16, 16)] * 4
+    elif case == "1d":  # stride 3: three phases along the last axis
+        m, o, st = (1, 1, 9), (1, 1, 24), (1, 1, 3)
+        windows = [(0, 0, 1), (0, 0, 0), (0, 0, 1)]
+        starts = [(0, 0, 0), (0, 0, 1), (0, 0, 2)]
+        counts = [(1, 1, 8)] * 3
+    elif case == "3d":  # stride (2, 1, 2): four phases
+        m, o, st = (4, 4, 5), (6, 4, 10), (2, 1, 2)
+        windows = [(a, 0, 0) for a in (0, 1) for _ in (0, 1)]
+        starts = [(a, 0, b) for a in (0, 1) for b in (0, 1)]
+        counts = [(3, 4, 5)] * 4
+    else:  # an odd output: the phases' counts differ, one phase has none
+        m, o, st = (1, 6, 6), (1, 9, 9), (1, 2, 2)
+        windows = [(0, 0, 0), (0, 1, 0), (0, 0, 1), (0, 0, 0)]
+        starts = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)]
+        counts = [(1, 5, 5), (1, 5, 4), (1, 4, 5), (1, 0, 4)]
+    nph = len(windows)
+    src = RNG.standard_normal((3, nph, 5) + m).astype(dtype)
+    out = np.full((3, 5) + o, np.nan, dtype)
+    want = _scatter_reference(src, out.copy(), windows, starts, counts, st)
+    assert _ops.scatter_phases(src, out, windows, starts, counts, st) is out
+    np.testing.assert_array_equal(out, want)
+
+
+def test_scatter_phases_refuses_bad_arguments():
+    src = np.zeros((1, 4, 2, 1, 3, 3), np.float32)
+    out = np.zeros((1, 2, 1, 6, 6), np.float32)
+    box = np.zeros((4, 3), np.intp)
+    cnt = np.tile([1, 3, 3], (4, 1))
+    st = (1, 2, 2)
+    _ops.scatter_phases(src, out, box, box, cnt, st)  # in bounds
+    with pytest.raises(ValueError, match="leaves src"):  # a window past the source
+        _ops.scatter_phases(src, out, box + [0, 0, 1], box, cnt, st)
+    with pytest.raises(ValueError, match="leaves src"):  # a start past the output
+        _ops.scatter_phases(src, out, box, box + [0, 2, 0], cnt, st)
+    with pytest.raises(ValueError, match="leaves src"):
+        _ops.scatter_phases(src, out, box - 1, box, cnt, st)
+    with pytest.raises(ValueError, match="integers of shape"):
+        _ops.scatter_phases(src, out, box[:3], box, cnt, st)
+    with pytest.raises(ValueError, match="stride must be"):
+        _ops.scatter_phases(src, out, box, box, cnt, (1, 0, 2))
+    with pytest.raises(ValueError, match="out must start with"):
+        _ops.scatter_phases(src, np.zeros((1, 3, 1, 6, 6), np.float32), box, box, cnt, st)
+    with pytest.raises(TypeError, match="out must have src's dtype"):
+        _ops.scatter_phases(src, out.astype(np.float64), box, box, cnt, st)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _ops.scatter_phases(src, np.zeros((1, 2, 1, 6, 12), np.float32)[..., ::2], box, box,
+                            cnt, st)
+    flat = np.zeros(200, np.float32)
+    with pytest.raises(ValueError, match="must not overlap"):
+        _ops.scatter_phases(flat[:72].reshape(src.shape), flat[:72].reshape(out.shape), box,
+                            box, cnt, st)
+    with pytest.raises(TypeError, match="non-native byte order"):
+        _ops.scatter_phases(src.astype(">f4"), out, box, box, cnt, st)

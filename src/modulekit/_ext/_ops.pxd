@@ -24,6 +24,10 @@ cdef extern from "ops/ops.h" nogil:
     void mk_transpose(int isa, size_t esize, size_t batch, size_t rows, size_t cols,
                       const void *src, ptrdiff_t sb, ptrdiff_t sr, void *dst, ptrdiff_t db,
                       ptrdiff_t dr, int nthreads)
+    void mk_scatter_phases(size_t esize, size_t outer, size_t cg, size_t nphase,
+                           const void *src, const ptrdiff_t *M, const ptrdiff_t *w0,
+                           const ptrdiff_t *cnt, void *dst, const ptrdiff_t *O,
+                           const ptrdiff_t *o0, const ptrdiff_t *st, int nthreads)
     ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows)
     void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
                    const void *table, void *out, size_t ldo, int accumulate, int nthreads)

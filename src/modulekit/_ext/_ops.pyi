@@ -1,3 +1,5 @@
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
@@ -44,6 +46,14 @@ def embedding_layer_norm(
     eps: float,
 ) -> np.ndarray | None: ...
 def transpose_into(src: np.ndarray, out: np.ndarray) -> np.ndarray: ...
+def scatter_phases(
+    src: np.ndarray,
+    out: np.ndarray,
+    windows: npt.ArrayLike,
+    starts: npt.ArrayLike,
+    counts: npt.ArrayLike,
+    stride: Sequence[int],
+) -> np.ndarray: ...
 def attention(
     q: npt.ArrayLike,
     k: npt.ArrayLike,

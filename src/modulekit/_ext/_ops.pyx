@@ -14,6 +14,8 @@
   pass per row (BERT's embeddings).
 * :func:`transpose_into`: the last two axes of a 3-D array swapped into another array (layout
   changes such as (N, C, L) -> (N, L, C)) in 16 x 16 blocks.
+* :func:`scatter_phases`: a transposed convolution's stride phases, computed as one
+  convolution, into their interleaved places in its output.
 
 Each function validates shapes, dtypes and strides in Python before the ``nogil`` kernel runs;
 float32 work dispatches on :func:`modulekit._ext._isa.get_isa`'s level, float64 work runs the
@@ -26,6 +28,7 @@ cimport numpy as cnp
 import numpy as np
 from libc.math cimport sqrt
 from libc.stdint cimport int64_t
+from libc.stddef cimport ptrdiff_t
 
 from modulekit._ext._gemm import _get_precision
 from modulekit._ext._act cimport (MK_ACT_CLAMP, MK_ACT_GELU_ERF, MK_ACT_GELU_TANH,
@@ -43,7 +46,7 @@ cnp.import_array()
 
 __all__ = [
     "ACTIVATIONS", "PARALLEL_THRESHOLD", "activation", "attention", "layer_norm", "softmax_",
-    "gelu", "embedding", "embedding_layer_norm", "transpose_into",
+    "gelu", "embedding", "embedding_layer_norm", "transpose_into", "scatter_phases",
 ]
 
 # Below this many elements an op runs on the calling thread (a parallel region costs 1-15 us).
@@ -792,4 +795,97 @@ def transpose_into(src, out):
     with nogil:
         mk_transpose(isa, <size_t>isz, <size_t>nb, <size_t>nr, <size_t>nc, ps, sb, sr, po, db,
                      dr, nt)
+    return out
+
+
+def scatter_phases(src, out, windows, starts, counts, stride):
+    """A transposed convolution's stride phases into their places in its output.
+
+    For every outer index ``b``, channel ``c``, phase ``i`` and position ``q`` (three spatial
+    axes) below ``counts[i]``::
+
+        out[b, c, starts[i] + q * stride] = src[b, i, c, windows[i] + q]
+
+    Parameters
+    ----------
+    src : ndarray
+        C-contiguous (B, P, C, M0, M1, M2) float32 or float64: the P phases stacked along the
+        channels (a 1-D or 2-D convolution's spatial axes padded with leading ones).
+    out : ndarray
+        Writable C-contiguous (B, C, O0, O1, O2) array of ``src``'s dtype, outside ``src``.
+    windows, starts, counts : array_like of int
+        (P, 3) each: phase ``i``'s first source position, first output position and count
+        per axis (a count of 0 skips the phase).
+    stride : sequence of 3 int
+        The output step of a phase per axis (the transposed convolution's stride).
+
+    Returns
+    -------
+    ndarray
+        ``out``. Positions no phase reaches are left as they were.
+
+    Raises
+    ------
+    ValueError
+        When a phase's box leaves ``src`` or ``out``, or shapes, dtypes or layouts differ
+        from the above.
+    """
+    what = "scatter_phases"
+    if not isinstance(src, np.ndarray) or not isinstance(out, np.ndarray):
+        raise TypeError(f"{what}: src and out must be NumPy arrays")
+    if src.ndim != 6 or out.ndim != 5:
+        raise ValueError(f"{what}: src must be 6-D and out 5-D, got {src.ndim}-D and "
+                         f"{out.ndim}-D")
+    _check_native(src, what)
+    dt = src.dtype
+    if dt != _F32 and dt != _F64:
+        raise TypeError(f"{what}: src must be float32 or float64, got {dt}")
+    if out.dtype != dt:
+        raise TypeError(f"{what}: out must have src's dtype {dt}, got {out.dtype}")
+    for name, a in (("src", src), ("out", out)):
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{what}: {name} must be C-contiguous")
+    if not out.flags.writeable:
+        raise ValueError(f"{what}: out must be writable")
+    nb, nph, cg = src.shape[:3]
+    if out.shape[:2] != (nb, cg):
+        raise ValueError(f"{what}: out must start with (B, C) = {(nb, cg)} for src of shape "
+                         f"{src.shape}, got {out.shape}")
+    boxes = []
+    for name in ("windows", "starts", "counts"):
+        b = np.asarray((windows, starts, counts)[len(boxes)])
+        if b.shape != (nph, 3) or b.dtype.kind not in "iu":
+            raise ValueError(f"{what}: {name} must be integers of shape {(nph, 3)}, got "
+                             f"{b.dtype} {b.shape}")
+        boxes.append(np.ascontiguousarray(b, dtype=np.intp))
+    w0, o0, cnt = boxes
+    st = np.ascontiguousarray(stride, dtype=np.intp)
+    if st.shape != (3,) or (st < 1).any():
+        raise ValueError(f"{what}: stride must be 3 positive integers, got {stride!r}")
+    mshape = np.asarray(src.shape[3:], np.intp)
+    oshape = np.asarray(out.shape[2:], np.intp)
+    live = (cnt > 0).all(axis=1)
+    if (cnt < 0).any() or (w0[live] < 0).any() or (o0[live] < 0).any() or \
+            (w0[live] + cnt[live] > mshape).any() or \
+            (o0[live] + (cnt[live] - 1) * st > oshape - 1).any():
+        raise ValueError(f"{what}: a phase's box leaves src {src.shape[3:]} or out "
+                         f"{out.shape[2:]} (windows {w0.tolist()}, starts {o0.tolist()}, "
+                         f"counts {cnt.tolist()}, stride {st.tolist()})")
+    if np.may_share_memory(src, out):
+        raise ValueError(f"{what}: src and out must not overlap")
+    cnt[~live] = 0  # a phase with an empty axis writes nothing
+    if out.size == 0 or src.size == 0:
+        return out
+    cdef const void *ps = cnp.PyArray_DATA(<cnp.ndarray>src)
+    cdef void *po = cnp.PyArray_DATA(<cnp.ndarray>out)
+    cdef const ptrdiff_t *mp = <const ptrdiff_t *>cnp.PyArray_DATA(mshape)
+    cdef const ptrdiff_t *op = <const ptrdiff_t *>cnp.PyArray_DATA(oshape)
+    cdef const ptrdiff_t *wp = <const ptrdiff_t *>cnp.PyArray_DATA(w0)
+    cdef const ptrdiff_t *cp = <const ptrdiff_t *>cnp.PyArray_DATA(cnt)
+    cdef const ptrdiff_t *sp0 = <const ptrdiff_t *>cnp.PyArray_DATA(o0)
+    cdef const ptrdiff_t *stp = <const ptrdiff_t *>cnp.PyArray_DATA(st)
+    cdef size_t isz = dt.itemsize, b_ = nb, c_ = cg, p_ = nph
+    cdef int nt = _threads(out.size)
+    with nogil:
+        mk_scatter_phases(isz, b_, c_, p_, ps, mp, wp, cp, po, op, sp0, stp, nt)
     return out

@@ -107,6 +107,50 @@ void mk_transpose(int isa, size_t esize, size_t batch, size_t rows, size_t cols,
     MK_TEAM_FOR_END
 }
 
+/* One phase of one plane: d[o0 + q * st] = s[w0 + q] over the phase's box (see ops.h). */
+#define MK_SCATTER_PHASE(T, NAME)                                                            \
+    static void NAME(const T *s, const ptrdiff_t M[3], const ptrdiff_t w0[3],               \
+                     const ptrdiff_t cnt[3], T *d, const ptrdiff_t O[3], const ptrdiff_t o0[3], \
+                     const ptrdiff_t st[3])                                                  \
+    {                                                                                        \
+        for (ptrdiff_t z = 0; z < cnt[0]; z++)                                               \
+            for (ptrdiff_t y = 0; y < cnt[1]; y++) {                                         \
+                const T *sr = s + ((w0[0] + z) * M[1] + w0[1] + y) * M[2] + w0[2];           \
+                T *dr = d + ((o0[0] + z * st[0]) * O[1] + o0[1] + y * st[1]) * O[2] + o0[2]; \
+                if (st[2] == 1)                                                              \
+                    memcpy(dr, sr, (size_t)cnt[2] * sizeof(T));                              \
+                else                                                                         \
+                    for (ptrdiff_t x = 0; x < cnt[2]; x++) dr[x * st[2]] = sr[x];            \
+            }                                                                                \
+    }
+MK_SCATTER_PHASE(float, scatter_phase_f32)
+MK_SCATTER_PHASE(double, scatter_phase_f64)
+#undef MK_SCATTER_PHASE
+
+void mk_scatter_phases(size_t esize, size_t outer, size_t cg, size_t nphase, const void *src,
+                       const ptrdiff_t M[3], const ptrdiff_t *w0, const ptrdiff_t *cnt,
+                       void *dst, const ptrdiff_t O[3], const ptrdiff_t *o0,
+                       const ptrdiff_t st[3], int nthreads)
+{
+    const ptrdiff_t sp = M[0] * M[1] * M[2], dp = O[0] * O[1] * O[2], pc = (ptrdiff_t)cg;
+    const ptrdiff_t planes = (ptrdiff_t)(outer * cg);
+    ptrdiff_t it;
+    MK_TEAM_FOR(nthreads, 4)
+    for (it = 0; it < planes; it++) {
+        const ptrdiff_t b = it / pc, c = it % pc;
+        for (size_t i = 0; i < nphase; i++) {
+            const ptrdiff_t s = ((b * (ptrdiff_t)nphase + (ptrdiff_t)i) * pc + c) * sp;
+            if (esize == 8)
+                scatter_phase_f64((const double *)src + s, M, w0 + 3 * i, cnt + 3 * i,
+                                  (double *)dst + it * dp, O, o0 + 3 * i, st);
+            else
+                scatter_phase_f32((const float *)src + s, M, w0 + 3 * i, cnt + 3 * i,
+                                  (float *)dst + it * dp, O, o0 + 3 * i, st);
+        }
+    }
+    MK_TEAM_FOR_END
+}
+
 ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows)
 {
     for (size_t i = 0; i < n; i++)

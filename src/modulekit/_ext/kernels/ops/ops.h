@@ -76,6 +76,19 @@ void mk_transpose(int isa, size_t esize, size_t batch, size_t rows, size_t cols,
                   const void *src, ptrdiff_t sb, ptrdiff_t sr, void *dst, ptrdiff_t db,
                   ptrdiff_t dr, int nthreads);
 
+/* A transposed convolution's stride phases into their places in its output. The phases were
+ * computed as one convolution with them stacked along the output channels: src is
+ * (outer, nphase, cg, M[0], M[1], M[2]) and dst (outer, cg, O[0], O[1], O[2]), both
+ * C-contiguous. For every b < outer, c < cg, phase i and position q < cnt[i] (three axes):
+ *   dst[b, c, o0[i] + q * st] = src[b, i, c, w0[i] + q]
+ * (w0, o0, cnt: nphase x 3, row-major). The caller keeps every box inside both arrays.
+ * float32 (esize 4) or float64 (esize 8). Work items are (b, c) planes: each output plane is
+ * written whole by one thread, every phase's elements while the plane's lines are in L1. */
+void mk_scatter_phases(size_t esize, size_t outer, size_t cg, size_t nphase, const void *src,
+                       const ptrdiff_t M[3], const ptrdiff_t *w0, const ptrdiff_t *cnt,
+                       void *dst, const ptrdiff_t O[3], const ptrdiff_t *o0,
+                       const ptrdiff_t st[3], int nthreads);
+
 ptrdiff_t mk_ids_first_bad(const int64_t *ids, size_t n, int64_t rows);
 void mk_gather(int isa, int table_dtype, size_t n, size_t dim, const int64_t *ids,
                const void *table, void *out, size_t ldo, int accumulate, int nthreads);
