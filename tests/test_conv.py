@@ -132,6 +132,44 @@ def test_igemm_batch_images(isa, rng, geom):
                                atol=1e-4)
 
 
+@pytest.mark.parametrize("storage", ["float32", "bfloat16"])
+def test_forward_shifted_blocks(isa, rng, storage):
+    """Each block of output channels is the padded convolution's window at its shift, bit for
+    bit: a transposed convolution's stride phases over one padded input."""
+    x, wt, b = make(rng, 2, 6, 32, 2, 9, 7, 1)
+    packed = _conv.pack_conv2d(wt, b, storage=storage)
+    pads = (1, 1, 2, 1)
+    full = packed.with_padding(pads).forward(x)  # (2, 32, 11, 8)
+    shifts = [(1, 1), (1, 0), (0, 1), (2, 0)]
+    y = packed.forward_shifted(x, pads, (8, 7), shifts)
+    assert y.shape == (2, 32, 8, 7) and y.dtype == np.float32
+    for i, (dy, dx) in enumerate(shifts):
+        np.testing.assert_array_equal(y[:, 8 * i:8 * i + 8], full[:, 8 * i:8 * i + 8,
+                                                                  dy:dy + 8, dx:dx + 7])
+    two = packed.forward_shifted(x, pads, (9, 7), [(0, 1), (1, 0)])  # blocks of 16
+    np.testing.assert_array_equal(two[:, 16:], full[:, 16:, 1:10, :7])
+    np.testing.assert_array_equal(packed.forward_shifted(x[0], pads, (8, 7), shifts), y[0])
+    # layouts it does not run: None (the caller computes otherwise)
+    for blocks in (3, 8):  # not whole panels of 8 channels
+        assert packed.forward_shifted(x, pads, (8, 7), [(0, 0)] * blocks) is None
+    grouped = _conv.pack_conv2d(rng.standard_normal((32, 3, 2, 2)).astype(np.float32), None,
+                                groups=2)
+    assert grouped.forward_shifted(x, pads, (8, 7), [(0, 0)]) is None
+    with pytest.raises(ValueError, match="leaves the padded output"):
+        packed.forward_shifted(x, pads, (8, 7), [(4, 0)] * 4)
+    with pytest.raises(ValueError, match="leaves the padded output"):
+        packed.forward_shifted(x, pads, (0, 7), shifts)
+    with pytest.raises(ValueError, match="non-negative"):
+        packed.forward_shifted(x, pads, (8, 7), [(-1, 0)] * 4)
+    with pytest.raises(TypeError, match="pairs"):
+        packed.forward_shifted(x, pads, (8, 7), 5)
+    strided = _conv.pack_conv2d(wt, b, stride=2)
+    with pytest.raises(ValueError, match="stride 1"):
+        strided.forward_shifted(x, pads, (4, 3), shifts)
+    with pytest.raises(ValueError, match="channels"):
+        packed.forward_shifted(x[:, :4], pads, (8, 7), shifts)
+
+
 def test_noncontiguous_inputs(isa, rng):
     x, wt, b = make(rng, 2, 6, 8, 3, 12, 10, 1)
     views = [

@@ -204,6 +204,32 @@ def test_conv_transpose_merged_phases(isa, nd, size, padding, output_padding):
         _check(tm, mm, x)
 
 
+@pytest.mark.parametrize("case", [
+    # kernel, stride, padding, output_padding, dilation, input size
+    (4, 2, 1, 0, 1, (16, 16)),  # DCGAN's upsampling: four 2x2 phases
+    (4, 2, 1, 1, 1, (5, 6)),  # an odd output: the phases' output counts differ
+    (4, 2, 3, 1, 1, (5, 4)),  # padding crops past the kernel's reach
+    (2, 2, 0, 0, 1, (7, 5)),  # U-Net's k2 s2: 1x1 phases, no shifts
+    (6, 3, 2, 2, 1, (4, 5)),  # nine phases
+    ((4, 3), (2, 1), (1, 1), (0, 0), 1, (6, 5)),  # strided along one axis only
+    (4, 2, 1, 0, 3, (6, 6)),  # dilation 3: sub-kernels dilated 3
+])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_conv_transpose2d_shifted_phases(isa, case, dtype):
+    """Output channels in whole panels (16 a phase): each phase's block reads the padded input
+    at its own offset (PackedConv2d.forward_shifted) and computes its outputs alone."""
+    k, s, p, op, d, size = case
+    tm, mm = _pair_modules("ConvTranspose2d", 5, 16, k, stride=s, padding=p,
+                           output_padding=op, dilation=d)
+    if dtype == "float16":  # float16 weights widened in the kernel: torch's, rounded alike
+        mm.to("float16")
+        tm.half().float()
+    mm.initialize()
+    assert mm._packed.merged is not None
+    torch.manual_seed(6)
+    _check(tm, mm, torch.randn((2, 5) + size))
+
+
 def test_conv_transpose_mixed_axes(isa):
     tm, mm = _pair_modules("ConvTranspose3d", 4, 6, (2, 3, 4), stride=(1, 2, 3),
                            padding=(0, 1, 2), output_padding=(0, 1, 2), dilation=(2, 1, 1))

@@ -26,6 +26,10 @@ cdef extern from "conv/conv.h" nogil:
                       const void *packed, int wtype, float *wide, float *phase,
                       Py_ssize_t *koff, float *out, const float *res, int act, int isa,
                       int nthreads)
+    int mk_conv2d_shifted_f32(const mk_conv_geom *g, const float *x, int Cout,
+                              const void *packed, int wtype, float *wide, float *phase,
+                              Py_ssize_t *koff, const Py_ssize_t *shift, float *out, int isa,
+                              int nthreads)
     void mk_conv2d_f64(const mk_conv_geom *g, const double *x, int groups, int Cout,
                        const double *w, const double *bias, double *out, const double *res,
                        int act, int nthreads)

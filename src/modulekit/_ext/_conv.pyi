@@ -1,3 +1,4 @@
+from collections.abc import Sequence
 from typing import Any, Literal, Union
 
 import numpy as np
@@ -68,6 +69,13 @@ class PackedConv2d:
     def is_shared(self) -> bool: ...
     def shared_copy(self) -> PackedConv2d: ...
     def with_padding(self, padding: tuple[int, int, int, int]) -> PackedConv2d: ...
+    def forward_shifted(
+        self,
+        x: ArrayLike,
+        padding: tuple[int, int, int, int],
+        out_size: tuple[int, int],
+        shifts: Sequence[tuple[int, int]],
+    ) -> np.ndarray | None: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
     def forward(
         self, x: ArrayLike, activation: _Act = None, residual: ArrayLike | None = None

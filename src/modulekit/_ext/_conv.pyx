@@ -529,6 +529,95 @@ cdef class PackedConv2d:
         out._bias = self._bias
         return out
 
+    def forward_shifted(self, x, padding, out_size, shifts):
+        """Blocks of output channels, each over the padded input at its own offset.
+
+        Block ``i`` (``out_channels // len(shifts)`` consecutive channels) gives
+        ``conv(pad(x))[:, block i, dy : dy + OH, dx : dx + OW]`` for ``shifts[i] = (dy, dx)``
+        and ``out_size = (OH, OW)``, and no other window: a transposed convolution's stride
+        phases (``ConvTranspose``'s merged phases: one sub-kernel a block) in one float32
+        implicit GEMM.
+
+        Parameters
+        ----------
+        x : array_like
+            (N, C, H, W) or (C, H, W).
+        padding : tuple of 4 int
+            (top, left, bottom, right) zero padding, as :meth:`with_padding`.
+        out_size : tuple of 2 int
+            (OH, OW), positive.
+        shifts : sequence of (int, int)
+            Each block's (dy, dx), non-negative; ``dy + OH`` and ``dx + OW`` at most the
+            padded convolution's output size.
+
+        Returns
+        -------
+        ndarray or None
+            (N, C_out, OH, OW) float32 (3-D for a 3-D ``x``); None where this layer does not
+            run the float32 implicit GEMM (float64 storage, bfloat16 compute under
+            ``float32_matmul_precision('medium')``, groups) or a block is not whole panels
+            of 8 output channels.
+
+        Raises
+        ------
+        ValueError
+            For a stride other than 1, or shifts and sizes past the padded output.
+        """
+        what = "forward_shifted"
+        if self.groups != 1 or self._wtype == MK_W_F64:
+            return None
+        if self.stride != (1, 1):
+            raise ValueError(f"{what}: the convolution must have stride 1, got {self.stride}")
+        try:
+            blocks = [tuple(int(v) for v in sh) for sh in shifts]
+            oh, ow = (int(v) for v in out_size)
+        except (TypeError, ValueError):
+            raise TypeError(f"{what}: shifts must be (dy, dx) pairs and out_size (OH, OW), got "
+                            f"{shifts!r} and {out_size!r}") from None
+        nb = len(blocks)
+        if nb == 0 or any(len(b) != 2 or min(b) < 0 for b in blocks):
+            raise ValueError(f"{what}: shifts must be non-negative (dy, dx) pairs, got {shifts!r}")
+        if self.out_channels % nb or (self.out_channels // nb) % MK_CONV_MR:
+            return None  # a panel would straddle two blocks
+        cdef PackedConv2d conv = self.with_padding(padding)
+        cdef mk_conv_geom g
+        xa, unbatched, oshape = conv._geometry(x, &g)
+        if oh < 1 or ow < 1 or max(b[0] for b in blocks) + oh > g.OH or \
+                max(b[1] for b in blocks) + ow > g.OW:
+            raise ValueError(f"{what}: out_size {(oh, ow)} with shifts {blocks} leaves the "
+                             f"padded output of {(g.OH, g.OW)}")
+        cdef int isa = <int>active_isa()
+        cdef int nthreads = effective_threads()
+        cdef mk_conv_choice c = conv._choose(&g, isa, nthreads)
+        if c.algo == MK_CONV_ALGO_BF16 or c.algo == MK_CONV_ALGO_F64:
+            return None
+        g.OH, g.OW = oh, ow  # the grid the blocks share (reads stay inside the padded input)
+        per = self.out_channels // nb // MK_CONV_MR  # panels a block
+        cdef cnp.ndarray shift = np.array(
+            [blocks[p // per][0] * g.Wq + blocks[p // per][1] for p in range(per * nb)],
+            np.intp)
+        out = np.empty((g.N, self.out_channels, oh, ow), np.float32)
+        if g.N == 0:
+            return out[0] if unbatched else out
+        cdef cnp.ndarray packed = self._packed
+        cdef cnp.ndarray phase = _scratch(mk_conv_phase_size(&g, g.C))
+        cdef cnp.ndarray koff = np.empty(g.C * g.KH * g.KW, np.intp)
+        cdef cnp.ndarray wide
+        cdef float *widep = NULL
+        if self._wtype != MK_W_F32:
+            wide = np.empty(packed.size, np.float32)
+            widep = <float *>cnp.PyArray_DATA(wide)
+        cdef cnp.ndarray xin = xa
+        cdef void *op = cnp.PyArray_DATA(out)
+        with nogil:
+            mk_conv2d_shifted_f32(&g, <const float *>cnp.PyArray_DATA(xin), self.out_channels,
+                                  cnp.PyArray_DATA(packed), self._wtype, widep,
+                                  <float *>cnp.PyArray_DATA(phase),
+                                  <Py_ssize_t *>cnp.PyArray_DATA(koff),
+                                  <const Py_ssize_t *>cnp.PyArray_DATA(shift), <float *>op, isa,
+                                  nthreads)
+        return out[0] if unbatched else out
+
     def __reduce__(self):
         args = (self.in_channels, self.out_channels, self.groups, self.kernel_size,
                 self.stride, self.dilation, self.padding, self.storage, self.has_bias,

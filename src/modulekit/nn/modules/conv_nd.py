@@ -583,35 +583,51 @@ class _PackedConvTransposeNd:
 
     def _forward_merged(self, x, geoms, out) -> None:
         """Every phase as one convolution (``merged``: the phases' sub-kernels stacked along the
-        output channels) over the union of their paddings, each phase's outputs a window of
-        it: one pass over the input and one parallel region instead of one per phase. The
-        windows overlap by the spread of the phases' paddings (a 16x16 DCGAN map computes
-        17x17 per phase, 13% more multiply-adds, and still runs faster on 2 threads than four
-        calls). The phases' windows go to their places in ``out`` in one parallel pass
-        (``_ops.scatter_phases``). Phases without an output position are skipped."""
+        output channels, a block of channels a phase) over the union of their paddings: one
+        pass over the input and one parallel region instead of one per phase. In 2-D each
+        block reads the padded input at its phase's offset (``PackedConv2d.forward_shifted``)
+        and computes its phase's outputs only; otherwise (1-D, 3-D, groups, bfloat16 compute)
+        every block computes the union of the phases' windows, which overlap by the spread of
+        their paddings (a 16x16 DCGAN map: 17x17 a phase, 13% more multiply-adds), and each
+        phase keeps its own window. The phases go to their places in ``out`` in one parallel
+        pass (``_ops.scatter_phases``). Phases without an output position are skipped."""
         nd, nph = self.nd, len(self.phases)
         live = [i for i, g in enumerate(geoms) if g is not None]
-        axes = []
+        lows = [max(geoms[i][a][2] for i in live) for a in range(nd)]
+        offs = [{i: lows[a] - geoms[i][a][2] for i in live} for a in range(nd)]
+        his = []  # the union of the windows: the padding past the input per axis
         for a in range(nd):
-            lo = max(geoms[i][a][2] for i in live)
-            offs = {i: lo - geoms[i][a][2] for i in live}
-            n_m = max(offs[i] + geoms[i][a][0] for i in live)
             extent = (len(self.phases[0].taps[a]) - 1) * self.phases[0].sub_dilation[a] + 1
-            axes.append((lo, n_m - 1 + extent - x.shape[2 + a] - lo, offs))
-        cropped = self._crop([(lo, hi) for lo, hi, _ in axes], x.shape[2:])
+            n_m = max(offs[a][i] + geoms[i][a][0] for i in live)
+            his.append(n_m - 1 + extent - x.shape[2 + a] - lows[a])
+        cropped = self._crop(list(zip(lows, his)), x.shape[2:])
         g = self.groups
         cout_g = self.out_channels // g
         if cropped is None:  # every tap reads padding: the bias alone
             out[...] = (0 if self._bias is None else self._bias.reshape((-1,) + (1,) * nd))
             return
-        crop, pads = cropped
-        # (N, g * P * cout_g, *n_m); a GEMM-shaped Conv1d's is a channels-last view
-        y = np.ascontiguousarray(self.merged.forward(x[crop], pads))
+        y = None
+        windows = offs
+        if nd == 2 and not self.merged.gemm:
+            # the blocks' common grid: the most outputs of any phase, from the largest offset
+            size = [max(geoms[i][a][0] for i in live) for a in range(nd)]
+            grown = [hi + max(offs[a].values()) + size[a] - max(
+                offs[a][i] + geoms[i][a][0] for i in live) for a, hi in enumerate(his)]
+            crop, pads = self._crop(list(zip(lows, grown)), x.shape[2:])
+            y = self.merged.conv.forward_shifted(
+                x[crop], (pads[0][0], pads[1][0], pads[0][1], pads[1][1]), size,
+                [(offs[0].get(i, 0), offs[1].get(i, 0)) for i in range(nph)])
+            if y is not None:  # each block its phase's outputs alone
+                windows = [dict.fromkeys(live, 0)] * nd
+        if y is None:
+            crop, pads = cropped
+            # (N, g * P * cout_g, *n_m); a GEMM-shaped Conv1d's is a channels-last view
+            y = np.ascontiguousarray(self.merged.forward(x[crop], pads))
         n = y.shape[0]
         lead = (1,) * (3 - nd)  # the kernel's three spatial axes
         boxes = np.zeros((3, nph, 3), np.intp)  # windows, starts, counts
         for i in live:
-            boxes[0, i, 3 - nd:] = [ax[2][i] for ax in axes]
+            boxes[0, i, 3 - nd:] = [w[i] for w in windows]
             boxes[1, i, 3 - nd:] = [geom[1] for geom in geoms[i]]
             boxes[2, i, 3 - nd:] = [geom[0] for geom in geoms[i]]
             boxes[2, i, :3 - nd] = 1

@@ -104,6 +104,16 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                   const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
                   float *out, const float *res, int act, int isa, int nthreads);
 
+/* mk_conv2d_f32 with the input shifted per panel (groups 1, no residual, no activation):
+ * panel p (output channels 8p..8p+7) reads the phase image shift[p] lanes past where the
+ * others do, over a grid of g->OH x g->OW outputs (the caller's, at most what the padding
+ * gives less the largest shift). A transposed convolution's stride phases are such blocks
+ * of panels: one sub-kernel each, reading one padded input at their own offsets, so no phase
+ * computes another's window (the caller keeps every read inside the phase image). */
+int mk_conv2d_shifted_f32(const mk_conv_geom *g, const float *x, int Cout, const void *packed,
+                          int wtype, float *wide, float *phase, ptrdiff_t *koff,
+                          const ptrdiff_t *shift, float *out, int isa, int nthreads);
+
 /* ---- bfloat16 compute (float32_matmul_precision "medium": AVX512-BF16 or AMX) ------------
  * The implicit GEMM with bfloat16 multiplies and float32 accumulation. B is read as pair rows:
  * 32-bit word `lane` of a pair row holds B[2p, lane] (low half) and B[2p + 1, lane] (high

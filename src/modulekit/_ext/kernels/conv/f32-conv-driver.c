@@ -201,7 +201,8 @@ static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *se
 static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int Cout,
                         const void *packed, int wtype, float *wide, int bf16,
                         const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
-                        float *out, const float *res, int act, int isa, int nthreads) {
+                        const ptrdiff_t *shift, float *out, const float *res, int act, int isa,
+                        int nthreads) {
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW; /* grid lanes to compute */
     const int cin_g = g->C / groups, cout_g = Cout / groups, taps = g->KH * g->KW;
     const int direct = phase == NULL; /* 1x1, stride 1, no padding: read x itself */
@@ -416,7 +417,8 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                     if (!w16) {
                         for (int j = 0; j < nt; j++)
                             (nl[j] < tl.nr ? tl.tail_fn : tl.fn)(K, wp + pi * panel,
-                                   bimg + grp * gstride + (ptrdiff_t)(t0 + j) * tl.nr, koff,
+                                   bimg + grp * gstride + (ptrdiff_t)(t0 + j) * tl.nr +
+                                       (shift ? shift[p] : 0), koff,
                                    nl[j], rows, c, ohw, r, segs[j], ns[j], act);
                         continue;
                     }
@@ -449,7 +451,14 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
                   const void *packed, int wtype, float *wide, float *phase, ptrdiff_t *koff,
                   float *out, const float *res, int act, int isa, int nthreads) {
     return conv2d_igemm(g, x, groups, Cout, packed, wtype, wide, 0, NULL, NULL, phase, koff,
-                        out, res, act, isa, nthreads);
+                        NULL, out, res, act, isa, nthreads);
+}
+
+int mk_conv2d_shifted_f32(const mk_conv_geom *g, const float *x, int Cout, const void *packed,
+                          int wtype, float *wide, float *phase, ptrdiff_t *koff,
+                          const ptrdiff_t *shift, float *out, int isa, int nthreads) {
+    return conv2d_igemm(g, x, 1, Cout, packed, wtype, wide, 0, NULL, NULL, phase, koff, shift,
+                        out, NULL, MK_ACT_NONE, isa, nthreads);
 }
 
 ptrdiff_t mk_conv_bf16_tiles_words(int bf16, const mk_conv_geom *g, int groups, int direct,
@@ -475,6 +484,7 @@ int mk_conv2d_bf16(int bf16, const mk_conv_geom *g, const float *x, int groups, 
                    const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
                    float *out, const float *res, int act, int nthreads) {
     return conv2d_igemm(g, x, groups, Cout, NULL, MK_W_F32, NULL, bf16, w16, tiles, phase, koff,
+                        NULL,
                         out, res, act, MK_ISA_AVX512, nthreads);
 }
 
