@@ -739,6 +739,25 @@ cdef inline ptrdiff_t _stride(a, int d, Py_ssize_t isz):
     return a.strides[d] // isz if a.shape[d] > 1 else 0
 
 
+def _src_out(src, out, int src_ndim, int out_ndim, str what):
+    """The dtype of ``src`` after checking that ``src`` and ``out`` are NumPy arrays of the
+    given ranks, one float32 or float64 dtype, in native byte order."""
+    if not isinstance(src, np.ndarray) or not isinstance(out, np.ndarray):
+        raise TypeError(f"{what}: src and out must be NumPy arrays")
+    if src.ndim != src_ndim or out.ndim != out_ndim:
+        shapes = (f"{src_ndim}-D" if src_ndim == out_ndim
+                  else f"{src_ndim}-D and {out_ndim}-D respectively")
+        raise ValueError(f"{what}: src and out must be {shapes}, got {src.ndim}-D and "
+                         f"{out.ndim}-D")
+    _check_native(src, what)
+    dt = src.dtype
+    if dt != _F32 and dt != _F64:
+        raise TypeError(f"{what}: src must be float32 or float64, got {dt}")
+    if out.dtype != dt:
+        raise TypeError(f"{what}: out must have src's dtype {dt}, got {out.dtype}")
+    return dt
+
+
 def transpose_into(src, out):
     """``out[b, j, i] = src[b, i, j]``: the last two axes of a 3-D array swapped into ``out``.
 
@@ -758,16 +777,7 @@ def transpose_into(src, out):
         ``out``.
     """
     what = "transpose_into"
-    if not isinstance(src, np.ndarray) or not isinstance(out, np.ndarray):
-        raise TypeError(f"{what}: src and out must be NumPy arrays")
-    if src.ndim != 3 or out.ndim != 3:
-        raise ValueError(f"{what}: src and out must be 3-D, got {src.ndim}-D and {out.ndim}-D")
-    _check_native(src, what)
-    dt = src.dtype
-    if dt != _F32 and dt != _F64:
-        raise TypeError(f"{what}: src must be float32 or float64, got {dt}")
-    if out.dtype != dt:
-        raise TypeError(f"{what}: out must have src's dtype {dt}, got {out.dtype}")
+    dt = _src_out(src, out, 3, 3, what)
     cdef Py_ssize_t nb = src.shape[0], nr = src.shape[1], nc = src.shape[2]
     if out.shape != (nb, nc, nr):
         raise ValueError(f"{what}: out must have shape {(nb, nc, nr)} for src of shape "
@@ -831,17 +841,7 @@ def scatter_phases(src, out, windows, starts, counts, stride):
         from the above.
     """
     what = "scatter_phases"
-    if not isinstance(src, np.ndarray) or not isinstance(out, np.ndarray):
-        raise TypeError(f"{what}: src and out must be NumPy arrays")
-    if src.ndim != 6 or out.ndim != 5:
-        raise ValueError(f"{what}: src must be 6-D and out 5-D, got {src.ndim}-D and "
-                         f"{out.ndim}-D")
-    _check_native(src, what)
-    dt = src.dtype
-    if dt != _F32 and dt != _F64:
-        raise TypeError(f"{what}: src must be float32 or float64, got {dt}")
-    if out.dtype != dt:
-        raise TypeError(f"{what}: out must have src's dtype {dt}, got {out.dtype}")
+    dt = _src_out(src, out, 6, 5, what)
     for name, a in (("src", src), ("out", out)):
         if not a.flags.c_contiguous:
             raise ValueError(f"{what}: {name} must be C-contiguous")

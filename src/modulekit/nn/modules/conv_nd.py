@@ -595,12 +595,15 @@ class _PackedConvTransposeNd:
         live = [i for i, g in enumerate(geoms) if g is not None]
         lows = [max(geoms[i][a][2] for i in live) for a in range(nd)]
         offs = [{i: lows[a] - geoms[i][a][2] for i in live} for a in range(nd)]
-        his = []  # the union of the windows: the padding past the input per axis
-        for a in range(nd):
-            extent = (len(self.phases[0].taps[a]) - 1) * self.phases[0].sub_dilation[a] + 1
-            n_m = max(offs[a][i] + geoms[i][a][0] for i in live)
-            his.append(n_m - 1 + extent - x.shape[2 + a] - lows[a])
-        cropped = self._crop(list(zip(lows, his)), x.shape[2:])
+        extents = [(len(self.phases[0].taps[a]) - 1) * self.phases[0].sub_dilation[a] + 1
+                   for a in range(nd)]
+
+        def past(a, n):  # the padding after the input that n outputs of axis a need
+            return n - 1 + extents[a] - x.shape[2 + a] - lows[a]
+
+        # the union of the phases' windows
+        union = [past(a, max(offs[a][i] + geoms[i][a][0] for i in live)) for a in range(nd)]
+        cropped = self._crop(list(zip(lows, union)), x.shape[2:])
         g = self.groups
         cout_g = self.out_channels // g
         if cropped is None:  # every tap reads padding: the bias alone
@@ -611,9 +614,8 @@ class _PackedConvTransposeNd:
         if nd == 2 and not self.merged.gemm:
             # the blocks' common grid: the most outputs of any phase, from the largest offset
             size = [max(geoms[i][a][0] for i in live) for a in range(nd)]
-            grown = [hi + max(offs[a].values()) + size[a] - max(
-                offs[a][i] + geoms[i][a][0] for i in live) for a, hi in enumerate(his)]
-            crop, pads = self._crop(list(zip(lows, grown)), x.shape[2:])
+            his = [past(a, max(offs[a].values()) + size[a]) for a in range(nd)]
+            crop, pads = self._crop(list(zip(lows, his)), x.shape[2:])
             y = self.merged.conv.forward_shifted(
                 x[crop], (pads[0][0], pads[1][0], pads[0][1], pads[1][1]), size,
                 [(offs[0].get(i, 0), offs[1].get(i, 0)) for i in range(nph)])

@@ -484,8 +484,7 @@ int mk_conv2d_bf16(int bf16, const mk_conv_geom *g, const float *x, int groups, 
                    const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
                    float *out, const float *res, int act, int nthreads) {
     return conv2d_igemm(g, x, groups, Cout, NULL, MK_W_F32, NULL, bf16, w16, tiles, phase, koff,
-                        NULL,
-                        out, res, act, MK_ISA_AVX512, nthreads);
+                        NULL, out, res, act, MK_ISA_AVX512, nthreads);
 }
 
 /* ---- Row bands with a band-sized phase buffer: few input channels, and conv + max pool ------
