@@ -109,6 +109,25 @@ def test_check_bars_marks_met_and_missed():
     assert bar["met"]
 
 
+def test_check_bars_lower_needs_without_amx():
+    """The bfloat16-and-int8 bars ask 1.2x on an AMX machine and 1.0x on a CPU without AMX;
+    the others do not depend on it."""
+    from modulekit.bench._timing import with_ratios
+
+    case = ("int8", "ResNet-18 int8 static batch 1")
+    rows = [{"suite": case[0], "case": case[1], "impl": "modulekit", "seconds": 1.0},
+            {"suite": case[0], "case": case[1], "impl": "onnxruntime", "seconds": 1.1},
+            {"suite": "overhead", "case": "Identity call", "impl": "modulekit", "seconds": 1.0},
+            {"suite": "overhead", "case": "Identity call", "impl": "torch", "seconds": 1.5}]
+    with_ratios(rows)
+    amx = {"cpu_flags": ["avx512f", "avx512_vnni", "amx_tile"]}
+    vnni = {"cpu_flags": ["avx512f", "avx512_vnni"]}
+    for machine, need, met in ((None, 1.2, False), (amx, 1.2, False), (vnni, 1.0, True)):
+        bars = {b["case"]: b for b in check_bars(rows, machine)}
+        assert bars[case[1]]["needed"] == need and bars[case[1]]["met"] == met
+        assert bars["Identity call"]["needed"] == 2.0
+
+
 def test_check_bars_reports_the_ceiling_a_floor_allows():
     from modulekit.bench._timing import with_ratios
     from modulekit.bench.casts import FLOOR_NEW

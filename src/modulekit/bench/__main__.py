@@ -135,7 +135,7 @@ def main(argv=None):
         report(got)
         print(f"[{i}/{len(suites)}] {name} done in {status[name]['seconds']:.1f} s "
               f"(total {time.perf_counter() - start:.1f} s)", flush=True)
-    bars = check_bars(rows)
+    bars = check_bars(rows, machine)
     if bars:
         print("\nTargets:\n" + format_bars(bars))
     command = " ".join(["python -m modulekit.bench", *args.suites]
