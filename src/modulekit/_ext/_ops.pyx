@@ -852,8 +852,8 @@ def scatter_phases(src, out, windows, starts, counts, stride):
         raise ValueError(f"{what}: out must start with (B, C) = {(nb, cg)} for src of shape "
                          f"{src.shape}, got {out.shape}")
     boxes = []
-    for name in ("windows", "starts", "counts"):
-        b = np.asarray((windows, starts, counts)[len(boxes)])
+    for name, box in (("windows", windows), ("starts", starts), ("counts", counts)):
+        b = np.asarray(box)
         if b.shape != (nph, 3) or b.dtype.kind not in "iu":
             raise ValueError(f"{what}: {name} must be integers of shape {(nph, 3)}, got "
                              f"{b.dtype} {b.shape}")
@@ -864,7 +864,7 @@ def scatter_phases(src, out, windows, starts, counts, stride):
         raise ValueError(f"{what}: stride must be 3 positive integers, got {stride!r}")
     mshape = np.asarray(src.shape[3:], np.intp)
     oshape = np.asarray(out.shape[2:], np.intp)
-    live = (cnt > 0).all(axis=1)
+    live = (cnt > 0).all(axis=1)  # a phase with an empty axis writes nothing
     if (cnt < 0).any() or (w0[live] < 0).any() or (o0[live] < 0).any() or \
             (w0[live] + cnt[live] > mshape).any() or \
             (o0[live] + (cnt[live] - 1) * st > oshape - 1).any():
@@ -873,7 +873,6 @@ def scatter_phases(src, out, windows, starts, counts, stride):
                          f"counts {cnt.tolist()}, stride {st.tolist()})")
     if np.may_share_memory(src, out):
         raise ValueError(f"{what}: src and out must not overlap")
-    cnt[~live] = 0  # a phase with an empty axis writes nothing
     if out.size == 0 or src.size == 0:
         return out
     cdef const void *ps = cnp.PyArray_DATA(<cnp.ndarray>src)
