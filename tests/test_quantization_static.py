@@ -359,7 +359,12 @@ def dw_ref(xq, zp, s_in, q, ws, b, stride, pad):
 
 @pytest.mark.parametrize("geom", [(1, 3, 9, 8, 3, 1, 1), (2, 40, 13, 11, 3, 2, 1),
                                   (1, 17, 7, 7, 5, 1, 2), (1, 96, 6, 6, 3, 1, 1),
-                                  (3, 33, 20, 5, 3, 1, 0), (2, 16, 2, 3, 3, 1, 1)])
+                                  (3, 33, 20, 5, 3, 1, 0), (2, 16, 2, 3, 3, 1, 1),
+                                  # long interior runs: stride 2 with a channel tail, no padding
+                                  (1, 40, 9, 37, 3, 2, 1), (2, 24, 11, 30, 3, 1, 0),
+                                  (1, 16, 4, 2, 3, 1, 1), (1, 48, 3, 29, 1, 1, 0),
+                                  # threaded: work items of 128 channels by runs of rows
+                                  (2, 130, 20, 24, 3, 2, 1), (1, 300, 8, 8, 3, 1, 1)])
 def test_depthwise_qconv_matches_the_scheme(isa, rng, geom):
     n, c, h, w, k, stride, pad = geom
     wt = rng.standard_normal((c, 1, k, k)).astype(np.float32)
@@ -375,6 +380,13 @@ def test_depthwise_qconv_matches_the_scheme(isa, rng, geom):
                                atol=1e-5)
     out = packed.forward(_qgemm.quantize_per_tensor(x, 0.03, 77), "relu6", None, (0.03, 0))
     assert np.array_equal(out.data, requant_ref(np.clip(ref, 0, 6), 0.03, 0))
+    # a residual in bytes, added in the epilogue of every output pixel
+    res = _qgemm.quantize_per_tensor(rng.standard_normal(out.shape).astype(np.float32), 0.02, 90)
+    # fmaf(r - zp, scale, y): one rounding of the exact value (float64 holds it)
+    with_res = ((res.data.astype(np.float64) - 90) * np.float64(np.float32(0.02))
+                + ref.astype(np.float64)).astype(np.float32)
+    out = packed.forward(_qgemm.quantize_per_tensor(x, 0.03, 77), "relu", res, (0.05, 3))
+    assert np.array_equal(out.data, requant_ref(np.maximum(with_res, 0), 0.05, 3))
     qq, ss, bb = packed.unpack()
     assert np.array_equal(qq, q) and np.array_equal(ss, ws) and np.array_equal(bb, b)
     again = pickle.loads(pickle.dumps(packed))

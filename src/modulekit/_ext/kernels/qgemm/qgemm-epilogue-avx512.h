@@ -79,10 +79,17 @@ mk_qepi_store16(__m512 y, __mmask16 m, const mk_qepi_panel *p, const uint8_t *re
     if (p->has_hi) y = _mm512_min_ps(p->hi, y);    /* min(+inf, y) would be y: skipped */
     if (!ep->out_u8) {
         if (ep->act > MK_ACT_CLAMP) y = mk_act_f32x16(y, ep->act, 0.0f, 0.0f);
-        _mm512_mask_storeu_ps(c, m, y);
+        if (m == 0xffff)
+            _mm512_storeu_ps(c, y);
+        else
+            _mm512_mask_storeu_ps(c, m, y);
         return;
     }
-    _mm_mask_storeu_epi8(c, m, mk_qu8_requantize16(y, ep->out_inv_scale, ep->out_zp));
+    const __m128i q = mk_qu8_requantize16(y, ep->out_inv_scale, ep->out_zp);
+    if (m == 0xffff) /* a whole block: the narrowing in a register, one plain store */
+        _mm_storeu_si128((__m128i *)c, q);
+    else
+        _mm_mask_storeu_epi8(c, m, q);
 }
 
 /* One row: s0, s1 the int32 sums of columns 0-15 and 16-31; sx the row's activation scale;
