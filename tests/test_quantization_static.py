@@ -91,6 +91,21 @@ def test_qconv_matches_the_scheme(isa, rng, geom):
     np.testing.assert_allclose(yr, y + res.dequantize(), rtol=1e-6, atol=1e-5)
 
 
+def test_forward_mean_is_the_pooled_forward(rng):
+    """forward_mean: the global average pool of forward's result (NHWC floats averaged in
+    place of the NCHW copy): plain, with a byte residual, a float residual, unbatched."""
+    packed, *_ = _layer(rng, 24, 70, 1, 1, 0, 1)
+    x = rng.standard_normal((2, 24, 7, 9)).astype(np.float32)
+    res = _qgemm.quantize_per_tensor(rng.standard_normal((2, 70, 7, 9)), 0.05, 90)
+    for act, r in ((None, None), ("relu6", None), ("relu", res), (None, res.dequantize())):
+        got = packed.forward_mean(x, act, r)
+        assert got.shape == (2, 70) and got.dtype == np.float32
+        np.testing.assert_allclose(got, packed.forward(x, act, r).mean((2, 3)), rtol=2e-6,
+                                   atol=1e-6)
+    np.testing.assert_allclose(packed.forward_mean(x[0], "relu"),
+                               packed.forward(x[0], "relu").mean((1, 2)), rtol=2e-6, atol=1e-6)
+
+
 def test_every_path_gives_the_same_bits(rng):
     packed, *_ = _layer(rng, 24, 45, 3, 1, 1, 1)
     x = rng.standard_normal((2, 24, 13, 11)).astype(np.float32)
@@ -423,8 +438,10 @@ def test_quantize_static_mobilenet_v2(rng):
     y, yq = model(x), q(x)
     assert np.abs(y - yq).max() < 0.1 * np.abs(y).max()
     # 51 of the 52 convolutions hand bytes on (the plain project convolutions, made steps by
-    # the hand-off rule, are named by their module's type); the head's returns float32
+    # the hand-off rule, are named by their module's type); the head's returns its global
+    # average pool (float32), as the float model's does
     assert q.code.count("# quantized_handoff") + q.code.count("# QuantizedConv2d ") == 51
+    assert q.code.count("# conv_global_avgpool") == 1
 
 
 def test_compiled_quantized_models_save_and_load(rng, tmp_path):

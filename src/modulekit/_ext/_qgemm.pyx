@@ -539,11 +539,42 @@ cdef class PackedQConv2d(_PackedBuffer):
         output_q : None or (scale, zero_point)
             None: a float32 NCHW array; else a :class:`QuantizedArray` in that quantization.
         """
+        if residual is not None and not isinstance(residual, QuantizedArray):
+            return self._forward_float_residual(x, activation, residual, output_q)
+        y, unbatched, q = self._run(x, activation, residual, output_q)
+        if q is not None:
+            return QuantizedArray(y, q[0], q[1], unbatched)
+        out = np.ascontiguousarray(y.transpose(0, 3, 1, 2))
+        return out[0] if unbatched else out
+
+    def forward_mean(self, x, activation=None, residual=None):
+        """Each channel's mean over the pixels of ``forward(x, activation, residual)``: a
+        convolution with a global average pool fused in (the compile rule
+        ``conv_global_avgpool``), read from the kernel's NHWC floats without the NCHW copy.
+
+        The mean is NumPy's float32 sum over the pixels divided by their count (agrees with
+        ``forward(...).mean((2, 3))`` to float32 rounding, not bit for bit).
+
+        Returns
+        -------
+        ndarray, shape (N, C_out) (or (C_out,) for a 3-D input), float32
+        """
+        if residual is not None and not isinstance(residual, QuantizedArray):
+            from modulekit._ext._conv import spatial_mean
+            y = self.forward(x, activation, residual)
+            return spatial_mean(y[None])[0] if y.ndim == 3 else spatial_mean(y)
+        y, unbatched, _ = self._run(x, activation, residual, None)
+        n, oh, ow, c = y.shape
+        mean = np.add.reduce(y.reshape(n, oh * ow, c), axis=1) / np.float32(oh * ow)
+        return mean[0] if unbatched else mean
+
+    def _run(self, x, activation, residual, output_q):
+        """The kernel's call: ``(y, unbatched, q)``, y the (N, OH, OW, C_out) NHWC result,
+        float32 or (``output_q``) bytes in the checked quantization q (else None);
+        ``residual`` None or a QuantizedArray."""
         if activation not in _STATIC_BOUNDS:
             raise ValueError(f"PackedQConv2d: activation must be one of "
                              f"{', '.join(STATIC_ACTIVATIONS)} or None, got {activation!r}")
-        if residual is not None and not isinstance(residual, QuantizedArray):
-            return self._forward_float_residual(x, activation, residual, output_q)
         cdef QuantizedArray qx = self._quantized_input(x)
         cdef const mk_qd8_config *cfg = self._current()
         n, h, w, c = qx.data.shape
@@ -597,10 +628,7 @@ cdef class PackedQConv2d(_PackedBuffer):
                                   in_scale, self._packed, rptr, &ep, cnp.PyArray_DATA(y), nt)
         if rc != 0:
             raise MemoryError("PackedQConv2d: cannot allocate the gathered rows")
-        if output_q is not None:
-            return QuantizedArray(y, os_, oz, qx.unbatched)
-        out = np.ascontiguousarray(y.transpose(0, 3, 1, 2))
-        return out[0] if qx.unbatched else out
+        return y, qx.unbatched, None if output_q is None else (os_, oz)
 
     def _forward_float_residual(self, x, activation, residual, output_q):
         """A float residual: added (and the activation applied) after the kernel."""

@@ -158,7 +158,7 @@ def _plain_conv(node: Node, ctx: Context):
 
 def _quantized(step: ConvStep) -> bool:
     """Whether a step's kernel is a statically quantized convolution (``PackedQConv2d``:
-    int8, a clamp epilogue, no fused mean)."""
+    int8, a clamp epilogue)."""
     from modulekit._ext._qgemm import PackedQConv2d
 
     return isinstance(step.packed, PackedQConv2d)
@@ -351,14 +351,15 @@ def conv_global_avgpool(graph: Graph, ctx: Context) -> int:
     the channels it has just written, while they are in its caches (MobileNetV2's head).
 
     Matches a float32 4-D convolution step without pooling whose only reader is the global
-    average pool. Not bit-identical to NumPy's mean or the adaptive pool: the sum runs in
-    ``_conv.spatial_mean``'s fixed order (equal to float32 rounding of a mean, ~1e-7
-    relative)."""
+    average pool; a quantized convolution (``PackedQConv2d.forward_mean``) averages its NHWC
+    floats without the NCHW copy. Not bit-identical to NumPy's mean or the adaptive pool: the
+    sum runs in ``_conv.spatial_mean``'s fixed order, or NumPy's over NHWC rows (equal to
+    float32 rounding of a mean, ~1e-7 relative)."""
     fired = 0
     for node in list(graph.nodes):
         step = _conv_step(node, ctx)
         if step is None or step.pool or step.mean or node.meta.get("dtype") != "float32" \
-                or len(node.meta.get("shape") or ()) != 4 or _quantized(step):
+                or len(node.meta.get("shape") or ()) != 4:
             continue
         user = _sole_user(node, ctx)
         keepdims = _global_pool(user, ctx) if user is not None else None
