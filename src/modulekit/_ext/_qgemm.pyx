@@ -8,6 +8,8 @@ quantizes each row of a float32 input to int8 at run time (its own scale), multi
 int32 and returns ``act(x_q @ w_q.T * scales + bias)`` in float32. Every check happens here,
 before the C kernels run without the GIL.
 """
+import math
+
 import numpy as np
 
 cimport numpy as cnp
@@ -300,7 +302,7 @@ def _check_qparams(scale, zero_point, what):
     """``(float32 scale, int zero_point)`` checked: a positive finite scale, a byte zero
     point."""
     s = np.float32(scale)
-    if not (np.isfinite(s) and s > 0):
+    if not (math.isfinite(s) and s > 0):
         raise ValueError(f"{what}: scale must be a positive finite number, got {scale!r}")
     if isinstance(zero_point, (bool, np.bool_)) or int(zero_point) != zero_point \
             or not 0 <= int(zero_point) <= 255:
@@ -370,6 +372,13 @@ cdef class QuantizedArray:
                 f"zero_point={self.zero_point})")
 
 
+cdef QuantizedArray _wrap(cnp.ndarray data, float scale, int zero_point, bint unbatched):
+    """A QuantizedArray of a kernel's fresh output, its (scale, zero point) checked already."""
+    cdef QuantizedArray qa = QuantizedArray.__new__(QuantizedArray)
+    qa.data, qa.scale, qa.zero_point, qa.unbatched = data, scale, zero_point, unbatched
+    return qa
+
+
 def quantize_per_tensor(x, scale, zero_point):
     """A float (N, C, H, W) or (C, H, W) array as a :class:`QuantizedArray`: each value to the
     byte ``clamp(rint(x / scale) + zero_point, 0, 255)`` (computed as ``x * (1 / scale)`` in
@@ -390,7 +399,7 @@ def quantize_per_tensor(x, scale, zero_point):
     with nogil:
         mk_qu8_quantize_nchw(<int>active_isa(), sn, sc, shw, <const float *>cnp.PyArray_DATA(a),
                              inv, zp, <uint8_t *>cnp.PyArray_DATA(q), nt)
-    return QuantizedArray(q, s, z, unbatched)
+    return _wrap(q, s, z, unbatched)
 
 
 def _pair(value, what):
@@ -543,7 +552,7 @@ cdef class PackedQConv2d(_PackedBuffer):
             return self._forward_float_residual(x, activation, residual, output_q)
         y, unbatched, q = self._run(x, activation, residual, output_q)
         if q is not None:
-            return QuantizedArray(y, q[0], q[1], unbatched)
+            return _wrap(y, q[0], q[1], unbatched)
         out = np.ascontiguousarray(y.transpose(0, 3, 1, 2))
         return out[0] if unbatched else out
 
@@ -681,7 +690,7 @@ def max_pool_qu8(QuantizedArray x, kernel_size, stride=None, padding=0, dilation
         mk_qu8_maxpool_nhwc(a0, a1, a2, a3, a4, a5, b0, b1, b2, b3, b4, b5, b6, b7,
                             <const uint8_t *>cnp.PyArray_DATA(xd),
                             <uint8_t *>cnp.PyArray_DATA(y), nt)
-    return QuantizedArray(y, x.scale, x.zero_point, x.unbatched)
+    return _wrap(y, x.scale, x.zero_point, x.unbatched)
 
 
 def pack_qconv2d(qweight, scale, bias, input_scale, input_zero_point, stride=1, padding=0,
