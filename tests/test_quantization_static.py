@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
+import modulekit
 from modulekit import models, nn
 from modulekit._ext import _isa, _qgemm
 from modulekit.quantization import (
@@ -426,6 +427,71 @@ def test_depthwise_paths_give_the_same_bits(rng):
                             1, 0, groups=4)
 
 
+def _pointwise_layer(rng, ci, co, in_q):
+    q = rng.integers(-127, 128, (co, ci, 1, 1)).astype(np.int8)
+    return _qgemm.pack_qconv2d(q, (rng.random(co) * 0.02 + 1e-3).astype(np.float32),
+                               rng.standard_normal(co).astype(np.float32), *in_q)
+
+
+@pytest.mark.parametrize("block", [
+    # cin, chid, cout, stride, h, w, n, residual, expand, bytes out
+    (16, 96, 24, 2, 40, 36, 1, False, True, True),
+    (24, 144, 24, 1, 33, 20, 2, True, True, True),
+    (32, 32, 16, 1, 30, 17, 1, False, False, True),
+    (8, 20, 8, 1, 19, 70, 2, True, True, False),
+    (24, 48, 40, 2, 31, 9, 3, False, True, False),
+])
+def test_inverted_residual_block_gives_the_steps_bits(isa, rng, block):
+    """QInvertedResidual (expand, depthwise, project in row bands, one call): the bytes (or
+    floats) of the three steps run one after the other, with and without the expand and the
+    residual, both strides, odd sizes, batches; the fused kernel runs where the 1x1 steps read
+    their rows in place (off the AMX tile), the steps on small maps."""
+    cin, chid, cout, s, h, w, n, residual, expand, bytes_out = block
+    xq = (np.float32(0.04), 7)
+    e = _pointwise_layer(rng, cin, chid, xq) if expand else None
+    dq = rng.integers(-127, 128, (chid, 1, 3, 3)).astype(np.int8)
+    d = _qgemm.pack_qconv2d(dq, (rng.random(chid) * 0.02 + 1e-3).astype(np.float32),
+                            rng.standard_normal(chid).astype(np.float32),
+                            0.03 if expand else xq[0], 0 if expand else xq[1], stride=s,
+                            padding=1, groups=chid)
+    p = _pointwise_layer(rng, chid, cout, (0.025, 2))
+    out_qs = ((d.input_scale, d.input_zero_point) if expand else None,
+              (p.input_scale, p.input_zero_point), (0.07, 5) if bytes_out else None)
+    acts = ("relu6", "relu", None)
+    assert _qgemm.QInvertedResidual.fusable(e, d, p, acts, out_qs, residual)
+    blk = _qgemm.QInvertedResidual(e, d, p, acts, out_qs, residual)
+    x = _qgemm.quantize_per_tensor(rng.standard_normal((n, cin, h, w)).astype(np.float32), *xq)
+    got, want = blk(x), blk._steps(x)
+    if bytes_out:
+        assert isinstance(got, _qgemm.QuantizedArray) and got.scale == want.scale
+        assert np.array_equal(got.data, want.data)
+    else:
+        assert np.array_equal(got, want)
+    rows_in_place = "amx" not in p.kernel  # the AMX tile reads 1x1 rows gathered
+    fused = rows_in_place and n * ((h - 1) // s + 1) >= 8 * modulekit.get_num_threads()
+    assert blk.calls_fused == int(fused)
+    # small maps and float inputs run the steps
+    small = _qgemm.quantize_per_tensor(rng.standard_normal((1, cin, 5, 6)).astype(np.float32),
+                                       *xq)
+    assert np.array_equal(np.asarray(blk(small)), np.asarray(blk._steps(small)))
+    assert blk.calls_fused <= 1
+
+
+def test_inverted_residual_block_refuses_other_steps(rng):
+    p = _pointwise_layer(rng, 16, 8, (0.02, 0))
+    d = _qgemm.pack_qconv2d(np.ones((16, 1, 3, 3), np.int8), np.full(16, 0.01, np.float32),
+                            None, 0.03, 0, stride=1, padding=1, groups=16)
+    q = (p.input_scale, p.input_zero_point)
+    assert _qgemm.QInvertedResidual.fusable(None, d, p, (None,) * 3, (None, q, None), False)
+    # another quantization between the steps, a residual across channel counts, a 3x3 project
+    assert not _qgemm.QInvertedResidual.fusable(None, d, p, (None,) * 3, (None, (0.5, 1), None),
+                                                False)
+    assert not _qgemm.QInvertedResidual.fusable(None, d, p, (None,) * 3, (None, q, None), True)
+    assert not _qgemm.QInvertedResidual.fusable(None, d, d, (None,) * 3, (None, q, None), False)
+    with pytest.raises(ValueError, match="inverted residual"):
+        _qgemm.QInvertedResidual(None, d, p, ("gelu", None, None), (None, q, None), False)
+
+
 def test_quantize_static_mobilenet_v2(rng):
     """Every convolution of MobileNetV2 quantized (the depthwise ones too), the compiled
     model's bytes handed on from the stem to the head."""
@@ -440,8 +506,11 @@ def test_quantize_static_mobilenet_v2(rng):
     # 51 of the 52 convolutions hand bytes on (the plain project convolutions, made steps by
     # the hand-off rule, are named by their module's type); the head's returns its global
     # average pool (float32), as the float model's does
-    assert q.code.count("# quantized_handoff") + q.code.count("# QuantizedConv2d ") == 51
     assert q.code.count("# conv_global_avgpool") == 1
+    # ... and the 17 inverted residual blocks (the other 50) run as one call each: the stem
+    # is the one hand-off step left
+    assert q.code.count("# quantized_invres") == 17
+    assert q.code.count("# quantized_handoff") + q.code.count("# QuantizedConv2d ") == 1
 
 
 def test_compiled_quantized_models_save_and_load(rng, tmp_path):

@@ -67,3 +67,22 @@ def pack_qconv2d(qweight: Any, scale: Any, bias: Any, input_scale: float,
                  input_zero_point: int, stride: Any = ..., padding: Any = ...,
                  dilation: Any = ..., output_scale: float = ..., output_zero_point: int = ...
                  ) -> PackedQConv2d: ...
+
+_QParams = tuple[float, int]
+
+class QInvertedResidual:
+    expand: PackedQConv2d | None
+    depthwise: PackedQConv2d
+    project: PackedQConv2d
+    activations: tuple[str | None, str | None, str | None]
+    out_qs: tuple[_QParams | None, _QParams, _QParams | None]
+    residual: bool
+    calls_fused: int
+    def __init__(self, expand: PackedQConv2d | None, depthwise: PackedQConv2d,
+                 project: PackedQConv2d, activations: tuple[str | None, str | None, str | None],
+                 out_qs: tuple[_QParams | None, _QParams, _QParams | None],
+                 residual: bool) -> None: ...
+    @staticmethod
+    def fusable(expand: Any, depthwise: Any, project: Any, activations: Any, out_qs: Any,
+                residual: bool) -> bool: ...
+    def __call__(self, x: Any) -> np.ndarray | QuantizedArray: ...

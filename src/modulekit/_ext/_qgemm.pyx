@@ -70,6 +70,25 @@ cdef extern from "qgemm/qgemm.h" nogil:
     int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
                    float in_scale, const float *packed, const uint8_t *res,
                    const mk_qgemm_epilogue *ep, void *y, int nthreads)
+    int mk_qconv_pointwise_direct(const mk_qd8_config *cfg, size_t cin)
+    ctypedef struct mk_qinvres:
+        const mk_qd8_config *cfg
+        int isa
+        size_t n, h, w, cin, chid, cout, stride
+        const void *pe
+        float e_scale
+        int32_t e_zp
+        mk_qgemm_epilogue ep_e
+        const float *pd
+        float d_scale
+        int32_t d_zp
+        mk_qgemm_epilogue ep_d
+        const void *pp
+        float p_scale
+        int32_t p_zp
+        mk_qgemm_epilogue ep_p
+        int residual
+    int mk_qinvres_run(const mk_qinvres *b, const uint8_t *x, void *y, int nthreads)
     void mk_qu8_quantize_nchw(int isa, size_t n, size_t c, size_t hw, const float *x,
                               float inv, int32_t zp, uint8_t *q, int nthreads)
     void mk_qu8_dequantize_nhwc(size_t n, size_t hw, size_t c, const uint8_t *q, float scale,
@@ -734,3 +753,142 @@ def pack_qconv2d(qweight, scale, bias, input_scale, input_zero_point, stride=1, 
     obj.has_bias = b is not None
     obj._pack(_config(), obj._kernel_rows(q), s, b)
     return obj
+
+
+cdef mk_qgemm_epilogue _static_epilogue(activation, out_q) except *:
+    """The epilogue of a quantized convolution step: its clamp, then bytes in ``out_q``
+    ((scale, zero point), checked) or floats (None); no residual."""
+    cdef mk_qgemm_epilogue ep
+    ep.lo, ep.hi = _STATIC_BOUNDS[activation]
+    ep.ascale_step, ep.ldr, ep.res_scale, ep.res_zp = 0, 0, 0.0, 0
+    ep.act = MK_ACT_NONE
+    if out_q is None:
+        ep.out_u8, ep.out_inv_scale, ep.out_zp = 0, 1.0, 0
+    else:
+        ep.out_u8, ep.out_inv_scale, ep.out_zp = 1, np.float32(1.0) / out_q[0], out_q[1]
+    return ep
+
+
+def _pointwise(p):
+    return (isinstance(p, PackedQConv2d) and p.groups == 1 and p.kernel_size == (1, 1)
+            and p.stride == (1, 1) and p.padding == (0, 0) and p.dilation == (1, 1))
+
+
+cdef class QInvertedResidual:
+    """MobileNetV2's statically quantized inverted residual block as one call
+    (``mk_qinvres_run``): [``expand`` 1x1] -> ``depthwise`` 3x3 -> ``project`` 1x1 (+ the
+    block's input), in bands of output rows so the expanded bytes stay in the caches; the
+    three steps' bits (the compile rule ``quantized_invres`` builds it from three
+    ``QuantizedConvStep``s).
+
+    Parameters
+    ----------
+    expand, depthwise, project : PackedQConv2d (expand may be None)
+    activations : (str or None, str or None, str or None)
+        Each step's epilogue activation.
+    out_qs : ((scale, zero_point), (scale, zero_point), (scale, zero_point) or None)
+        The expand's and the depthwise's output quantizations (their readers' inputs: the
+        depthwise's and the project's) and the project's (None: float32 NCHW out).
+    residual : bool
+        Add the block's input (stride 1, as many channels in as out).
+
+    Calling it with a :class:`QuantizedArray` in the block's input quantization runs the
+    fused kernel where the two 1x1 steps read their rows in place (not on AMX tiles) and the
+    output has rows enough for every thread (8 each); otherwise the three steps run one
+    after the other, with the same results (``calls_fused`` counts the fused calls).
+    """
+
+    cdef readonly object expand, depthwise, project
+    cdef readonly tuple activations, out_qs
+    cdef readonly bint residual
+    #: calls that ran the fused kernel (the others ran the three steps)
+    cdef readonly Py_ssize_t calls_fused
+
+    @staticmethod
+    def fusable(expand, depthwise, project, activations, out_qs, residual):
+        """Whether the three steps make a block :class:`QInvertedResidual` takes."""
+        if not (isinstance(depthwise, PackedQConv2d) and depthwise.groups > 1
+                and depthwise.kernel_size == (3, 3) and depthwise.stride in ((1, 1), (2, 2))
+                and depthwise.padding == (1, 1) and depthwise.dilation == (1, 1)
+                and _pointwise(project) and project.in_channels == depthwise.out_channels
+                and (expand is None or (_pointwise(expand)
+                                        and expand.out_channels == depthwise.in_channels))):
+            return False
+        if len(activations) != 3 or any(a not in _STATIC_BOUNDS for a in activations):
+            return False
+        e_q, d_q, _ = out_qs
+        if expand is not None and e_q != (depthwise.input_scale, depthwise.input_zero_point):
+            return False
+        if d_q != (project.input_scale, project.input_zero_point):
+            return False
+        cin = (expand or depthwise).in_channels
+        return not residual or (depthwise.stride == (1, 1) and cin == project.out_channels)
+
+    def __init__(self, expand, depthwise, project, activations, out_qs, residual):
+        if not QInvertedResidual.fusable(expand, depthwise, project, activations, out_qs,
+                                         residual):
+            raise ValueError("QInvertedResidual: the steps do not make an inverted residual "
+                             "block it takes (see QInvertedResidual.fusable)")
+        self.expand, self.depthwise, self.project = expand, depthwise, project
+        self.activations, self.out_qs, self.residual = tuple(activations), tuple(out_qs), \
+            bool(residual)
+
+    def _steps(self, x):
+        """The three steps one after the other."""
+        ae, ad, ap = self.activations
+        eq, dq, pq = self.out_qs
+        h = x if self.expand is None else self.expand.forward(x, ae, None, eq)
+        h = self.depthwise.forward(h, ad, None, dq)
+        return self.project.forward(h, ap, x if self.residual else None, pq)
+
+    def __call__(self, x):
+        cdef PackedQConv2d first = self.expand if self.expand is not None else self.depthwise
+        cdef PackedQConv2d dw = self.depthwise, pr = self.project
+        cdef PackedQConv2d ex = self.expand
+        if not isinstance(x, QuantizedArray):
+            return self._steps(x)
+        cdef QuantizedArray qx = <QuantizedArray>x
+        n, h, w, c = qx.data.shape
+        cdef int nt = effective_threads()
+        s = dw.stride[0]
+        oh, ow = (h - 1) // s + 1, (w - 1) // s + 1
+        cdef const mk_qd8_config *cfg = pr._current()
+        if ex is not None:
+            ex._current()
+        if (qx.scale != first.input_scale or qx.zero_point != first.input_zero_point
+                or c != first.in_channels or n * oh < 8 * nt
+                or not mk_qconv_pointwise_direct(cfg, dw.in_channels)
+                or (ex is not None and not mk_qconv_pointwise_direct(cfg, c))):
+            return self._steps(x)
+        ae, ad, ap = self.activations
+        eq, dq, pq = self.out_qs
+        cdef mk_qinvres b
+        b.cfg, b.isa = cfg, <int>active_isa()
+        b.n, b.h, b.w, b.cin, b.chid, b.cout, b.stride = n, h, w, c, dw.in_channels, \
+            pr.out_channels, s
+        b.pe = ex._packed if ex is not None else NULL
+        if ex is not None:
+            b.e_scale, b.e_zp, b.ep_e = ex.input_scale, ex.input_zero_point, \
+                _static_epilogue(ae, eq)
+        b.pd, b.d_scale, b.d_zp = <const float *>dw._packed, dw.input_scale, dw.input_zero_point
+        b.ep_d = _static_epilogue(ad, dq)
+        b.pp, b.p_scale, b.p_zp = pr._packed, pr.input_scale, pr.input_zero_point
+        b.ep_p = _static_epilogue(ap, pq)
+        b.residual = self.residual
+        if self.residual:
+            b.ep_p.res_scale, b.ep_p.res_zp = qx.scale, qx.zero_point
+        cdef cnp.ndarray y = np.empty((n, oh, ow, pr.out_channels), _F32 if pq is None else _U8)
+        cdef cnp.ndarray xd = qx.data
+        cdef int rc
+        with nogil:
+            rc = mk_qinvres_run(&b, <const uint8_t *>cnp.PyArray_DATA(xd), cnp.PyArray_DATA(y),
+                                nt)
+        if rc == -1:
+            raise MemoryError("QInvertedResidual: cannot allocate the band buffers")
+        if rc != 0:
+            return self._steps(x)
+        self.calls_fused += 1
+        if pq is not None:
+            return _wrap(y, pq[0], pq[1], qx.unbatched)
+        out = np.ascontiguousarray(y.transpose(0, 3, 1, 2))
+        return out[0] if qx.unbatched else out

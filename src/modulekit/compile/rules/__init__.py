@@ -26,7 +26,7 @@ from modulekit.compile.rules.linear import (
     linear_chain,
     linear_stack,
 )
-from modulekit.compile.rules.quantized import quantized_handoff
+from modulekit.compile.rules.quantized import quantized_handoff, quantized_invres
 
 #: The rules in the order they run: a rule that needs another's result comes after it.
 PIPELINE = (
@@ -49,8 +49,9 @@ PIPELINE = (
     conv_global_avgpool,
     depthwise_chain,
     # statically quantized networks (rules/quantized.py): after the conv rules, whose steps
-    # it turns into steps handing bytes on
+    # the first turns into steps handing bytes on; the blocks of those steps after it
     quantized_handoff,
+    quantized_invres,
 )
 
 __all__ = ["PIPELINE"]

@@ -1,10 +1,11 @@
-"""The rule for statically quantized networks (``modulekit.quantization.quantize_static``).
+"""The rules for statically quantized networks (``modulekit.quantization.quantize_static``).
 
 The conv rules (:mod:`modulekit.compile.rules.conv`) fuse a ``QuantizedConv2d`` with its
 residual add, ReLU/ReLU6 and max pool as they fuse a float ``Conv2d``; each such step still
 takes and returns float32. :func:`quantized_handoff`, run after them, makes the steps whose
 results only quantized convolutions read store those results as bytes instead: the
-activations then stay int8 from one convolution to the next.
+activations then stay int8 from one convolution to the next. :func:`quantized_invres` then
+runs an inverted residual block's three hand-off steps as one call.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from modulekit.compile.rules.conv import (
     _quantized,
 )
 
-__all__ = ["QuantizedConvStep", "quantized_handoff"]
+__all__ = ["QInvertedResidualStep", "QuantizedConvStep", "quantized_handoff",
+           "quantized_invres"]
 
 
 class QuantizedConvStep(ConvStep):
@@ -100,3 +102,85 @@ def quantized_handoff(graph: Graph, ctx: Context) -> int:
         ctx.fuse([node], "quantized_handoff", step, node.args, modules=modules,
                  name="fused_" + modules[0].replace(".", "_"))
     return len(chosen)
+
+
+class QInvertedResidualStep:
+    """:func:`quantized_invres`'s step: a ``_qgemm.QInvertedResidual`` over the three steps'
+    kernels, a bad input's ValueError naming the block's first layer."""
+
+    __slots__ = ("block", "conv")
+
+    def __init__(self, block, conv) -> None:
+        self.block = block
+        self.conv = conv
+
+    def __call__(self, x):
+        try:
+            return self.block(x)
+        except ValueError as exc:
+            raise self.conv._error(exc) from None
+
+    def __repr__(self) -> str:
+        return f"QInvertedResidualStep({self.block!r})"
+
+
+def _handoff_into(node, reader: Node, ctx: Context) -> QuantizedConvStep | None:
+    """``node``'s step when it is a one-input hand-off step that ``reader`` alone reads."""
+    if isinstance(node, Node) and node.op == "call_fused" and \
+            type(node.fn) is QuantizedConvStep and len(node.args) == 1 and not node.kwargs \
+            and ctx.only_user(node) is reader:
+        return node.fn
+    return None
+
+
+def quantized_invres(graph: Graph, ctx: Context) -> int:
+    """[``e = expand(x)``] -> ``d = depthwise_3x3(e)`` -> ``project(d) (+ x)``, the first two
+    hand-off steps (bytes out) read by nothing else, the project a quantized step (bytes or
+    float32 out; a residual only when it is the block's input) -> one
+    ``_qgemm.QInvertedResidual`` call (:class:`QInvertedResidualStep`), which computes the
+    three in bands of output rows so the expanded bytes stay in the caches: MobileNetV2's
+    inverted residual block, quantized. Bit-identical to the three steps (the same kernels
+    compute every value; the block runs them one after the other where it does not take the
+    call: small maps, AMX tiles)."""
+    from modulekit._ext._qgemm import QInvertedResidual
+
+    fired = 0
+    for node in list(graph.nodes):
+        if node.kwargs or len(node.args) not in (1, 2):
+            continue
+        if node.op == "call_fused":  # a hand-off step, or a conv rule's step (float out)
+            project = node.fn if isinstance(node.fn, ConvStep) and _quantized(node.fn) else None
+        else:
+            project = _step(node, ctx) if _quantized_node(node, ctx) else None
+        d_node = node.args[0]
+        dw = _handoff_into(d_node, node, ctx)
+        if project is None or project.pool is not None or project.mean or dw is None \
+                or dw.pool is not None:
+            continue
+        e_node = d_node.args[0]
+        expand = _handoff_into(e_node, d_node, ctx)
+        if expand is not None and expand.pool is not None:
+            expand = None
+        residual = len(node.args) == 2
+        block = None
+        for e in ((expand, None) if expand is not None else (None,)):
+            # from the 1x1 before the depthwise step, or (a block without one, or one the
+            # block kernel does not take) from the depthwise step
+            x = e_node if e is None else e_node.args[0]
+            if residual and node.args[1] is not x:
+                continue
+            steps = (None if e is None else e.packed, dw.packed, project.packed)
+            acts = (None if e is None else e.activation, dw.activation, project.activation)
+            out_qs = (None if e is None else e.out_q, dw.out_q, getattr(project, "out_q", None))
+            if QInvertedResidual.fusable(*steps, acts, out_qs, residual):
+                block = QInvertedResidual(*steps, acts, out_qs, residual)
+                expand = e
+                break
+        if block is None:
+            continue
+        group = [d_node, node] if expand is None else [e_node, d_node, node]
+        modules = [p for n in group for p in _paths(n)]
+        ctx.fuse(group, "quantized_invres", QInvertedResidualStep(block, (expand or dw).conv),
+                 (x,), modules=modules, name="fused_" + modules[0].replace(".", "_"))
+        fired += 1
+    return fired

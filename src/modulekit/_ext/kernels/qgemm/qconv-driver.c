@@ -151,6 +151,29 @@ int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t
     return failed ? -1 : 0;
 }
 
+int mk_qconv_pointwise_direct(const mk_qd8_config *cfg, size_t cin) {
+    return cfg->kb == 4 && mk_qd8_kp(cfg, cin) == cin;
+}
+
+void mk_qconv_pointwise_rows(const mk_qd8_config *cfg, size_t m, size_t cin, size_t cout,
+                             const uint8_t *a, float in_scale, const void *packed,
+                             const uint8_t *res, const mk_qgemm_epilogue *ep_in, void *y) {
+    const size_t nr = cfg->nr, mr = cfg->mr, ps = mk_qd8_panel_stride(cfg, cin);
+    const size_t panels = (cout + nr - 1) / nr;
+    mk_qgemm_epilogue ep = *ep_in;
+    ep.ascale_step = 0;
+    ep.ldr = cout;
+    const size_t width = ep.out_u8 ? 1 : sizeof(float);
+    for (size_t p = 0; p < panels; p++) {
+        const size_t nc = cout - p * nr < nr ? cout - p * nr : nr;
+        const void *panel = (const unsigned char *)packed + p * ps;
+        for (size_t r = 0; r < m; r += mr)
+            cfg->ukernel(m - r < mr ? m - r : mr, nc, cin, a + r * cin, cin, &in_scale, panel,
+                         (char *)y + (r * cout + p * nr) * width, cout,
+                         res != NULL ? res + r * cout + p * nr : NULL, &ep);
+    }
+}
+
 #define BLOCK 64 /* pixels per step of the layout conversions */
 
 /* Block t of the BLOCK-pixel blocks of images of hw pixels: image b, pixels [p0, p1). */

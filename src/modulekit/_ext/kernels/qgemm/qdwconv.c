@@ -257,25 +257,47 @@ qdw_rows_avx512(const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp, float i
 }
 #endif
 
+typedef void (*qdw_rows_fn)(const mk_qconv_geom *, const uint8_t *, int32_t, float,
+                            const float *, const uint8_t *, const mk_qgemm_epilogue *, void *,
+                            size_t, size_t, size_t, size_t, float *);
+
+/* The rows function of an ISA level and its scratch per thread (floats): the portable loops'
+ * sums (cp floats); AVX-512's converted rows (+ the row tags, size_t) */
+static qdw_rows_fn qdw_rows_of(int isa, const mk_qconv_geom *g, size_t *scratch) {
+    *scratch = CP(g->cin);
+#if MK_X86
+    if (isa >= MK_ISA_AVX512) {
+        *scratch = g->kh * g->w * 16 + 2 * g->kh;
+        return qdw_rows_avx512;
+    }
+    if (isa >= MK_ISA_AVX2) return qdw_rows_avx2;
+#else
+    (void)isa;
+#endif
+    return qdw_rows_generic;
+}
+
+size_t mk_qdw_scratch_bytes(int isa, const mk_qconv_geom *g) {
+    size_t scratch;
+    qdw_rows_of(isa, g, &scratch);
+    return (scratch * sizeof(float) + 63) & ~(size_t)63;
+}
+
+void mk_qdw_rows(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
+                 float in_scale, const float *packed, const uint8_t *res,
+                 const mk_qgemm_epilogue *ep, void *y, size_t t0, size_t t1, float *scratch) {
+    size_t floats;
+    qdw_rows_of(isa, g, &floats)(g, x, in_zp, in_scale, packed, res, ep, y, t0, t1, 0, g->cin,
+                                 scratch);
+}
+
 int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
                float in_scale, const float *packed, const uint8_t *res,
                const mk_qgemm_epilogue *ep, void *y, int nthreads) {
     const size_t rows = g->n * g->oh;
     if (rows == 0 || g->ow == 0 || g->cin == 0) return 0;
-    void (*fn)(const mk_qconv_geom *, const uint8_t *, int32_t, float, const float *,
-               const uint8_t *, const mk_qgemm_epilogue *, void *, size_t, size_t, size_t,
-               size_t, float *) = qdw_rows_generic;
-    /* scratch per thread: the portable loops' sums (cp floats); AVX-512's converted rows */
-    size_t scratch = CP(g->cin);
-#if MK_X86
-    if (isa >= MK_ISA_AVX512) {
-        fn = qdw_rows_avx512;
-        scratch = g->kh * g->w * 16 + 2 * g->kh; /* + the row tags (size_t) */
-    } else if (isa >= MK_ISA_AVX2)
-        fn = qdw_rows_avx2;
-#else
-    (void)isa;
-#endif
+    size_t scratch;
+    const qdw_rows_fn fn = qdw_rows_of(isa, g, &scratch);
     const double macs = (double)rows * (double)(g->ow * g->cin * g->kh * g->kw);
     int nt = macs < (1u << 17) ? 1 : nthreads;
     /* Work items: MK_QDW_UNIT channels (whole cache lines of output bytes per pixel, so no

@@ -146,6 +146,15 @@ int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t
                  int32_t in_zp, float in_scale, const void *packed, const uint8_t *res,
                  const mk_qgemm_epilogue *ep, void *y, int nthreads);
 
+/* Whether a pointwise convolution of cin input channels reads its rows in place with cfg's
+ * tile (whole k groups of 4: not the AMX tile); then mk_qconv_pointwise_rows computes m
+ * output rows (every panel, on the calling thread) from the m input rows at a (cin bytes
+ * each, contiguous), as mk_qconv_run computes those rows. */
+int mk_qconv_pointwise_direct(const mk_qd8_config *cfg, size_t cin);
+void mk_qconv_pointwise_rows(const mk_qd8_config *cfg, size_t m, size_t cin, size_t cout,
+                             const uint8_t *a, float in_scale, const void *packed,
+                             const uint8_t *res, const mk_qgemm_epilogue *ep, void *y);
+
 /* Depthwise (groups = channels, one output per channel) convolution over NHWC bytes:
  * qdwconv.c. Weights qw (c x taps int8, taps = kh*kw) with per-channel scales and bias,
  * packed as floats [taps + 2][c rounded up to 16]; g->cin == g->cout. isa: the mk_isa level
@@ -159,6 +168,42 @@ void mk_qdw_unpack(size_t c, size_t taps, const float *packed, int8_t *qw, float
 int mk_qdw_run(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
                float in_scale, const float *packed, const uint8_t *res,
                const mk_qgemm_epilogue *ep, void *y, int nthreads);
+/* Output rows [t0, t1) of g->n * g->oh, every channel, on the calling thread, as mk_qdw_run
+ * computes them; scratch: mk_qdw_scratch_bytes(isa, g) bytes, 64-byte aligned. */
+size_t mk_qdw_scratch_bytes(int isa, const mk_qconv_geom *g);
+void mk_qdw_rows(int isa, const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp,
+                 float in_scale, const float *packed, const uint8_t *res,
+                 const mk_qgemm_epilogue *ep, void *y, size_t t0, size_t t1, float *scratch);
+
+/* MobileNetV2's inverted residual block over NHWC bytes, fused (qinvres-driver.c): [expand
+ * 1x1 + clamp] -> depthwise 3x3 (stride 1 or 2, padding 1) + clamp -> project 1x1 [+ the
+ * block's input], computed in bands of output rows so the expanded rows (bytes) stay in the
+ * caches; every value as the three steps compute it (the same bits). Each step's epilogue
+ * and input quantization as for mk_qconv_run / mk_qdw_run; the expand's and the depthwise's
+ * epilogues store bytes. */
+typedef struct mk_qinvres {
+    const mk_qd8_config *cfg;
+    int isa;                     /* the mk_isa level of the depthwise rows */
+    size_t n, h, w, cin, chid, cout, stride;
+    const void *pe;              /* the expand's panels, or NULL (no expand: chid == cin) */
+    float e_scale;               /* input scales and zero points of the three steps */
+    int32_t e_zp;
+    mk_qgemm_epilogue ep_e;
+    const float *pd;
+    float d_scale;
+    int32_t d_zp;
+    mk_qgemm_epilogue ep_d;
+    const void *pp;
+    float p_scale;
+    int32_t p_zp;
+    mk_qgemm_epilogue ep_p;      /* res_scale/res_zp: the input's, where residual */
+    int residual;                /* add the block's input (stride 1, cin == cout) */
+} mk_qinvres;
+
+/* y (n x oh x ow x cout, NHWC; bytes or floats as ep_p says) = the block of x (n x h x w x
+ * cin bytes). Returns 0, -1 when scratch memory could not be allocated, -2 for a geometry it
+ * does not take (the caller checked mk_qconv_pointwise_direct for both 1x1 steps). */
+int mk_qinvres_run(const mk_qinvres *b, const uint8_t *x, void *y, int nthreads);
 
 /* NCHW float32 (n, c, hw) -> NHWC bytes, q = mk_qu8_requantize(x, inv, zp); isa: the mk_isa
  * level whose row quantizer runs (the same bytes on every level). */
