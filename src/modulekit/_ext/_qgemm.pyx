@@ -794,8 +794,9 @@ cdef class QInvertedResidual:
 
     Calling it with a :class:`QuantizedArray` in the block's input quantization runs the
     fused kernel where the two 1x1 steps read their rows in place (not on AMX tiles) and the
-    output has rows enough for every thread (8 each); otherwise the three steps run one
-    after the other, with the same results (``calls_fused`` counts the fused calls).
+    output has 4 rows for every thread (with fewer, the expanded rows two threads both
+    compute cost more than the fusion saves); otherwise the three steps run one after the
+    other, with the same results (``calls_fused`` counts the fused calls).
     """
 
     cdef readonly object expand, depthwise, project
@@ -856,7 +857,7 @@ cdef class QInvertedResidual:
         if ex is not None:
             ex._current()
         if (qx.scale != first.input_scale or qx.zero_point != first.input_zero_point
-                or c != first.in_channels or n * oh < 8 * nt
+                or c != first.in_channels or n * oh < 4 * nt
                 or not mk_qconv_pointwise_direct(cfg, dw.in_channels)
                 or (ex is not None and not mk_qconv_pointwise_direct(cfg, c))):
             return self._steps(x)
