@@ -127,13 +127,23 @@ qdw_row_avx512(const mk_qconv_geom *g, const uint8_t *x, __m512 vzp, __mmask16 m
     }
     float *dst = cache + slot * w16;
     const uint8_t *src = x + ((b * g->h + iy) * g->w) * c + c0;
-    if (m == 0xffff)
-        for (size_t ix = 0; ix < g->w; ix++)
-            _mm512_store_ps(dst + ix * 16,
-                            _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                                              _mm_loadu_si128((const __m128i *)(src + ix * c)))),
-                                          vzp));
-    else /* the last block's lanes past c stay 0 */
+#define MK_QDW_CVT(i)                                                                         \
+    _mm512_store_ps(dst + (i) * 16,                                                           \
+                    _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(                    \
+                                      _mm_loadu_si128((const __m128i *)(src + (i) * c)))),   \
+                                  vzp))
+    if (m == 0xffff) {
+        size_t ix = 0;
+        for (; ix + 4 <= g->w; ix += 4, src += 4 * c, dst += 64) {
+            MK_QDW_CVT(0);
+            MK_QDW_CVT(1);
+            MK_QDW_CVT(2);
+            MK_QDW_CVT(3);
+        }
+        for (; ix < g->w; ix++, src += c, dst += 16) MK_QDW_CVT(0);
+#undef MK_QDW_CVT
+        dst = cache + slot * w16;
+    } else /* the last block's lanes past c stay 0 */
         for (size_t ix = 0; ix < g->w; ix++)
             _mm512_store_ps(dst + ix * 16,
                             _mm512_maskz_sub_ps(m, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
@@ -164,8 +174,10 @@ qdw_window_avx512(const mk_qconv_geom *g, const float *const *rows, const float 
 
 MK_QEPI_TARGET static void
 qdw_rows_avx512(const mk_qconv_geom *g, const uint8_t *x, int32_t in_zp, float in_scale,
-                const float *packed, const uint8_t *res, const mk_qgemm_epilogue *ep, void *y,
-                size_t t0, size_t t1, size_t ch0, size_t ch1, float *acc) {
+                const float *packed, const uint8_t *res, const mk_qgemm_epilogue *ep_in,
+                void *y, size_t t0, size_t t1, size_t ch0, size_t ch1, float *acc) {
+    /* a local copy: the stores through y cannot change it, so its tests leave the loops */
+    const mk_qgemm_epilogue epl = *ep_in, *ep = &epl;
     const size_t c = g->cin, cp = CP(c), taps = g->kh * g->kw, kh = g->kh, kw = g->kw;
     const float *ws = packed + taps * cp, *bias = ws + cp;
     const __m512 vzp = _mm512_set1_ps((float)in_zp), vs = _mm512_set1_ps(in_scale);
