@@ -106,8 +106,10 @@ class ConvStep:
 
 
 class DepthwiseChainStep:
-    """:func:`depthwise_chain`'s step: ``_conv.DepthwiseChain`` over the three steps' kernels,
-    a bad input's ValueError naming the chain's first layer."""
+    """The step of an inverted residual block's rule (:func:`depthwise_chain`, and
+    ``quantized_invres`` in :mod:`modulekit.compile.rules.quantized`): the block's kernel
+    object (``_conv.DepthwiseChain``, ``_qgemm.QInvertedResidual``) over the three steps'
+    kernels, a bad input's ValueError naming the block's first layer."""
 
     __slots__ = ("chain", "conv")
 

@@ -14,14 +14,14 @@ from modulekit.compile.graph import Graph, Node
 from modulekit.compile.passes import Context
 from modulekit.compile.rules.conv import (
     ConvStep,
+    DepthwiseChainStep,
     _conv_step,
     _paths,
     _plain_conv,
     _quantized,
 )
 
-__all__ = ["QInvertedResidualStep", "QuantizedConvStep", "quantized_handoff",
-           "quantized_invres"]
+__all__ = ["QuantizedConvStep", "quantized_handoff", "quantized_invres"]
 
 
 class QuantizedConvStep(ConvStep):
@@ -104,26 +104,6 @@ def quantized_handoff(graph: Graph, ctx: Context) -> int:
     return len(chosen)
 
 
-class QInvertedResidualStep:
-    """:func:`quantized_invres`'s step: a ``_qgemm.QInvertedResidual`` over the three steps'
-    kernels, a bad input's ValueError naming the block's first layer."""
-
-    __slots__ = ("block", "conv")
-
-    def __init__(self, block, conv) -> None:
-        self.block = block
-        self.conv = conv
-
-    def __call__(self, x):
-        try:
-            return self.block(x)
-        except ValueError as exc:
-            raise self.conv._error(exc) from None
-
-    def __repr__(self) -> str:
-        return f"QInvertedResidualStep({self.block!r})"
-
-
 def _handoff_into(node, reader: Node, ctx: Context) -> QuantizedConvStep | None:
     """``node``'s step when it is a one-input hand-off step that ``reader`` alone reads."""
     if isinstance(node, Node) and node.op == "call_fused" and \
@@ -137,7 +117,7 @@ def quantized_invres(graph: Graph, ctx: Context) -> int:
     """[``e = expand(x)``] -> ``d = depthwise_3x3(e)`` -> ``project(d) (+ x)``, the first two
     hand-off steps (bytes out) read by nothing else, the project a quantized step (bytes or
     float32 out; a residual only when it is the block's input) -> one
-    ``_qgemm.QInvertedResidual`` call (:class:`QInvertedResidualStep`), which computes the
+    ``_qgemm.QInvertedResidual`` call (a ``DepthwiseChainStep``), which computes the
     three in bands of output rows so the expanded bytes stay in the caches: MobileNetV2's
     inverted residual block, quantized. Bit-identical to the three steps (the same kernels
     compute every value; the block runs them one after the other where it does not take the
@@ -180,7 +160,7 @@ def quantized_invres(graph: Graph, ctx: Context) -> int:
             continue
         group = [d_node, node] if expand is None else [e_node, d_node, node]
         modules = [p for n in group for p in _paths(n)]
-        ctx.fuse(group, "quantized_invres", QInvertedResidualStep(block, (expand or dw).conv),
+        ctx.fuse(group, "quantized_invres", DepthwiseChainStep(block, (expand or dw).conv),
                  (x,), modules=modules, name="fused_" + modules[0].replace(".", "_"))
         fired += 1
     return fired
