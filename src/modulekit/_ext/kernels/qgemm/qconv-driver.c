@@ -69,6 +69,24 @@ void mk_qconv_im2col__scalar(const mk_qconv_geom *g, const uint8_t *x, uint8_t z
     }
 }
 
+/* Output rows [0, m) of panels [p0, p1) from the rows at a (lda bytes apart, kp each): the
+ * tiles, row blocks of mr within each panel; res and y at row 0, rows n wide. */
+static void qconv_tiles(const mk_qd8_config *cfg, size_t m, size_t p0, size_t p1, size_t n,
+                        size_t kp, const uint8_t *a, size_t lda, float in_scale,
+                        const void *packed, const uint8_t *res, const mk_qgemm_epilogue *ep,
+                        char *y) {
+    const size_t nr = cfg->nr, mr = cfg->mr, ps = mk_qd8_panel_stride(cfg, kp);
+    const size_t width = ep->out_u8 ? 1 : sizeof(float);
+    for (size_t p = p0; p < p1; p++) {
+        const size_t nc = n - p * nr < nr ? n - p * nr : nr;
+        const void *panel = (const unsigned char *)packed + p * ps;
+        for (size_t r = 0; r < m; r += mr)
+            cfg->ukernel(m - r < mr ? m - r : mr, nc, kp, a + r * lda, lda, &in_scale, panel,
+                         y + (r * n + p * nr) * width, n,
+                         res != NULL ? res + r * n + p * nr : NULL, ep);
+    }
+}
+
 int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t *x,
                  int32_t in_zp, float in_scale, const void *packed, const uint8_t *res,
                  const mk_qgemm_epilogue *ep_in, void *y, int nthreads) {
@@ -132,16 +150,8 @@ int mk_qconv_run(const mk_qd8_config *cfg, const mk_qconv_geom *g, const uint8_t
                 a = buf;
             }
             const size_t p0 = pb * pp, p1 = p0 + pp < panels ? p0 + pp : panels;
-            for (size_t p = p0; p < p1; p++) {
-                const size_t nc = n - p * nr < nr ? n - p * nr : nr;
-                const void *panel = (const unsigned char *)packed + p * ps;
-                for (size_t r = r0; r < r1; r += mr) {
-                    const size_t rows = r1 - r < mr ? r1 - r : mr;
-                    cfg->ukernel(rows, nc, kp, a + (r - r0) * lda, lda, &in_scale, panel,
-                                 (char *)y + (r * n + p * nr) * width, n,
-                                 res != NULL ? res + r * n + p * nr : NULL, &ep);
-                }
-            }
+            qconv_tiles(cfg, r1 - r0, p0, p1, n, kp, a, lda, in_scale, packed,
+                        res != NULL ? res + r0 * n : NULL, &ep, (char *)y + r0 * n * width);
         }
         if (cfg->end != NULL) cfg->end();
         free(buf);
@@ -158,20 +168,11 @@ int mk_qconv_pointwise_direct(const mk_qd8_config *cfg, size_t cin) {
 void mk_qconv_pointwise_rows(const mk_qd8_config *cfg, size_t m, size_t cin, size_t cout,
                              const uint8_t *a, float in_scale, const void *packed,
                              const uint8_t *res, const mk_qgemm_epilogue *ep_in, void *y) {
-    const size_t nr = cfg->nr, mr = cfg->mr, ps = mk_qd8_panel_stride(cfg, cin);
-    const size_t panels = (cout + nr - 1) / nr;
     mk_qgemm_epilogue ep = *ep_in;
     ep.ascale_step = 0;
     ep.ldr = cout;
-    const size_t width = ep.out_u8 ? 1 : sizeof(float);
-    for (size_t p = 0; p < panels; p++) {
-        const size_t nc = cout - p * nr < nr ? cout - p * nr : nr;
-        const void *panel = (const unsigned char *)packed + p * ps;
-        for (size_t r = 0; r < m; r += mr)
-            cfg->ukernel(m - r < mr ? m - r : mr, nc, cin, a + r * cin, cin, &in_scale, panel,
-                         (char *)y + (r * cout + p * nr) * width, cout,
-                         res != NULL ? res + r * cout + p * nr : NULL, &ep);
-    }
+    qconv_tiles(cfg, m, 0, (cout + cfg->nr - 1) / cfg->nr, cout, cin, a, cin, in_scale, packed,
+                res, &ep, (char *)y);
 }
 
 #define BLOCK 64 /* pixels per step of the layout conversions */
