@@ -127,22 +127,23 @@ qdw_row_avx512(const mk_qconv_geom *g, const uint8_t *x, __m512 vzp, __mmask16 m
     }
     float *dst = cache + slot * w16;
     const uint8_t *src = x + ((b * g->h + iy) * g->w) * c + c0;
+    if (m == 0xffff) { /* four pixels a step */
+        const uint8_t *sp = src;
+        float *dp = dst;
 #define MK_QDW_CVT(i)                                                                         \
-    _mm512_store_ps(dst + (i) * 16,                                                           \
+    _mm512_store_ps(dp + (i) * 16,                                                            \
                     _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(                    \
-                                      _mm_loadu_si128((const __m128i *)(src + (i) * c)))),   \
+                                      _mm_loadu_si128((const __m128i *)(sp + (i) * c)))),    \
                                   vzp))
-    if (m == 0xffff) {
         size_t ix = 0;
-        for (; ix + 4 <= g->w; ix += 4, src += 4 * c, dst += 64) {
+        for (; ix + 4 <= g->w; ix += 4, sp += 4 * c, dp += 64) {
             MK_QDW_CVT(0);
             MK_QDW_CVT(1);
             MK_QDW_CVT(2);
             MK_QDW_CVT(3);
         }
-        for (; ix < g->w; ix++, src += c, dst += 16) MK_QDW_CVT(0);
+        for (; ix < g->w; ix++, sp += c, dp += 16) MK_QDW_CVT(0);
 #undef MK_QDW_CVT
-        dst = cache + slot * w16;
     } else /* the last block's lanes past c stay 0 */
         for (size_t ix = 0; ix < g->w; ix++)
             _mm512_store_ps(dst + ix * 16,
