@@ -317,6 +317,21 @@ _STATIC_BOUNDS = {None: (-np.inf, np.inf), "none": (-np.inf, np.inf), "relu": (0
 STATIC_ACTIVATIONS = ("none", "relu", "relu6")
 
 
+cdef mk_qgemm_epilogue _static_epilogue(activation, out_q) except *:
+    """The epilogue of a quantized convolution step: its clamp (the static activations are
+    clamps: lo and hi), then bytes in ``out_q`` ((scale, zero point), checked) or floats
+    (None); no residual."""
+    cdef mk_qgemm_epilogue ep
+    ep.lo, ep.hi = _STATIC_BOUNDS[activation]
+    ep.ascale_step, ep.ldr, ep.res_scale, ep.res_zp = 0, 0, 0.0, 0
+    ep.act = MK_ACT_NONE
+    if out_q is None:
+        ep.out_u8, ep.out_inv_scale, ep.out_zp = 0, 1.0, 0
+    else:
+        ep.out_u8, ep.out_inv_scale, ep.out_zp = 1, np.float32(1.0) / out_q[0], out_q[1]
+    return ep
+
+
 def _check_qparams(scale, zero_point, what):
     """``(float32 scale, int zero_point)`` checked: a positive finite scale, a byte zero
     point."""
@@ -618,11 +633,8 @@ cdef class PackedQConv2d(_PackedBuffer):
         cdef mk_qconv_geom g
         g.n, g.h, g.w, g.cin, g.oh, g.ow, g.cout = n, h, w, c, oh, ow, self.out_channels
         g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw = kh, kw, sh, sw, ph, pw, dh, dw
-        cdef mk_qgemm_epilogue ep
-        lo, hi = _STATIC_BOUNDS[activation]
-        ep.ascale_step, ep.lo, ep.hi, ep.ldr = 0, lo, hi, 0
-        ep.res_scale, ep.res_zp = 0.0, 0
-        ep.act = MK_ACT_NONE  # (the static activations are clamps: lo and hi)
+        q = None if output_q is None else _check_qparams(*output_q, "PackedQConv2d output")
+        cdef mk_qgemm_epilogue ep = _static_epilogue(activation, q)
         cdef const uint8_t *rptr = NULL
         cdef cnp.ndarray rdata
         if residual is not None:
@@ -632,14 +644,7 @@ cdef class PackedQConv2d(_PackedBuffer):
             rdata = rq.data
             rptr = <const uint8_t *>cnp.PyArray_DATA(rdata)
             ep.res_scale, ep.res_zp = rq.scale, rq.zero_point
-        cdef cnp.ndarray y
-        if output_q is None:
-            ep.out_u8, ep.out_inv_scale, ep.out_zp = 0, 1.0, 0
-            y = np.empty((n, oh, ow, self.out_channels), _F32)
-        else:
-            os_, oz = _check_qparams(*output_q, "PackedQConv2d output")
-            ep.out_u8, ep.out_inv_scale, ep.out_zp = 1, np.float32(1.0) / os_, oz
-            y = np.empty((n, oh, ow, self.out_channels), _U8)
+        cdef cnp.ndarray y = np.empty((n, oh, ow, self.out_channels), _F32 if q is None else _U8)
         cdef cnp.ndarray xd = qx.data
         cdef int rc, nt = effective_threads()
         cdef float in_scale = self.input_scale
@@ -656,7 +661,7 @@ cdef class PackedQConv2d(_PackedBuffer):
                                   in_scale, self._packed, rptr, &ep, cnp.PyArray_DATA(y), nt)
         if rc != 0:
             raise MemoryError("PackedQConv2d: cannot allocate the gathered rows")
-        return y, qx.unbatched, None if output_q is None else (os_, oz)
+        return y, qx.unbatched, q
 
     def _forward_float_residual(self, x, activation, residual, output_q):
         """A float residual: added (and the activation applied) after the kernel."""
@@ -753,20 +758,6 @@ def pack_qconv2d(qweight, scale, bias, input_scale, input_zero_point, stride=1, 
     obj.has_bias = b is not None
     obj._pack(_config(), obj._kernel_rows(q), s, b)
     return obj
-
-
-cdef mk_qgemm_epilogue _static_epilogue(activation, out_q) except *:
-    """The epilogue of a quantized convolution step: its clamp, then bytes in ``out_q``
-    ((scale, zero point), checked) or floats (None); no residual."""
-    cdef mk_qgemm_epilogue ep
-    ep.lo, ep.hi = _STATIC_BOUNDS[activation]
-    ep.ascale_step, ep.ldr, ep.res_scale, ep.res_zp = 0, 0, 0.0, 0
-    ep.act = MK_ACT_NONE
-    if out_q is None:
-        ep.out_u8, ep.out_inv_scale, ep.out_zp = 0, 1.0, 0
-    else:
-        ep.out_u8, ep.out_inv_scale, ep.out_zp = 1, np.float32(1.0) / out_q[0], out_q[1]
-    return ep
 
 
 def _pointwise(p):
