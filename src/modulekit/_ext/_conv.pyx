@@ -28,6 +28,7 @@ from modulekit._ext._act cimport (MK_ACT_GELU_ERF, MK_ACT_GELU_TANH, MK_ACT_HARD
                                    MK_ACT_NONE, MK_ACT_RELU, MK_ACT_RELU6, MK_ACT_SIGMOID,
                                    MK_ACT_SILU, MK_ACT_TANH)
 from modulekit._ext._align cimport aligned
+from modulekit._ext._caches cimport set_l2_bytes
 from modulekit._ext._isa cimport MK_ISA_AVX512, active_bf16, active_isa
 from modulekit._ext._openmp_helpers cimport bind_team, effective_threads
 
@@ -1152,6 +1153,13 @@ def _set_winograd_engine(int mode):
     default), 0 keeps the igemm orientation, 1 takes the GEMM engine's wherever the
     instruction set has it. Returns the previous mode."""
     return mk_conv_winograd_set_engine(mode)
+
+
+def _set_l2_bytes(size_t n):
+    """Make this extension's kernels size their L2 blocking for an L2 of ``n`` bytes (0: keep
+    the current value); returns the value before. For tests and tuning runs (the results do
+    not depend on it); call it while no kernel runs."""
+    return set_l2_bytes(n)
 
 
 def _weight_array(obj):

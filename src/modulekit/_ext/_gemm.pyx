@@ -25,6 +25,7 @@ from modulekit._ext._act cimport (MK_ACT_CLAMP, MK_ACT_GELU_ERF, MK_ACT_GELU_TAN
                                    MK_ACT_HARDSWISH, MK_ACT_NONE, MK_ACT_RELU, MK_ACT_SIGMOID,
                                    MK_ACT_SILU, MK_ACT_TANH)
 from modulekit._ext._align cimport aligned, check_aligned
+from modulekit._ext._caches cimport set_l2_bytes
 from modulekit._ext._isa cimport active_bf16, active_isa
 from modulekit._ext._openmp_helpers cimport bind_team, effective_threads, omp_get_thread_num
 
@@ -1123,6 +1124,13 @@ def _set_rowdirect(bint on):
     Both paths give bit-identical results (for tests and benchmarks).
     """
     return bool(mk_gemm_set_rowdirect(on))
+
+
+def _set_l2_bytes(size_t n):
+    """Make this extension's kernels size their L2 blocking for an L2 of ``n`` bytes (0: keep
+    the current value); returns the value before. For tests and tuning runs (the results do
+    not depend on it); call it while no kernel runs."""
+    return set_l2_bytes(n)
 
 
 def warm_threads():

@@ -9,6 +9,8 @@ Kernels read the level through :func:`active_isa` when they are dispatched.
 """
 import os
 
+from modulekit._ext._caches cimport mk_caches, mk_cpu_caches
+
 NAMES = ("generic", "avx2", "avx512")
 
 cdef mk_isa _detected = mk_isa_detect()
@@ -126,3 +128,13 @@ if _forced:
 _forced_bf16 = os.environ.get("MODULEKIT_BF16", "").strip().lower()
 if _forced_bf16:
     set_bf16(_forced_bf16)
+
+
+def cpu_caches():
+    """The CPU's data caches in bytes as the kernels' block sizes see them
+    (``kernels/common/caches.h``): ``{"l1d": ..., "l2": ..., "l3": ...}``, L1 data and L2 per
+    core and the last level, from Linux sysfs (else ``sysconf``, else the reference machine's
+    48 KiB / 1 MiB / 32 MiB). The L2 budgets of the GEMM's and the convolutions' blocking
+    scale with ``l2`` (``docs/design.md``, "The shared kernel layer")."""
+    cdef const mk_caches *c = mk_cpu_caches()
+    return {"l1d": int(c.l1d), "l2": int(c.l2), "l3": int(c.l3)}

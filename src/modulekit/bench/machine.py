@@ -40,25 +40,10 @@ def _cpu():
 
 
 def _caches():
-    """Per-core data caches and the shared last level, in KiB, from sysfs (cpu0): what the
-    kernels' block sizes are chosen against."""
-    out = {}
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for entry in sorted(os.listdir(base)):
-            if not entry.startswith("index"):
-                continue
-            with open(os.path.join(base, entry, "level")) as f:
-                level = f.read().strip()
-            with open(os.path.join(base, entry, "type")) as f:
-                kind = f.read().strip()
-            with open(os.path.join(base, entry, "size")) as f:
-                size = f.read().strip()
-            if kind != "Instruction":
-                out[f"L{level}{'d' if level == '1' else ''}"] = int(size.rstrip("K"))
-    except (OSError, ValueError):
-        pass
-    return out
+    """Per-core data caches and the last level, in KiB, as the kernels' blocking sees them
+    (``_isa.cpu_caches``: Linux sysfs, else ``sysconf``)."""
+    names = {"l1d": "L1d", "l2": "L2", "l3": "L3"}
+    return {names[k]: v >> 10 for k, v in _isa.cpu_caches().items()}
 
 
 def _version(name):

@@ -23,6 +23,7 @@
  *                            direct 1x1) */
 #include "conv.h"
 #include "isa.h"
+#include "common/caches.h"
 
 /* Cost model units per tile and input or output channel of the Winograd transforms, F(2x2)
  * and F(4x4): measured on AVX-512 against the igemm kernels; the other paths keep them (their
@@ -126,10 +127,6 @@ double mk_conv_igemm_tiling(int isa, ptrdiff_t lanes, mk_igemm_tiling *t) {
     return best;
 }
 
-/* The L2 cache a thread's blocking may count on (the smallest of the machines measured: 1 MiB
- * on Zen 4, 2 MiB on the Xeons). */
-#define L2_BYTES (1 << 20)
-
 /* The bfloat16 tiles (AVX512-BF16), widest first, with their cost per computed lane as the
  * float32 ones; one tile packer serves the three widths. */
 #if MK_X86
@@ -147,16 +144,16 @@ static const struct {
  * faster, one Xeon with AMX) and padding Cin_g to the tile's 32 channels computes at most a
  * third more; else packed tiles (a 3-channel stem's K = 147 packs densely, where its
  * channels padded to 32 would compute 10x). With one tap both convert each value once and the
- * panels are the same: the pair image while it stays in L2 (a 1x1 64 -> 256 on a 56x56 map
- * at batch 4 3.8 against 4.6-11 ms, one thread, measured while only its work items held
- * several tiles), else packed tiles (256 -> 64: 2.8 against 3.3 ms). pair_bytes: the pair
- * image's bytes per image (0: unknown, for the panel layout, which only depends on it with
- * one tap). AVX512-BF16 packs tiles (its tuning on Zen 4, where the pair image is not
- * measured). */
+ * panels are the same: the pair image while it takes at most half of L2 (common/caches.h; a
+ * 1x1 64 -> 256 on a 56x56 map at batch 4 3.8 against 4.6-11 ms, one thread, measured while
+ * only its work items held several tiles), else packed tiles (256 -> 64: 2.8 against 3.3 ms;
+ * the Xeon with AMX, 2 MiB L2). pair_bytes: the pair image's bytes per image (0: unknown,
+ * for the panel layout, which only depends on it with one tap). AVX512-BF16 packs tiles (its
+ * tuning on Zen 4, where the pair image is not measured). */
 static int bf16_image(int kpa, int cin_g, int taps, double pair_bytes) {
     const int padded = ((cin_g + 1) / 2 + kpa - 1) / kpa * kpa * 2;
     if (kpa == 1) return 0;
-    if (taps == 1) return pair_bytes <= L2_BYTES;
+    if (taps == 1) return pair_bytes <= (double)(mk_cpu_caches()->l2 / 2);
     return 3 * padded <= 4 * cin_g;
 }
 

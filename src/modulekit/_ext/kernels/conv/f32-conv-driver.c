@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "conv.h"
+#include "common/caches.h"
 #include "common/team.h"
 #include "mk_omp.h"
 #include "isa.h"
@@ -507,13 +508,14 @@ int mk_conv2d_bf16(int bf16, const mk_conv_geom *g, const float *x, int groups, 
  * f32-maxpool-avx512.c's row walk, so the result is bit-identical to mk_conv2d_f32 (then
  * max_pool2d). */
 
-/* Pooled rows per band: R conv rows of Cout x OW floats in about 256 KiB, at most a thread's
- * share of the pooled rows. */
+/* Pooled rows per band: R conv rows of Cout x OW floats in about a quarter of L2 (256 KiB on
+ * the reference machine's 1 MiB, common/caches.h), at most a thread's share of the pooled
+ * rows. */
 static int maxpool_band(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
                         int nthreads) {
     const int reach = (pg->KH - 1) * pg->dy + 1;
     const double row = (double)Cout * g->OW * sizeof(float);
-    int B = (int)((262144.0 / row - reach) / pg->sy) + 1;
+    int B = (int)(((double)mk_l2_scaled(256 << 10) / row - reach) / pg->sy) + 1;
     if (B < 1) B = 1;
     const int per = (pg->OH + nthreads - 1) / nthreads;
     if (B > per) B = per;

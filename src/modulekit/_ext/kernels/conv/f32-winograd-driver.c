@@ -16,12 +16,13 @@
 
 #include "conv.h"
 #include "isa.h"
+#include "common/caches.h"
 #include "common/team.h"
 #include "mk_omp.h"
 
-/* Bytes of one block's V and M kept in L2 (about half of a 1-2 MiB L2, the rest for the
- * U[t] panels streaming through). */
-#define WINO_BLOCK_BYTES (512 * 1024)
+/* Bytes of one block's V and M kept in L2: half of the reference machine's 1 MiB, the rest
+ * for the U[t] panels streaming through; scaled to this CPU's L2 (common/caches.h). */
+#define WINO_BLOCK_BYTES mk_l2_scaled(512 * 1024)
 /* The GEMM stage's engine orientation in the cost model's units (see there), per element of V
  * and M for the two transposes and the engine calls' fixed costs, which grow with
  * 1/Cin + 1/Cout (per multiply-add: the table's wino_eng_lane_cost, conv-config.c). */
@@ -213,10 +214,10 @@ int mk_wino_eng_gemm(int isa, int rows, int Cout, int Cin, const float *a, ptrdi
  * STREAM_COST was measured on AVX-512 against the igemm kernels, as the table's transform
  * costs were (units per byte of weights that do not stay in L2). */
 #define STREAM_COST 4.0
-#define L2_BYTES (1 << 20)
 
+/* weights stay in L2 across the blocks while they take at most half of it */
 static double stream_bytes(double wbytes, double passes) {
-    return wbytes > L2_BYTES / 2 ? wbytes * passes : wbytes;
+    return wbytes > (double)(mk_cpu_caches()->l2 / 2) ? wbytes * passes : wbytes;
 }
 
 int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthreads) {

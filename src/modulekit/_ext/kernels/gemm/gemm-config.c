@@ -5,7 +5,8 @@
  *
  * Cache blocking: the KC x NR weight micro-panel stays in L1 while the MR-row activation
  * micro-panels of the MC x KC block stream from L2; NC bounds the KC x NC weight block a
- * thread sweeps per A block. The machine measured (sysfs / cpuid): AMD EPYC family 26
+ * thread sweeps per A block. The MC values below are the reference machine's (1 MiB L2);
+ * mk_gemm_mc scales them to the CPU's L2. The machine measured (sysfs / cpuid): AMD EPYC family 26
  * (Zen 5), L1d 48 KiB, L2 1 MiB per core, L3 32 MiB; its AVX-512 FMAs run at full 512-bit
  * rate (OpenBLAS's SkylakeX kernel reaches ~215 GFLOP/s on one core, AVX2 kernels about
  * half). f32 AVX-512, one thread, 1024^3 and 2048^3: 8x32 with KC=384 (a 48 KiB micro-panel)
@@ -17,6 +18,7 @@
 #include <stddef.h>
 
 #include "gemm.h"
+#include "common/caches.h"
 
 void mk_f32_bf16w_gemm_1x16d__avx2(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *, const void *, size_t);
 void mk_f32_bf16w_gemm_1x32d__avx512(size_t, size_t, const void *, ptrdiff_t, const void *, size_t, void *, size_t, const mk_epilogue *, const void *, size_t);
@@ -195,6 +197,17 @@ static const mk_gemm_config mk_gemm_configs[MK_ISA_COUNT][MK_STORAGE_COUNT] = {
     },
 #endif
 };
+
+/* MC for this CPU: the table's, measured with a 1 MiB L2 (Zen 5), scaled to this CPU's L2
+ * (common/caches.h) in MR multiples, so that the MC x KC activation block keeps its share of
+ * L2 (the Xeons' 2 MiB: 192 rows for the f32 AVX-512 8x32 kernel; measured there against 96:
+ * matmul 1024^3 and 2048^3 within 3% either way, 2 threads). The AMX entry (begin set) keeps
+ * its MC: its block was measured on the AMX Xeon itself. */
+size_t mk_gemm_mc(const mk_gemm_config *cfg) {
+    if (cfg->begin != NULL) return cfg->mc;
+    const size_t mc = mk_l2_scaled(cfg->mc) / cfg->mr * cfg->mr;
+    return mc < cfg->mr ? cfg->mr : mc;
+}
 
 const mk_gemm_config *mk_gemm_get_config(int compute, int storage, int isa) {
     if (isa < 0 || isa >= MK_ISA_COUNT || storage < 0 || storage >= MK_STORAGE_COUNT) return NULL;

@@ -59,7 +59,7 @@ static void mk_gemm_range_rows(const mk_gemm_problem *pr, size_t m0, size_t m1, 
                                size_t p1) {
     const mk_gemm_config *cfg = pr->cfg;
     const size_t nr = cfg->nr, mr = cfg->mr, es = cfg->esize;
-    const size_t MC = cfg->mc, NCP = cfg->nc / nr ? cfg->nc / nr : 1;
+    const size_t MC = mk_gemm_mc(cfg), NCP = cfg->nc / nr ? cfg->nc / nr : 1;
     const mk_gemm_smallm_ukernel kmr = cfg->smallm[mr];
     for (size_t jc = p0; jc < p1; jc += NCP) {
         const size_t jend = mk_min(jc + NCP, p1);
@@ -125,7 +125,7 @@ int mk_gemm_range(const mk_gemm_problem *pr, size_t m0, size_t m1, size_t p0, si
         return 0;
     }
 
-    const size_t KC = cfg->kc, MC = cfg->mc, NCP = cfg->nc / nr ? cfg->nc / nr : 1;
+    const size_t KC = cfg->kc, MC = mk_gemm_mc(cfg), NCP = cfg->nc / nr ? cfg->nc / nr : 1;
 
     if (pr->rowdirect) {
         mk_gemm_range_rows(pr, m0, m1, p0, p1);
@@ -267,7 +267,8 @@ static size_t mk_gemm_tiling(const mk_gemm_problem *pr, int team, size_t *rows_p
     *rows_per = 0;
     *panels_per = panels;
     if (mk_gemm_row_tiles(pr, team)) {
-        size_t u = (pr->m + pr->cfg->mc - 1) / pr->cfg->mc;
+        const size_t mc = mk_gemm_mc(pr->cfg);
+        size_t u = (pr->m + mc - 1) / mc;
         if (u < want) u = want;
         u = (u + (size_t)team - 1) / (size_t)team * (size_t)team;
         if (u > mtiles) u = mtiles;
@@ -411,7 +412,7 @@ static void mk_mm_pipelined(const mk_gemm_problem *pr, const void *b, ptrdiff_t 
     size_t cp = (panels + MK_MM_PIPE_MAX - 1) / MK_MM_PIPE_MAX;
     if (cp < MK_MM_PIPE_CHUNK) cp = MK_MM_PIPE_CHUNK;
     const size_t nch = (panels + cp - 1) / cp;
-    const size_t rows_per = (cfg->mc + mr - 1) / mr * mr;
+    const size_t rows_per = (mk_gemm_mc(cfg) + mr - 1) / mr * mr;
     const size_t units = (pr->m + rows_per - 1) / rows_per;
     size_t ready[MK_MM_PIPE_MAX], next[MK_MM_PIPE_MAX], claimed = 0;
     memset(ready, 0, nch * sizeof ready[0]);

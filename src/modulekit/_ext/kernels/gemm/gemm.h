@@ -112,6 +112,9 @@ typedef struct {
     void (*end)(void);
 } mk_gemm_config;
 
+/* The MC of cfg on this CPU (its table value scaled to the CPU's L2; gemm-config.c). */
+size_t mk_gemm_mc(const mk_gemm_config *cfg);
+
 /* The configuration for (compute, storage, isa); NULL for an unsupported pair
  * (float64 compute needs float64 storage and vice versa). */
 const mk_gemm_config *mk_gemm_get_config(int compute, int storage, int isa);
