@@ -115,3 +115,22 @@ def test_fused_max_pool_bands_follow_l2_not_the_result(isa, rng, l2_bytes):
         outs.append(packed.forward_maxpool(x, "relu", 3, 2, 1))
     for got in outs[1:]:
         np.testing.assert_array_equal(outs[0], got)
+
+
+def test_inverted_residual_bands_follow_l2_not_the_result(isa, rng, l2_bytes):
+    """The fused block's row bands from INVRES_BAND_BYTES scaled to L2 (1, 4 and 28 of the
+    56 output rows of a stride-2 block over a 112x112 map, at these sizes and two threads):
+    the same bits at every L2 size."""
+    def conv(co, ci, k, s=1, p=0, groups=1):
+        w = rng.standard_normal((co, ci // groups, k, k)).astype(np.float32) / k
+        return _conv.pack_conv2d(w, rng.standard_normal(co).astype(np.float32), stride=s,
+                                 padding=p, groups=groups)
+
+    x = rng.standard_normal((1, 16, 112, 112)).astype(np.float32)
+    convs = conv(96, 16, 1), conv(96, 96, 3, 2, 1, groups=96), conv(24, 96, 1)
+    outs = []
+    for size in SIZES:
+        l2_bytes(size)  # a new chain plans its bands for it
+        outs.append(_conv.DepthwiseChain(*convs, ("relu6", "relu6", None))(x))
+    for got in outs[1:]:
+        np.testing.assert_array_equal(outs[0], got)

@@ -7,6 +7,7 @@ cdef extern from "common/caches.h" nogil:
         size_t l3
     const mk_caches *mk_cpu_caches()
     mk_caches mk_cpu_caches_set(mk_caches c)
+    size_t mk_l2_scaled(size_t ref)
 
 
 cdef inline size_t set_l2_bytes(size_t n) noexcept nogil:

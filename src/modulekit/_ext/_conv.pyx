@@ -28,7 +28,7 @@ from modulekit._ext._act cimport (MK_ACT_GELU_ERF, MK_ACT_GELU_TANH, MK_ACT_HARD
                                    MK_ACT_NONE, MK_ACT_RELU, MK_ACT_RELU6, MK_ACT_SIGMOID,
                                    MK_ACT_SILU, MK_ACT_TANH)
 from modulekit._ext._align cimport aligned
-from modulekit._ext._caches cimport set_l2_bytes
+from modulekit._ext._caches cimport mk_l2_scaled, set_l2_bytes
 from modulekit._ext._isa cimport MK_ISA_AVX512, active_bf16, active_isa
 from modulekit._ext._openmp_helpers cimport bind_team, effective_threads
 
@@ -1412,10 +1412,13 @@ cdef void _fill_pool_window(mk_conv_geom *g, k, s, p, d, ceil_mode, what) except
 # depthwise chains: [1x1] -> depthwise 3x3 -> 1x1 (kernels/conv/f32-invres-driver.c)
 
 #: Output rows per band of the fused block: the band's expanded rows and depthwise output
-#: (about ``chid * R * (stride * W + OW)`` floats) are kept within this many bytes, so they stay
-#: in L2 between the three steps; a whole image's rows when they fit in twice that (small maps:
-#: one band, no short last band and the longest pixel runs). Measured on MobileNetV2's blocks
-#: (1 MiB L2): 4 rows at 112x112, 8 at 56x56, whole images from 28x28 down.
+#: (about ``chid * R * (stride * W + OW)`` floats) are kept within this many bytes on the
+#: reference machine's 1 MiB L2, scaled to the CPU's L2 (``kernels/common/caches.h``), so they
+#: stay in L2 between the three steps; a whole image's rows when they fit in twice that (small
+#: maps: one band, no short last band and the longest pixel runs). Measured on MobileNetV2's
+#: blocks (1 MiB L2): 4 rows at 112x112, 8 at 56x56, whole images from 28x28 down; twice
+#: those on a 2 MiB L2 (the Xeon without AMX, the blocks alone: 0.94-1.01x the time of the
+#: 1 MiB bands).
 INVRES_BAND_BYTES = 512 * 1024
 
 
@@ -1502,8 +1505,9 @@ def depthwise_chain(x, expand, dw, project, activations, residual=False, band_ro
     residual : bool
         Add ``x`` to the output (needs stride 1 and ``C_out == C_in``).
     band_rows : int
-        Output rows per band; 0 picks them from ``INVRES_BAND_BYTES`` (and, with fewer images
-        than threads, small enough that every thread gets a range of rows).
+        Output rows per band; 0 picks them from ``INVRES_BAND_BYTES`` scaled to the CPU's L2
+        (and, with fewer images than threads, small enough that every thread gets a range of
+        rows).
 
     Returns
     -------
@@ -1597,12 +1601,14 @@ cdef class DepthwiseChain:
         mk_conv_geometry(&g)
         cdef bint has_e = self.expand is not None
         cdef int R = band_rows
+        cdef Py_ssize_t budget
         if R <= 0:
             per_row = 4 * self._chid * ((g.sy * g.W if has_e else 0) + g.OW)
-            if per_row * g.OH <= 2 * INVRES_BAND_BYTES:
+            budget = mk_l2_scaled(INVRES_BAND_BYTES)
+            if per_row * g.OH <= 2 * budget:
                 R = g.OH
             else:
-                R = max(1, min(g.OH, INVRES_BAND_BYTES // max(per_row, 1)))
+                R = max(1, min(g.OH, budget // max(per_row, 1)))
         R = min(R, g.OH)
         if band_rows <= 0 and g.N < nthreads and not (
             R == g.OH and mk_invres_channel_split(&g, has_e, nthreads)
