@@ -3,9 +3,10 @@
  * The tables (gemm-config.c, conv-config.c, the Winograd driver) keep the block sizes measured
  * on the reference machine, an AMD EPYC Zen 5 / Zen 4 with a 1 MiB L2 per core; the sizes
  * that are an L2 budget (the GEMM's MC x KC activation block, the Winograd tile block, the
- * fused max pool's row bands, the bfloat16 tile blocks, the cost models' "fits L2") scale
- * with this CPU's L2 through mk_l2_scaled, so a 2 MiB L2 (the Xeons) doubles them and a
- * 512 KiB one halves them, and the reference machine keeps its measured values.
+ * fused max pool's and the fused inverted residual blocks' row bands, the Winograd cost
+ * model's and the AMX pair image's "fits L2") follow this CPU's L2 (mk_l2_scaled, or a share
+ * of mk_cpu_caches()->l2), so a 2 MiB L2 (the Xeons) doubles them and a 512 KiB one halves
+ * them, and the reference machine keeps its measured values.
  *
  * Detection, once per process (every extension links its own copy of kernels/common: each
  * detects the same values): Linux sysfs (cpu0's cache/index*), else sysconf, else the
