@@ -3,8 +3,8 @@
 
 #include <stdio.h>
 #include <string.h>
-#if defined(__linux__) || defined(__APPLE__)
-#include <unistd.h>
+#ifdef __linux__
+#include <unistd.h> /* sysconf */
 #endif
 
 /* the reference machine (Zen 5: 48 KiB L1d, 1 MiB L2, 32 MiB L3) */

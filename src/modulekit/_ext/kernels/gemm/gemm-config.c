@@ -6,8 +6,8 @@
  * Cache blocking: the KC x NR weight micro-panel stays in L1 while the MR-row activation
  * micro-panels of the MC x KC block stream from L2; NC bounds the KC x NC weight block a
  * thread sweeps per A block. The MC values below are the reference machine's (1 MiB L2);
- * mk_gemm_mc scales them to the CPU's L2. The machine measured (sysfs / cpuid): AMD EPYC family 26
- * (Zen 5), L1d 48 KiB, L2 1 MiB per core, L3 32 MiB; its AVX-512 FMAs run at full 512-bit
+ * mk_gemm_mc scales them to the CPU's L2. The machine measured (sysfs / cpuid): AMD EPYC
+ * family 26 (Zen 5), L1d 48 KiB, L2 1 MiB per core, L3 32 MiB; its AVX-512 FMAs run at full 512-bit
  * rate (OpenBLAS's SkylakeX kernel reaches ~215 GFLOP/s on one core, AVX2 kernels about
  * half). f32 AVX-512, one thread, 1024^3 and 2048^3: 8x32 with KC=384 (a 48 KiB micro-panel)
  * and MC=96 reached 200-219 GFLOP/s; KC 128-256 lost 5-15% (more C reloads); 12x32 was no
