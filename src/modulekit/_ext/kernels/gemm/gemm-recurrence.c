@@ -10,18 +10,30 @@
  *
  * The state is double-buffered (state, spare): a step reads H_{s-1} from one buffer and the
  * cell writes H_s to the other, so no thread overwrites units another still reads. Rows that
- * drop out (fewer rows next step: sequences that ended) are copied to `state` by the threads
- * owning their units when they become final, the last step's rows likewise; rows that join
- * (more rows next step: the reverse direction of sequences of several lengths) get their
- * initial state from `state` before the barrier that precedes their first step. The partition
- * never changes how an element is computed (mk_gemm_range computes each column as
- * mk_gemm_run does), so the result is bit-identical to a GEMM call and a cell call per step.
+ * drop out (fewer rows next step: sequences that ended) keep their final state in `state`:
+ * when the step wrote them to `spare`, the threads owning their units copy them after the
+ * step's barrier (before it, `state` is the step's GEMM operand, which the other threads may
+ * still be reading); the last step's rows likewise. Rows that join (more rows next step: the
+ * reverse direction of sequences of several lengths) get their initial state from `state`
+ * (rows past this step's, which its GEMM does not read) before the barrier that precedes their
+ * first step. The partition never changes how an element is computed (mk_gemm_range computes
+ * each column as mk_gemm_run does), so the result is bit-identical to a GEMM call and a cell
+ * call per step.
  * The calling thread times its waits at the barriers for the contention back-off (gemm.h). */
 #include <string.h>
 
 #include "common/team.h"
 #include "gemm.h"
 #include "mk_omp.h"
+
+/* Rows [i0, i1) of from, units [u0, u1), into the state buffer. */
+static void recurrence_keep(const mk_gemm_recurrence *r, const unsigned char *from, size_t i0,
+                            size_t i1, size_t u0, size_t u1) {
+    const size_t h = r->h, es = r->cfg->esize;
+    for (size_t i = i0; i < i1; i++)
+        memcpy((unsigned char *)r->state + (i * h + u0) * es, from + (i * h + u0) * es,
+               (u1 - u0) * es);
+}
 
 /* Thread t of team: steps of units [u0, u1), a barrier after each (clk: the team's clock;
  * NULL when the calling thread runs alone). Returns 0 or -1 (a packing buffer). */
@@ -31,10 +43,16 @@ static int recurrence_thread(const mk_gemm_recurrence *r, size_t u0, size_t u1,
     const size_t h = r->h, n = r->gates * h, nr = cfg->nr, es = cfg->esize;
     unsigned char *bufs[2] = {(unsigned char *)r->state, (unsigned char *)r->spare};
     int cur = 0, status = 0;
+    size_t end0 = 0, end1 = 0; /* rows of bufs[cur] that ended at the last step run */
     for (size_t s = 0; s < r->steps; s++) {
         const size_t m = r->rows[s];
         if (m == 0) continue;
+        /* rows that ended: no thread reads them now (this step's rows are fewer) */
+        recurrence_keep(r, bufs[cur], end0, end1, u0, u1);
         unsigned char *prev = bufs[cur], *next = bufs[cur ^ 1];
+        /* the rows of the next step that runs (0: none) */
+        size_t after = 0;
+        for (size_t q = s + 1; q < r->steps && after == 0; q++) after = r->rows[q];
         if (u0 < u1) {
             mk_gemm_problem pr;
             mk_gemm_problem_init(&pr, cfg, m, n, h, prev, (ptrdiff_t)h, 1, r->packed, r->g, n,
@@ -43,20 +61,17 @@ static int recurrence_thread(const mk_gemm_recurrence *r, size_t u0, size_t u1,
                 if (mk_gemm_range(&pr, 0, m, (k * h + u0) / nr, (k * h + u1) / nr) != 0)
                     status = -1;
             r->step(r->ctx, s, m, u0, u1, prev, next);
-            /* the rows of the next step that runs (0: none) */
-            size_t after = 0;
-            for (size_t q = s + 1; q < r->steps && after == 0; q++) after = r->rows[q];
-            if (next != bufs[0]) {
-                const size_t lane = (u1 - u0) * es;
-                for (size_t i = after; i < m; i++) /* rows that end here: their final state */
-                    memcpy(bufs[0] + (i * h + u0) * es, next + (i * h + u0) * es, lane);
-                for (size_t i = m; i < after; i++) /* rows that join next: their initial one */
-                    memcpy(next + (i * h + u0) * es, bufs[0] + (i * h + u0) * es, lane);
-            }
+            if (next != bufs[0]) /* rows that join next: their initial one */
+                for (size_t i = m; i < after; i++)
+                    memcpy(next + (i * h + u0) * es, bufs[0] + (i * h + u0) * es,
+                           (u1 - u0) * es);
         }
+        end0 = after;
+        end1 = next != bufs[0] && after < m ? m : after;
         cur ^= 1;
         if (clk != NULL) MK_TEAM_BARRIER(clk);
     }
+    recurrence_keep(r, bufs[cur], end0, end1, u0, u1); /* after the last barrier */
     return status;
 }
 
