@@ -128,6 +128,7 @@ def test_epilogues(isa, rng, algorithm, act, with_residual):
         (1, 24, 32, 30, 31),  # batch 1: threads share each block
         (5, 16, 24, 19, 21),  # blocks across tile rows and images, each thread its own
         (2, 40, 8, 40, 37),  # many blocks, long rows
+        (1, 128, 64, 28, 28),  # 49 / 196 tiles: a remainder under a wide tile joins a block
     ],
     ids=str,
 )

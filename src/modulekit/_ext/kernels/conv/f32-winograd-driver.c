@@ -2,7 +2,10 @@
  * model that picks m (or the implicit GEMM), tile blocking and OpenMP. See conv.h.
  *
  * Tiles (m x m output squares) are numbered across the batch, image by image, row by row.
- * They are processed in blocks of tb tiles (a multiple of the igemm tile width): for one block
+ * They are processed in blocks of tb tiles (a multiple of the igemm tile width; the last block
+ * takes the tiles left over, and a remainder of less than one wide igemm tile joins the block
+ * before it rather than make a block, a pass over U and, shared, three barriers of its own):
+ * for one block
  *   1. input transform, channel by channel: V[ci][t][l] for the block's tiles l (each channel
  *      one contiguous alpha^2 x tb block: 15% faster than [t][ci][l] at 64 channels, whose
  *      alpha^2 store streams miss)
@@ -40,11 +43,11 @@ typedef struct {
     int m, A, T;          /* tile, window, alpha^2 */
     int TH, TW;           /* tiles per column / row of one image */
     ptrdiff_t ntiles;     /* N * TH * TW */
-    mk_igemm_fn fn;
-    int nr;               /* igemm tile width */
-    int tb;               /* tiles per block */
+    int tb;               /* tiles per block but the last */
+    int tmax;             /* tiles of the largest block (the last, when it took a remainder) */
     ptrdiff_t tbs;        /* lane stride of V and M rows */
     ptrdiff_t nblocks;
+    ptrdiff_t split;      /* blocks before a remainder joined the last: the cost model's */
     int np, coutp;        /* panels, padded output channels */
     ptrdiff_t vsz, msz, bufsz, segsz, per_thread;
     double gcost;         /* the GEMM stage's cost (see the cost model) */
@@ -61,6 +64,20 @@ typedef struct {
 } wino_plan;
 
 #define RS16(n) (((ptrdiff_t)(n) + 15) & ~(ptrdiff_t)15)
+
+/* The igemm tiling of a block of nl tiles (whole tiles and the cheapest tail, conv-config.c);
+ * *read: the lanes its tiles read. */
+static void block_tiling(int isa, ptrdiff_t nl, mk_igemm_tiling *tl, ptrdiff_t *read) {
+    mk_conv_igemm_tiling(isa, nl, tl);
+    const ptrdiff_t rem = nl % tl->nr;
+    *read = rem ? nl - rem + tl->tail_nr : nl;
+}
+
+/* The tiles [t0, t1) of block b. */
+static void block_range(const wino_plan *p, ptrdiff_t b, ptrdiff_t *t0, ptrdiff_t *t1) {
+    *t0 = b * p->tb;
+    *t1 = b == p->nblocks - 1 ? p->ntiles : *t0 + p->tb;
+}
 
 /* floats of transform scratch for blocks of nl tiles in runs of at most nt (see the
  * transform template) */
@@ -113,17 +130,29 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
         if (tb >= p->ntiles) tb = p->ntiles;
     }
     p->tb = (int)tb;
-    mk_conv_igemm_lanes(isa, tb, &p->fn, &p->nr);
-    p->tbs = (tb + 15) & ~(ptrdiff_t)15;
-    p->nblocks = (p->ntiles + tb - 1) / tb;
+    p->nblocks = p->split = (p->ntiles + tb - 1) / tb;
+    const ptrdiff_t rest = p->ntiles - (p->split - 1) * tb; /* the last block's, split */
+    ptrdiff_t last = rest;
+    if (p->nblocks > 1 && last < nr) { /* less than a wide tile left: into the block before */
+        p->nblocks--;
+        last += tb;
+    }
+    p->tmax = (int)(last > tb ? last : tb);
     p->shared = nthreads > 1 && p->nblocks < 2 * nthreads;
+    /* the lanes the blocks' igemm tiles read */
+    mk_igemm_tiling tl;
+    ptrdiff_t read_full, read_last;
+    block_tiling(isa, tb, &tl, &read_full);
+    block_tiling(isa, last, &tl, &read_last);
+    p->tbs = RS16(read_full > read_last ? read_full : read_last);
     /* the GEMM stage's orientation: the cheaper one by the cost model (below): igemm (each
-     * block's tiles rounded up to its igemm tile, times that tile's cost per lane) or
-     * engine */
-    const ptrdiff_t last = p->ntiles - (p->nblocks - 1) * tb;
+     * block's tiles rounded up to one igemm tile width, times its cost per lane) or engine.
+     * The model prices the blocks split (p->split): its margins were measured so, and priced
+     * merged, a 14x14 map at 256 channels went from F(4x4) to F(2x2), 14-30% slower; the
+     * tiling computes as many lanes or fewer, and a merged remainder saves a pass over U. */
     const double icost = (double)p->T * p->coutp * Cin *
-                         ((double)(p->nblocks - 1) * mk_conv_igemm_lanes(isa, tb, &fn, &nr) +
-                          mk_conv_igemm_lanes(isa, last, &fn, &nr));
+                         ((double)(p->split - 1) * mk_conv_igemm_lanes(isa, tb, &fn, &nr) +
+                          mk_conv_igemm_lanes(isa, rest, &fn, &nr));
     double ecost = icost;
     if (mk_wino_eng_available(isa)) {
         const int enr = mk_wino_eng_nr(isa);
@@ -144,8 +173,8 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
         p->usz = mk_wino_eng_bytes(isa, Cout, Cin);
         p->lda = RS16(Cin) + 16; /* not a power of two: the row kernels read 8 rows at once */
         p->ldm = RS16(Cout) + 16;
-        p->vsz = (ptrdiff_t)p->T * p->tb * p->lda;
-        p->msz = (ptrdiff_t)p->T * p->tb * p->ldm;
+        p->vsz = (ptrdiff_t)p->T * p->tmax * p->lda;
+        p->msz = (ptrdiff_t)p->T * p->tmax * p->ldm;
         p->csz = (ptrdiff_t)WINO_CH * (p->cst = (ptrdiff_t)p->T * p->tbs + 16);
     } else {
         p->enp = p->epc = 0;
@@ -155,8 +184,8 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
         p->msz = (ptrdiff_t)p->T * p->coutp * p->tbs;
         p->csz = p->cst = 0;
     }
-    p->bufsz = buf_size(m, p->tb < p->TW ? p->tb : p->TW, p->tb);
-    p->segsz = segs_size(p->tb);
+    p->bufsz = buf_size(m, p->tmax < p->TW ? p->tmax : p->TW, p->tmax);
+    p->segsz = segs_size(p->tmax);
     p->per_thread = p->vsz + p->msz + p->csz + p->bufsz + p->segsz;
 }
 
@@ -243,7 +272,7 @@ int mk_conv_winograd_choose(const mk_conv_geom *g, int Cout, int isa, int nthrea
         const double T = p.T, tiles = (double)p.ntiles;
         const double ubytes = T * coutp * cin * sizeof(float);
         const double cost = p.gcost + tiles * (cin + Cout) * mk_conv_get_config(isa)->wino_transform_cost[i] +
-                            STREAM_COST * stream_bytes(ubytes, (double)p.nblocks);
+                            STREAM_COST * stream_bytes(ubytes, (double)p.split);
         if (cost < 0.9 * best) { /* a margin for the model's error: ties go to the GEMM */
             best = cost;
             choice = m;
@@ -300,14 +329,17 @@ static void block_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
                        const ptrdiff_t *koff, const float *V, float *M, int nl, ptrdiff_t i0,
                        ptrdiff_t i1) {
     const size_t panel = MK_CONV_MR + (size_t)Cin * MK_CONV_MR;
-    const int nq = (nl + p->nr - 1) / p->nr;
+    mk_igemm_tiling tl;
+    ptrdiff_t read;
+    block_tiling(p->isa, nl, &tl, &read);
+    const int nq = (nl + tl.nr - 1) / tl.nr;
     for (ptrdiff_t it = i0; it < i1; it++) {
         const int t = (int)(it / ((ptrdiff_t)nq * p->np)), rem = (int)(it % ((ptrdiff_t)nq * p->np));
         const int q = rem / p->np, pn = rem % p->np;
-        const int lane0 = q * p->nr, lanes = nl - lane0 < p->nr ? nl - lane0 : p->nr;
+        const int lane0 = q * tl.nr, lanes = nl - lane0 < tl.nr ? nl - lane0 : tl.nr;
         const int rows = Cout - pn * MK_CONV_MR < MK_CONV_MR ? Cout - pn * MK_CONV_MR : MK_CONV_MR;
         const mk_seg seg = {0, lanes, 0};
-        p->fn((size_t)Cin, u + ((size_t)t * p->np + pn) * panel,
+        (lanes < tl.nr ? tl.tail_fn : tl.fn)((size_t)Cin, u + ((size_t)t * p->np + pn) * panel,
               V + (ptrdiff_t)t * p->tbs + lane0, koff, lanes, rows,
               M + ((ptrdiff_t)pn * MK_CONV_MR * p->T + t) * p->tbs + lane0, p->T * p->tbs, NULL,
               &seg, 1, MK_ACT_NONE);
@@ -356,13 +388,13 @@ static void transpose(const float *s, ptrdiff_t ss, int r, int c, float *d, ptrd
 static void rows_in(const wino_plan *p, const float *chunk, int c0, int c1, int nl, float *Vt) {
     for (int t = 0; t < p->T; t++)
         transpose(chunk + (ptrdiff_t)t * p->tbs, p->cst, c1 - c0, nl,
-                  Vt + (ptrdiff_t)t * p->tb * p->lda + c0, p->lda);
+                  Vt + (ptrdiff_t)t * p->tmax * p->lda + c0, p->lda);
 }
 
 /* chunk[c][t][l] = Mt[t][l][c0 + c] */
 static void rows_out(const wino_plan *p, const float *Mt, int c0, int c1, int nl, float *chunk) {
     for (int t = 0; t < p->T; t++)
-        transpose(Mt + (ptrdiff_t)t * p->tb * p->ldm + c0, p->ldm, nl, c1 - c0,
+        transpose(Mt + (ptrdiff_t)t * p->tmax * p->ldm + c0, p->ldm, nl, c1 - c0,
                   chunk + (ptrdiff_t)t * p->tbs, p->cst);
 }
 
@@ -404,7 +436,10 @@ static void step_out(const wino_plan *p, const mk_conv_geom *g, mk_wino_out_fn o
  * (t, run of epc panels) */
 static ptrdiff_t gemm_items(const wino_plan *p, int nl) {
     if (p->eng) return (ptrdiff_t)p->T * ((p->enp + p->epc - 1) / p->epc);
-    return (ptrdiff_t)p->T * ((nl + p->nr - 1) / p->nr) * p->np;
+    mk_igemm_tiling tl;
+    ptrdiff_t read;
+    block_tiling(p->isa, nl, &tl, &read);
+    return (ptrdiff_t)p->T * ((nl + tl.nr - 1) / tl.nr) * p->np;
 }
 
 /* GEMM items [i0, i1); returns 0 or -1 (an engine buffer could not be allocated) */
@@ -420,9 +455,9 @@ static int step_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
     for (ptrdiff_t it = i0; it < i1; it++) {
         const int t = (int)(it / nq), p0 = (int)(it % nq) * p->epc;
         const int p1 = p0 + p->epc < p->enp ? p0 + p->epc : p->enp;
-        rc |= mk_wino_eng_gemm(p->isa, nl, Cout, Cin, V + (ptrdiff_t)t * p->tb * p->lda, p->lda,
+        rc |= mk_wino_eng_gemm(p->isa, nl, Cout, Cin, V + (ptrdiff_t)t * p->tmax * p->lda, p->lda,
                                (const unsigned char *)u + (size_t)t * p->usz,
-                               M + (ptrdiff_t)t * p->tb * p->ldm, p->ldm, p0, p1);
+                               M + (ptrdiff_t)t * p->tmax * p->ldm, p->ldm, p0, p1);
     }
     return rc;
 }
@@ -450,7 +485,8 @@ int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int 
             mk_wino_seg *segs = (mk_wino_seg *)(buf + p.bufsz);
 #pragma omp for schedule(dynamic, 1) nowait
             for (ptrdiff_t b = 0; b < p.nblocks; b++) {
-                const ptrdiff_t t0 = b * p.tb, t1 = t0 + p.tb < p.ntiles ? t0 + p.tb : p.ntiles;
+                ptrdiff_t t0, t1;
+                block_range(&p, b, &t0, &t1);
                 const int nl = (int)(t1 - t0);
                 const int ns = block_segs(&p, g, Cout, t0, t1, segs);
                 step_in(&p, g, x, cfg.in, segs, ns, nl, 0, Cin, V, chunk, buf);
@@ -477,7 +513,8 @@ int mk_conv2d_winograd_f32(const mk_conv_geom *g, const float *x, int Cout, int 
         float *buf = chunk + p.csz;
         mk_wino_seg *segs = (mk_wino_seg *)(buf + p.bufsz); /* each thread its own copy */
         for (ptrdiff_t b = 0; b < p.nblocks; b++) {
-            const ptrdiff_t t0 = b * p.tb, t1 = t0 + p.tb < p.ntiles ? t0 + p.tb : p.ntiles;
+            ptrdiff_t t0, t1;
+            block_range(&p, b, &t0, &t1);
             const int nl = (int)(t1 - t0);
             const int ns = block_segs(&p, g, Cout, t0, t1, segs);
 #pragma omp for schedule(dynamic, 1) nowait
