@@ -497,15 +497,15 @@ int mk_gemm_matmul(const mk_gemm_config *cfg, size_t m, size_t n, size_t k, cons
             mk_gemm_pack(cfg, ncols, k,
                          (const unsigned char *)b + (ptrdiff_t)n0 * csb * (ptrdiff_t)ws, rsb,
                          csb, NULL, packed + p0 * ps, 1);
-#pragma omp atomic update
-            packed_chunks++;
+            /* release: this chunk's packed panels before the count that announces them */
+            __atomic_add_fetch(&packed_chunks, 1, __ATOMIC_RELEASE);
         }
         const int t = omp_get_thread_num();
         const long long w0 = t == 0 ? mk_now_ns() : 0;
         for (unsigned spins = 0;; spins++) {
-            size_t done;
-#pragma omp atomic read
-            done = packed_chunks;
+            /* acquire: every chunk counted is packed and visible before the tiles read it
+             * (OpenMP's atomic read / update are relaxed: no order for the panels) */
+            const size_t done = __atomic_load_n(&packed_chunks, __ATOMIC_ACQUIRE);
             if (done == chunks) break;
             if (spins < 4096) {
 #if defined(__x86_64__) || defined(__i386__)
