@@ -519,7 +519,10 @@ static int maxpool_band(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
     if (B < 1) B = 1;
     const int per = (pg->OH + nthreads - 1) / nthreads;
     if (B > per) B = per;
-    return B;
+    /* as many bands for every thread (each takes a contiguous run of them): the stem's 56
+     * pooled rows in 7 bands of 8 gave one thread 4, the other 3; 8 bands of 7 give 4 each */
+    const int runs = ((pg->OH + B - 1) / B + nthreads - 1) / nthreads;
+    return (pg->OH + runs * nthreads - 1) / (runs * nthreads);
 }
 
 static int maxpool_band_rows(const mk_conv_geom *pg, int B) {
