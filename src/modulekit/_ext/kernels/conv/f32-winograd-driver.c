@@ -2,10 +2,10 @@
  * model that picks m (or the implicit GEMM), tile blocking and OpenMP. See conv.h.
  *
  * Tiles (m x m output squares) are numbered across the batch, image by image, row by row.
- * They are processed in blocks of tb tiles (a multiple of the igemm tile width; the last block
- * takes the tiles left over, and a remainder of less than one wide igemm tile joins the block
- * before it rather than make a block, a pass over U and, shared, three barriers of its own):
- * for one block
+ * They are processed in blocks of tb tiles (a multiple of the wide igemm tile; the last block
+ * takes what is left, and a remainder under one wide tile joins the block before it: a block
+ * of its own would cost a pass over U and, where threads share blocks, three barriers); for
+ * one block
  *   1. input transform, channel by channel: V[ci][t][l] for the block's tiles l (each channel
  *      one contiguous alpha^2 x tb block: 15% faster than [t][ci][l] at 64 channels, whose
  *      alpha^2 store streams miss)
@@ -65,12 +65,11 @@ typedef struct {
 
 #define RS16(n) (((ptrdiff_t)(n) + 15) & ~(ptrdiff_t)15)
 
-/* The igemm tiling of a block of nl tiles (whole tiles and the cheapest tail, conv-config.c);
- * *read: the lanes its tiles read. */
-static void block_tiling(int isa, ptrdiff_t nl, mk_igemm_tiling *tl, ptrdiff_t *read) {
-    mk_conv_igemm_tiling(isa, nl, tl);
+/* The lanes that tiling tl (mk_conv_igemm_tiling) of nl lanes reads: its whole tiles' and
+ * its tail tile's. */
+static ptrdiff_t tiled_lanes(const mk_igemm_tiling *tl, ptrdiff_t nl) {
     const ptrdiff_t rem = nl % tl->nr;
-    *read = rem ? nl - rem + tl->tail_nr : nl;
+    return rem ? nl - rem + tl->tail_nr : nl;
 }
 
 /* The tiles [t0, t1) of block b. */
@@ -139,17 +138,18 @@ static void make_plan(const mk_conv_geom *g, int Cout, int m, int isa, int nthre
     }
     p->tmax = (int)(last > tb ? last : tb);
     p->shared = nthreads > 1 && p->nblocks < 2 * nthreads;
-    /* the lanes the blocks' igemm tiles read */
+    /* V and M rows hold the lanes the blocks' igemm tiles read */
     mk_igemm_tiling tl;
-    ptrdiff_t read_full, read_last;
-    block_tiling(isa, tb, &tl, &read_full);
-    block_tiling(isa, last, &tl, &read_last);
+    mk_conv_igemm_tiling(isa, tb, &tl);
+    const ptrdiff_t read_full = tiled_lanes(&tl, tb);
+    mk_conv_igemm_tiling(isa, last, &tl);
+    const ptrdiff_t read_last = tiled_lanes(&tl, last);
     p->tbs = RS16(read_full > read_last ? read_full : read_last);
     /* the GEMM stage's orientation: the cheaper one by the cost model (below): igemm (each
      * block's tiles rounded up to one igemm tile width, times its cost per lane) or engine.
-     * The model prices the blocks split (p->split): its margins were measured so, and priced
-     * merged, a 14x14 map at 256 channels went from F(4x4) to F(2x2), 14-30% slower; the
-     * tiling computes as many lanes or fewer, and a merged remainder saves a pass over U. */
+     * The model prices the blocks split (p->split), as its margins were measured: priced
+     * merged, a 14x14 map at 256 channels went to F(2x2), which ran slower (performance
+     * notes). The run computes as many lanes or fewer, and one pass over U less. */
     const double icost = (double)p->T * p->coutp * Cin *
                          ((double)(p->split - 1) * mk_conv_igemm_lanes(isa, tb, &fn, &nr) +
                           mk_conv_igemm_lanes(isa, rest, &fn, &nr));
@@ -330,8 +330,7 @@ static void block_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
                        ptrdiff_t i1) {
     const size_t panel = MK_CONV_MR + (size_t)Cin * MK_CONV_MR;
     mk_igemm_tiling tl;
-    ptrdiff_t read;
-    block_tiling(p->isa, nl, &tl, &read);
+    mk_conv_igemm_tiling(p->isa, nl, &tl);
     const int nq = (nl + tl.nr - 1) / tl.nr;
     for (ptrdiff_t it = i0; it < i1; it++) {
         const int t = (int)(it / ((ptrdiff_t)nq * p->np)), rem = (int)(it % ((ptrdiff_t)nq * p->np));
@@ -339,10 +338,10 @@ static void block_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
         const int lane0 = q * tl.nr, lanes = nl - lane0 < tl.nr ? nl - lane0 : tl.nr;
         const int rows = Cout - pn * MK_CONV_MR < MK_CONV_MR ? Cout - pn * MK_CONV_MR : MK_CONV_MR;
         const mk_seg seg = {0, lanes, 0};
-        (lanes < tl.nr ? tl.tail_fn : tl.fn)((size_t)Cin, u + ((size_t)t * p->np + pn) * panel,
-              V + (ptrdiff_t)t * p->tbs + lane0, koff, lanes, rows,
-              M + ((ptrdiff_t)pn * MK_CONV_MR * p->T + t) * p->tbs + lane0, p->T * p->tbs, NULL,
-              &seg, 1, MK_ACT_NONE);
+        const mk_igemm_fn fn = lanes < tl.nr ? tl.tail_fn : tl.fn;
+        fn((size_t)Cin, u + ((size_t)t * p->np + pn) * panel, V + (ptrdiff_t)t * p->tbs + lane0,
+           koff, lanes, rows, M + ((ptrdiff_t)pn * MK_CONV_MR * p->T + t) * p->tbs + lane0,
+           p->T * p->tbs, NULL, &seg, 1, MK_ACT_NONE);
     }
 }
 
@@ -437,8 +436,7 @@ static void step_out(const wino_plan *p, const mk_conv_geom *g, mk_wino_out_fn o
 static ptrdiff_t gemm_items(const wino_plan *p, int nl) {
     if (p->eng) return (ptrdiff_t)p->T * ((p->enp + p->epc - 1) / p->epc);
     mk_igemm_tiling tl;
-    ptrdiff_t read;
-    block_tiling(p->isa, nl, &tl, &read);
+    mk_conv_igemm_tiling(p->isa, nl, &tl);
     return (ptrdiff_t)p->T * ((nl + tl.nr - 1) / tl.nr) * p->np;
 }
 
