@@ -511,6 +511,15 @@ int mk_conv2d_bf16(int bf16, const mk_conv_geom *g, const float *x, int groups, 
 /* Pooled rows per band: R conv rows of Cout x OW floats in about a quarter of L2 (256 KiB on
  * the reference machine's 1 MiB, common/caches.h), at most a thread's share of the pooled
  * rows. */
+/* Rows per band, at most B, for bands of `rows` rows that give every thread as many (each
+ * takes a contiguous run of them): the stem's 56 pooled rows in 7 bands of 8 gave one thread
+ * 4, the other 3; 8 bands of 7 give 4 each. */
+static int even_bands(int rows, int B, int nthreads) {
+    if (rows < 1) return B;
+    const int runs = ((rows + B - 1) / B + nthreads - 1) / nthreads;
+    return (rows + runs * nthreads - 1) / (runs * nthreads);
+}
+
 static int maxpool_band(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
                         int nthreads) {
     const int reach = (pg->KH - 1) * pg->dy + 1;
@@ -519,22 +528,20 @@ static int maxpool_band(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
     if (B < 1) B = 1;
     const int per = (pg->OH + nthreads - 1) / nthreads;
     if (B > per) B = per;
-    /* as many bands for every thread (each takes a contiguous run of them): the stem's 56
-     * pooled rows in 7 bands of 8 gave one thread 4, the other 3; 8 bands of 7 give 4 each */
-    const int runs = ((pg->OH + B - 1) / B + nthreads - 1) / nthreads;
-    return (pg->OH + runs * nthreads - 1) / (runs * nthreads);
+    return even_bands(pg->OH, B, nthreads);
 }
 
 static int maxpool_band_rows(const mk_conv_geom *pg, int B) {
     return (B - 1) * pg->sy + (pg->KH - 1) * pg->dy + 1;
 }
 
-/* Output rows per band without pooling: 8, fewer when the threads would not get two each. */
+/* Output rows per band without pooling: 8, fewer when the threads would not get two each, or
+ * as many bands for every thread. */
 static int rows_band(const mk_conv_geom *g, int nthreads) {
     int B = 8;
     const int per = (g->OH + 2 * nthreads - 1) / (2 * nthreads);
     if (B > per) B = per;
-    return B < 1 ? 1 : B;
+    return even_bands(g->OH, B < 1 ? 1 : B, nthreads);
 }
 
 /* Convolution rows a band computes at most (R) and its band geometry: g with Hq = the phase
