@@ -508,9 +508,6 @@ int mk_conv2d_bf16(int bf16, const mk_conv_geom *g, const float *x, int groups, 
  * f32-maxpool-avx512.c's row walk, so the result is bit-identical to mk_conv2d_f32 (then
  * max_pool2d). */
 
-/* Pooled rows per band: R conv rows of Cout x OW floats in about a quarter of L2 (256 KiB on
- * the reference machine's 1 MiB, common/caches.h), at most a thread's share of the pooled
- * rows. */
 /* Rows per band, at most B, for bands of `rows` rows that give every thread as many (each
  * takes a contiguous run of them): the stem's 56 pooled rows in 7 bands of 8 gave one thread
  * 4, the other 3; 8 bands of 7 give 4 each. */
@@ -520,6 +517,9 @@ static int even_bands(int rows, int B, int nthreads) {
     return (rows + runs * nthreads - 1) / (runs * nthreads);
 }
 
+/* Pooled rows per band: R conv rows of Cout x OW floats in about a quarter of L2 (256 KiB on
+ * the reference machine's 1 MiB, common/caches.h), at most a thread's share of the pooled
+ * rows, and as many bands for every thread. */
 static int maxpool_band(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
                         int nthreads) {
     const int reach = (pg->KH - 1) * pg->dy + 1;
