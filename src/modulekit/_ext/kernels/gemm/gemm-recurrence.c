@@ -26,13 +26,13 @@
 #include "gemm.h"
 #include "mk_omp.h"
 
-/* Rows [i0, i1) of from, units [u0, u1), into the state buffer. */
-static void recurrence_keep(const mk_gemm_recurrence *r, const unsigned char *from, size_t i0,
-                            size_t i1, size_t u0, size_t u1) {
+/* Rows [i0, i1) of state buffer `from`, units [u0, u1), into state buffer `to`. */
+static void recurrence_copy(const mk_gemm_recurrence *r, unsigned char *to,
+                            const unsigned char *from, size_t i0, size_t i1, size_t u0,
+                            size_t u1) {
     const size_t h = r->h, es = r->cfg->esize;
     for (size_t i = i0; i < i1; i++)
-        memcpy((unsigned char *)r->state + (i * h + u0) * es, from + (i * h + u0) * es,
-               (u1 - u0) * es);
+        memcpy(to + (i * h + u0) * es, from + (i * h + u0) * es, (u1 - u0) * es);
 }
 
 /* Thread t of team: steps of units [u0, u1), a barrier after each (clk: the team's clock;
@@ -40,7 +40,7 @@ static void recurrence_keep(const mk_gemm_recurrence *r, const unsigned char *fr
 static int recurrence_thread(const mk_gemm_recurrence *r, size_t u0, size_t u1,
                              mk_team_clock *clk) {
     const mk_gemm_config *cfg = r->cfg;
-    const size_t h = r->h, n = r->gates * h, nr = cfg->nr, es = cfg->esize;
+    const size_t h = r->h, n = r->gates * h, nr = cfg->nr;
     unsigned char *bufs[2] = {(unsigned char *)r->state, (unsigned char *)r->spare};
     int cur = 0, status = 0;
     size_t end0 = 0, end1 = 0; /* rows of bufs[cur] that ended at the last step run */
@@ -48,7 +48,7 @@ static int recurrence_thread(const mk_gemm_recurrence *r, size_t u0, size_t u1,
         const size_t m = r->rows[s];
         if (m == 0) continue;
         /* rows that ended: no thread reads them now (this step's rows are fewer) */
-        recurrence_keep(r, bufs[cur], end0, end1, u0, u1);
+        recurrence_copy(r, bufs[0], bufs[cur], end0, end1, u0, u1);
         unsigned char *prev = bufs[cur], *next = bufs[cur ^ 1];
         /* the rows of the next step that runs (0: none) */
         size_t after = 0;
@@ -62,16 +62,14 @@ static int recurrence_thread(const mk_gemm_recurrence *r, size_t u0, size_t u1,
                     status = -1;
             r->step(r->ctx, s, m, u0, u1, prev, next);
             if (next != bufs[0]) /* rows that join next: their initial one */
-                for (size_t i = m; i < after; i++)
-                    memcpy(next + (i * h + u0) * es, bufs[0] + (i * h + u0) * es,
-                           (u1 - u0) * es);
+                recurrence_copy(r, next, bufs[0], m, after, u0, u1);
         }
         end0 = after;
         end1 = next != bufs[0] && after < m ? m : after;
         cur ^= 1;
         if (clk != NULL) MK_TEAM_BARRIER(clk);
     }
-    recurrence_keep(r, bufs[cur], end0, end1, u0, u1); /* after the last barrier */
+    recurrence_copy(r, bufs[0], bufs[cur], end0, end1, u0, u1); /* after the last barrier */
     return status;
 }
 
