@@ -44,6 +44,27 @@ MK_TAMX static void amx_store8(const float *acc32, const float *bias, int r0, in
                         segs, nseg, act);
 }
 
+/* Prefetch the lines of rows r0 .. r1 - 1 of a tile's output (for writing) and residual
+ * (segments segs[0 .. nseg)). The epilogue writes, and reads, 32 channel rows of 32 lanes a
+ * plane apart: more streams than the hardware prefetchers follow, so without this each
+ * residual line is a miss waited for (64 -> 64 3x3 at 56x56, batch 32, 2 threads: 16-18.6 ms
+ * with the residual, 12.4-13 ms with the prefetch, 9.3-10 without a residual). Inlined: gcc
+ * treats a function of prefetches alone as pure and deletes its calls. */
+__attribute__((always_inline)) MK_TAMX static inline void
+amx_prefetch_rows(const float *res, float *c, ptrdiff_t rs, int r0, int r1, const mk_seg *segs,
+                  int nseg) {
+    for (int r = r0; r < r1; r++)
+        for (int s = 0; s < nseg; s++) {
+            const ptrdiff_t o = r * rs + segs[s].off;
+            const int lo = segs[s].lo, hi = segs[s].hi;
+            for (int i = lo; i < hi + 15; i += 16) { /* every line, the last lane's too */
+                const int k = i < hi ? i : hi - 1;
+                _mm_prefetch((const char *)(c + o + k), _MM_HINT_ET0);
+                if (res) _mm_prefetch((const char *)(res + o + k), _MM_HINT_T0);
+            }
+        }
+}
+
 /* The tiles of a block in a software pipeline: tile j - 1's epilogue, eight rows at a time,
  * between tile j's k blocks, so that the AVX-512 epilogue runs while the AMX unit works. */
 MK_TAMX void mk_bf16_igemm_32x32__amx(size_t ntile, size_t bstep, size_t taps, size_t kpt,
@@ -56,6 +77,9 @@ MK_TAMX void mk_bf16_igemm_32x32__amx(size_t ntile, size_t bstep, size_t taps, s
     const size_t stride = ldb * sizeof(uint32_t), nkb = kpt / 16;
     const int groups = (mrows + 7) / 8;
     const size_t steps = taps * nkb, every = steps / (size_t)(groups + 1) + 1;
+    /* rows of tile j + 1's output and residual prefetched a k step while tile j computes
+     * (tile j + 1's epilogue runs during tile j + 2) */
+    const int pf_rows = (int)((mrows + steps - 1) / steps);
     for (size_t j = 0; j <= ntile; j++) {
         int g = 0; /* epilogue row groups of tile j - 1 done */
         const float *prev = acc32[(j + 1) & 1];
@@ -79,6 +103,11 @@ MK_TAMX void mk_bf16_igemm_32x32__amx(size_t ntile, size_t bstep, size_t taps, s
                     _tile_dpbf16ps(3, 5, 7);
                     w += 2048;
                     bt += 16 * stride;
+                    if (j + 1 < ntile && (int)step * pf_rows < mrows) {
+                        const int r0 = (int)step * pf_rows, r1 = r0 + pf_rows;
+                        amx_prefetch_rows(res, c, c_rs, r0, r1 < mrows ? r1 : mrows, segs[j + 1],
+                                          nseg[j + 1]);
+                    }
                     if (j > 0 && g < groups && step % every == every - 1) {
                         amx_store8(prev, bias, 8 * g, mrows, c, c_rs, res, segs[j - 1],
                                    nseg[j - 1], act);

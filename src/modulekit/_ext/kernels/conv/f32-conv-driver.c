@@ -574,18 +574,6 @@ static ptrdiff_t rows_thread_floats(const mk_conv_geom *gb, const mk_conv_geom *
 #endif
 }
 
-/* Prefetch input rows [y0, y1) (clipped to the input) of every channel, unit column stride. */
-static void prefetch_rows(const mk_conv_geom *g, const float *xn, int y0, int y1) {
-    if (y0 < 0) y0 = 0;
-    if (y1 > g->H) y1 = g->H;
-    for (int c = 0; c < g->C; c++)
-        for (int y = y0; y < y1; y++) {
-            const char *r = (const char *)(xn + c * g->sc + y * g->sh);
-            for (ptrdiff_t b = 0; b < (ptrdiff_t)g->W * (ptrdiff_t)sizeof(float); b += 64)
-                __builtin_prefetch(r + b, 0, 2);
-        }
-}
-
 ptrdiff_t mk_conv_rows_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
                                int nthreads) {
     if (nthreads < 1) nthreads = 1;
@@ -670,11 +658,6 @@ int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
                     for (int c = 0; c < g->C; c++)
                         phase_channel_rows(&gt, x + n * g->sn + c * g->sc, phase + c * gt.plane,
                                            0.0f, 0, pb - s1, isa);
-                    /* ask for the input rows the next band copies while this one computes
-                     * (in a network the input comes from memory) */
-                    if (band + 1 < b1 && g->sw == 1)
-                        prefetch_rows(g, x + n * g->sn, pb * g->sy - g->pt,
-                                      pb * g->sy - g->pt + (hi - s1) * g->sy);
                     const ptrdiff_t qa = (ptrdiff_t)s1 * Wq, qb = (ptrdiff_t)(hi - 1) * Wq + OW;
                     /* the band's tiles, its last one with the cheapest kernel for its lanes
                      * (the stem's bands of 8 rows are 19 tiles of 48 and 5 lanes: a 16-lane
