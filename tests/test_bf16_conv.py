@@ -151,6 +151,35 @@ def test_bit_identical_across_threads_layouts_and_entry_points(bf16_path, rng):
 
 
 @needs_bf16
+@pytest.mark.parametrize("geom", [(3, 3, 64, 7, 37, 41, 2, 3), (1, 3, 40, 3, 29, 33, 1, 1),
+                                  (2, 4, 24, 5, 23, 51, 2, 2), (1, 1, 33, 3, 9, 131, 2, 0),
+                                  (1, 2, 70, 7, 70, 3, 2, 3)],
+                         ids=lambda g: "-".join(map(str, g)))
+def test_few_channel_maxpool_fused(bf16_path, rng, geom):
+    """A few-channel convolution and the max pool after it (ResNet's stem) run fused in row
+    bands under "medium": bit-identical to the convolution then max_pool2d, on every thread
+    count, for contiguous and strided inputs; float32 compute again outside "medium"."""
+    n, cin, cout, k, h, w, s, p = geom
+    wt = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
+    pc = _conv.pack_conv2d(wt, b, stride=s, padding=p)
+    prev = modulekit.get_num_threads()
+    try:
+        with modulekit.float32_matmul_precision("medium"):
+            assert pc.maxpool_algorithm_for(x.shape, 3, 2, 1) == "igemm-bf16-maxpool"
+            for v in (x, x[:, :, :, ::-1]):
+                want = _conv.max_pool2d(pc(v, activation="relu"), 3, 2, 1)
+                for nt in (1, 2, 3):
+                    modulekit.set_num_threads(nt)
+                    assert np.array_equal(pc.forward_maxpool(v, "relu", 3, 2, 1), want)
+                modulekit.set_num_threads(prev)
+        assert "bf16" not in pc.maxpool_algorithm_for(x.shape, 3, 2, 1)
+    finally:
+        modulekit.set_num_threads(prev)
+
+
+@needs_bf16
 def test_bfloat16_weights_round_like_float32_ones(bf16_path, rng):
     """A layer stored in bfloat16 computes under "medium" from its stored bits: the same
     result as float32 weights that round to them."""

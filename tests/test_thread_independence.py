@@ -1,7 +1,7 @@
 """Every driver with barriers or phases inside its parallel region gives one thread's bits on
 a team, called again and again (kernels/*: the recurrence, the layer chain, Winograd's shared
 blocks, the fused inverted residual block, int8 linear, in-place casts, pooling, the stem,
-the pipelined matmul).
+the pipelined matmul, the bfloat16 convolutions).
 
 A race between a team's threads shows as a result that differs from one call to the next:
 the fused recurrence once copied the final state into the buffer another thread's GEMM was
@@ -14,6 +14,7 @@ call so that every call runs its regions on the team (counted).
 import numpy as np
 import pytest
 
+import modulekit
 import modulekit.nn as mnn
 from modulekit._ext import _cast, _conv, _gemm, _isa, _openmp_helpers, _qgemm
 from modulekit.nn.utils import rnn as mrnn
@@ -130,6 +131,32 @@ def test_igemm_images_and_stem(isa):
     if _isa.get_isa() == "avx512":  # the max pool with a barrier (the others are serial)
         xp = f32(rng, 2, 64, 57, 55)
         assert_team_bits(lambda: _conv.max_pool2d(xp, 3, 2, 1))
+
+
+@pytest.mark.parametrize("path", ["avx512bf16", "amx"])
+def test_bf16_igemm_and_stem(path):
+    """bfloat16 compute under "medium": the implicit GEMM over the pair image (rebuilt per
+    image, after a barrier) and over packed tiles, and the stem's fused bands."""
+    if path not in _isa.available_bf16():
+        pytest.skip(f"no {path} bfloat16 path on this CPU")
+    prev_isa, prev_bf16 = _isa.get_isa(), _isa.get_bf16()
+    rng = np.random.default_rng(6)
+    try:
+        _isa.set_isa("avx512")
+        _isa.set_bf16(path)
+        with modulekit.float32_matmul_precision("medium"):
+            c = conv(rng, 40, 32, 3, 1, 1, algorithm="igemm")  # not Winograd on any team
+            x = f32(rng, 3, 32, 17, 17)
+            assert c.algorithm_for(x.shape) == "igemm-bf16"
+            assert_team_bits(lambda: c.forward(x, "relu", x[:, :1].repeat(40, 1)))
+            stem = conv(rng, 64, 3, 7, 2, 3)
+            xs = f32(rng, 2, 3, 96, 96)
+            assert stem.maxpool_algorithm_for(xs.shape, 3, 2, 1) == "igemm-bf16-maxpool"
+            assert_team_bits(lambda: stem.forward(xs, "relu"))
+            assert_team_bits(lambda: stem.forward_maxpool(xs, "relu", 3, 2, 1))
+    finally:
+        _isa.set_isa(prev_isa)
+        _isa.set_bf16(prev_bf16)
 
 
 def test_int8_linear_matmul_and_casts(isa):

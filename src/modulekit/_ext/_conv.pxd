@@ -93,11 +93,15 @@ cdef extern from "conv/conv.h" nogil:
                                  int nthreads)
     # row bands with a band-sized phase buffer: few input channels, and conv + max pool
     # (f32-conv-driver.c)
-    Py_ssize_t mk_conv_rows_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
-                                    int nthreads)
+    Py_ssize_t mk_conv_rows_scratch(int bf16, const mk_conv_geom *g, const mk_conv_geom *pg,
+                                    int Cout, int nthreads)
     int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x,
                            int Cout, const float *wp, float *scratch, Py_ssize_t *koff,
                            float *out, const float *res, int act, int isa, int nthreads)
+    int mk_conv2d_rows_bf16(int bf16, const mk_conv_geom *g, const mk_conv_geom *pg,
+                            const float *x, int Cout, const uint32_t *w16, float *scratch,
+                            Py_ssize_t *koff, float *out, const float *res, int act,
+                            int nthreads)
     void mk_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out,
                            int count_include_pad, int divisor, int nthreads)
     void mk_avg_pool2d_f64(const mk_conv_geom *g, const double *x, double *out,
@@ -156,6 +160,7 @@ cdef class PackedConv2d:
               float *mean=*)
     cdef _igemm(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act, bint direct,
                 int isa, int nthreads)
+    cdef cnp.ndarray _bf16_panels(self, int path)
     cdef _igemm_bf16(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act,
                      bint direct, int nthreads)
     cdef _forward(self, x, activation, residual, bint want_mean)

@@ -697,29 +697,39 @@ cdef class PackedConv2d:
                                      ceil_mode)
         if g.N == 0:  # an empty batch: nothing to compute
             return np.empty((0, self.out_channels, pg.OH, pg.OW), self.compute_dtype)
-        if not mk_conv_maxpool_fused(&layer, &g, &pg, isa, nthreads):
+        cdef int fused = mk_conv_maxpool_fused(&layer, &g, &pg, isa, nthreads)
+        if not fused:
             y = self.forward(xa, activation)
             y = max_pool2d(y, k, s, p, d, ceil_mode)
             return y[0] if unbatched else y
+        cdef int path = active_bf16() if fused == MK_CONV_ALGO_BF16 else 0
         cdef cnp.ndarray out = np.empty((g.N, self.out_channels, pg.OH, pg.OW), np.float32)
         cdef cnp.ndarray xin = xa
         cdef cnp.ndarray scratch = _scratch(
-            mk_conv_rows_scratch(&g, &pg, self.out_channels, nthreads))
+            mk_conv_rows_scratch(path, &g, &pg, self.out_channels, nthreads))
         cdef cnp.ndarray koff = np.empty(g.C * g.KH * g.KW, np.intp)
-        cdef cnp.ndarray packed = self._packed
+        cdef cnp.ndarray w = self._bf16_panels(path) if path else self._packed
         with nogil:
-            mk_conv2d_rows_f32(&g, &pg, <const float *>cnp.PyArray_DATA(xin),
-                               self.out_channels,
-                               <const float *>cnp.PyArray_DATA(packed),
-                               <float *>cnp.PyArray_DATA(scratch),
-                               <Py_ssize_t *>cnp.PyArray_DATA(koff),
-                               <float *>cnp.PyArray_DATA(out), NULL, act, isa, nthreads)
+            if path:
+                mk_conv2d_rows_bf16(path, &g, &pg, <const float *>cnp.PyArray_DATA(xin),
+                                    self.out_channels, <const uint32_t *>cnp.PyArray_DATA(w),
+                                    <float *>cnp.PyArray_DATA(scratch),
+                                    <Py_ssize_t *>cnp.PyArray_DATA(koff),
+                                    <float *>cnp.PyArray_DATA(out), NULL, act, nthreads)
+            else:
+                mk_conv2d_rows_f32(&g, &pg, <const float *>cnp.PyArray_DATA(xin),
+                                   self.out_channels, <const float *>cnp.PyArray_DATA(w),
+                                   <float *>cnp.PyArray_DATA(scratch),
+                                   <Py_ssize_t *>cnp.PyArray_DATA(koff),
+                                   <float *>cnp.PyArray_DATA(out), NULL, act, isa, nthreads)
         return out[0] if unbatched else out
 
     def maxpool_algorithm_for(self, input_shape, kernel_size=2, stride=None, padding=0,
                               dilation=1, ceil_mode=False):
         """What :meth:`forward_maxpool` runs for an (N, C_in, H, W) contiguous input here:
-        'igemm-maxpool' (the fused kernel) or ``algorithm_for(input_shape) + '+max_pool2d'``.
+        'igemm-maxpool' (the fused kernel), 'igemm-bf16-maxpool' (the fused kernel computing
+        in bfloat16, under "medium" on a bfloat16 path) or
+        ``algorithm_for(input_shape) + '+max_pool2d'``.
         """
         cdef mk_conv_geom g, pg
         n, c, h, w = (int(v) for v in input_shape)
@@ -727,8 +737,9 @@ cdef class PackedConv2d:
         _, _, oshape = self._geometry(xa, &g)
         _conv_pool_geom(&pg, oshape, kernel_size, stride, padding, dilation, ceil_mode)
         cdef mk_conv_layer layer = self._layer()
-        if mk_conv_maxpool_fused(&layer, &g, &pg, <int>active_isa(), effective_threads()):
-            return "igemm-maxpool"
+        fused = mk_conv_maxpool_fused(&layer, &g, &pg, <int>active_isa(), effective_threads())
+        if fused:
+            return "igemm-bf16-maxpool" if fused == MK_CONV_ALGO_BF16 else "igemm-maxpool"
         return self.algorithm_for(input_shape) + "+max_pool2d"
 
     def forward(self, x, activation=None, residual=None):
@@ -869,7 +880,7 @@ cdef class PackedConv2d:
                                      <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                                      <const float *>rp, act, nthreads)
         elif c.algo == MK_CONV_ALGO_ROWS:
-            scratch = _scratch(mk_conv_rows_scratch(g, NULL, cout, nthreads))
+            scratch = _scratch(mk_conv_rows_scratch(0, g, NULL, cout, nthreads))
             koff = np.empty(g.C * g.KH * g.KW, np.intp)
             with nogil:
                 mk_conv2d_rows_f32(g, NULL, <const float *>xp, cout, <const float *>wp,
@@ -910,23 +921,28 @@ cdef class PackedConv2d:
                           <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                           <const float *>rp, act, isa, nthreads)
 
-    cdef _igemm_bf16(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act,
-                     bint direct, int nthreads):
-        """The bfloat16-compute implicit GEMM (mk_conv2d_bf16): one scratch holds the phase
-        image (none when ``direct``) and then the packed tiles."""
-        cdef int path = active_bf16()
+    cdef cnp.ndarray _bf16_panels(self, int path):
+        """The pair panels of bfloat16 path ``path`` (see conv.h), packed on first use."""
         if self._bf16 is None:
             self._bf16 = {}
         cdef cnp.ndarray w16 = self._bf16.get(path)
         cdef int cin_g = self.in_channels // self.groups, cout_g = self.out_channels // self.groups
-        cdef int taps = g.KH * g.KW
-        if w16 is None:  # the path's pair panels, once (see conv.h)
+        cdef int taps = self.kernel_size[0] * self.kernel_size[1]
+        if w16 is None:
             w16 = np.empty(mk_bf16_conv_panels_words(path, self.groups, cout_g, cin_g, taps),
                            np.uint32)
             mk_bf16_conv_pack_panels(path, cnp.PyArray_DATA(self._packed), self._wtype,
                                      self.groups, cout_g, cin_g, taps,
                                      <uint32_t *>cnp.PyArray_DATA(w16))
             self._bf16[path] = w16
+        return w16
+
+    cdef _igemm_bf16(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act,
+                     bint direct, int nthreads):
+        """The bfloat16-compute implicit GEMM (mk_conv2d_bf16): one scratch holds the phase
+        image (none when ``direct``) and then the packed tiles."""
+        cdef int path = active_bf16()
+        cdef cnp.ndarray w16 = self._bf16_panels(path)
         cdef Py_ssize_t nphase = 0 if direct else (mk_conv_phase_size(g, g.C) + 15) // 16 * 16
         cdef cnp.ndarray scratch = _scratch(
             nphase + mk_conv_bf16_tiles_words(path, g, self.groups, direct, nthreads))

@@ -364,7 +364,8 @@ typedef struct {
 /* The algorithm of one call: layer l on input geometry g (mk_conv_geometry filled). */
 void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads,
                     mk_conv_choice *c);
-/* Whether the max pooling pg after layer l runs fused (mk_conv2d_rows_f32 with pg). */
+/* Whether the max pooling pg after layer l runs fused: 0 no, MK_CONV_ALGO_ROWS
+ * (mk_conv2d_rows_f32 with pg), MK_CONV_ALGO_BF16 (mk_conv2d_rows_bf16 with pg). */
 int mk_conv_maxpool_fused(const mk_conv_layer *l, const mk_conv_geom *g,
                           const mk_conv_geom *pg, int isa, int nthreads);
 /* ---- end of the configuration ------------------------------------------------------------- */
@@ -437,13 +438,20 @@ void mk_max_pool2d_rows_f32_avx512(const mk_conv_geom *g, const float *x, int yb
  * and (pg != NULL) fused with the max pooling pg that follows it (input OH x OW of g, unit
  * column stride, column stride 1 or 2; AVX-512 only): out (N, Cout, pg->OH, pg->OW) =
  * max_pool(act(conv(x))), else out (N, Cout, OH, OW) = act(conv(x) + res). Bit-identical to
- * mk_conv2d_f32 (then mk_max_pool2d_f32). scratch: mk_conv_rows_scratch floats; koff:
+ * mk_conv2d_f32 (then mk_max_pool2d_f32). scratch: mk_conv_rows_scratch(0, ...) floats; koff:
  * C*KH*KW entries; res: NULL with pg. Returns 0. */
-ptrdiff_t mk_conv_rows_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
-                               int nthreads);
+ptrdiff_t mk_conv_rows_scratch(int bf16, const mk_conv_geom *g, const mk_conv_geom *pg,
+                               int Cout, int nthreads);
 int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x, int Cout,
                        const float *wp, float *scratch, ptrdiff_t *koff, float *out,
                        const float *res, int act, int isa, int nthreads);
+/* The same bands computing in bfloat16 on path bf16 (mk_conv2d_bf16's tiles, packed a block at
+ * a time from the band buffer) with w16 that path's pair panels in the packed-tile layout
+ * (mk_bf16_conv_pack_panels for a layer whose panels are not pair-image panels): bit-identical
+ * to mk_conv2d_bf16 (then mk_max_pool2d_f32). scratch: mk_conv_rows_scratch(bf16, ...) floats. */
+int mk_conv2d_rows_bf16(int bf16, const mk_conv_geom *g, const mk_conv_geom *pg,
+                        const float *x, int Cout, const uint32_t *w16, float *scratch,
+                        ptrdiff_t *koff, float *out, const float *res, int act, int nthreads);
 /* divisor: 0 = by window rule (count_include_pad), else the override */
 void mk_avg_pool2d_f32(const mk_conv_geom *g, const float *x, float *out, int count_include_pad,
                        int divisor, int nthreads);

@@ -561,35 +561,66 @@ static void band_geometry(const mk_conv_geom *g, const mk_conv_geom *pg, int Cou
     gb->plane = (ptrdiff_t)g->sy * g->sx * gb->Hq * g->Wq;
 }
 
+/* bfloat16 compute in the bands (bf16 != 0): the tile of path bf16, its pair rows (kpt), and
+ * tiles packed a block at a time (tb, each tile_words words): packed tiles, whatever the
+ * layer's panel layout would choose for a whole image (mk_conv_maxpool_fused only fuses layers
+ * whose panels are packed-tile panels). */
+typedef struct {
+    mk_bf16_igemm_config c16;
+    size_t kpt, tile_words, panel;
+    int tb;
+} rows_bf16;
+
+static void rows_bf16_setup(int bf16, const mk_conv_geom *g, rows_bf16 *r) {
+    const size_t K = (size_t)g->C * g->KH * g->KW;
+    mk_conv_bf16_lanes(bf16, (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW, g->C, g->KH * g->KW, 0,
+                       &r->c16);
+    r->kpt = ((K + 1) / 2 + r->c16.kpa - 1) / r->c16.kpa * r->c16.kpa;
+    r->tile_words = r->kpt * (size_t)r->c16.nr;
+    r->panel = (size_t)r->c16.mr + r->kpt * r->c16.mr;
+    const size_t fit = MK_CONV_BLOCK_BYTES / (r->tile_words * sizeof(uint32_t));
+    r->tb = fit < 1 ? 1 : fit < MK_CONV_TILE_BLOCK ? (int)fit : MK_CONV_TILE_BLOCK;
+}
+
 static ptrdiff_t rows_thread_floats(const mk_conv_geom *gb, const mk_conv_geom *pg, int Cout,
-                                    int R) {
-    const ptrdiff_t phase = (mk_conv_phase_size(gb, gb->C) + 15) / 16 * 16;
-    if (!pg) return phase;
+                                    int R, const rows_bf16 *b16) {
+    ptrdiff_t n = (mk_conv_phase_size(gb, gb->C) + 15) / 16 * 16;
+    if (b16) n += (ptrdiff_t)((b16->tb * b16->tile_words + 15) / 16 * 16);
+    if (!pg) return n;
 #if MK_X86
     const ptrdiff_t conv = (ptrdiff_t)Cout * R * gb->OW;
-    return phase + (conv + mk_max_pool2d_rows_buf_f32_avx512(pg) + 15) / 16 * 16;
+    return n + (conv + mk_max_pool2d_rows_buf_f32_avx512(pg) + 15) / 16 * 16;
 #else /* the fused max pool (pg) is AVX-512 only: never reached */
     (void)Cout, (void)R;
-    return phase;
+    return n;
 #endif
 }
 
-ptrdiff_t mk_conv_rows_scratch(const mk_conv_geom *g, const mk_conv_geom *pg, int Cout,
-                               int nthreads) {
+ptrdiff_t mk_conv_rows_scratch(int bf16, const mk_conv_geom *g, const mk_conv_geom *pg,
+                               int Cout, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     int B, R;
     mk_conv_geom gb;
+    rows_bf16 b16;
+    if (bf16) rows_bf16_setup(bf16, g, &b16);
     band_geometry(g, pg, Cout, nthreads, &B, &R, &gb);
-    return (ptrdiff_t)nthreads * rows_thread_floats(&gb, pg, Cout, R);
+    return (ptrdiff_t)nthreads * rows_thread_floats(&gb, pg, Cout, R, bf16 ? &b16 : NULL);
 }
 
-int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x, int Cout,
-                       const float *wp, float *scratch, ptrdiff_t *koff, float *out,
-                       const float *res, int act, int isa, int nthreads) {
+/* mk_conv2d_rows_f32 (w16 == NULL: float32 panels wp) and mk_conv2d_rows_bf16 (path bf16's
+ * packed-tile pair panels w16). */
+static int conv2d_rows(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x, int Cout,
+                       const float *wp, int bf16, const uint32_t *w16, float *scratch,
+                       ptrdiff_t *koff, float *out, const float *res, int act, int isa,
+                       int nthreads) {
     if (nthreads < 1) nthreads = 1;
-    const int npg = (Cout + MK_CONV_MR - 1) / MK_CONV_MR;
+    rows_bf16 b16;
+    if (w16) rows_bf16_setup(bf16, g, &b16);
+    const int mr = w16 ? b16.c16.mr : MK_CONV_MR; /* output channels of a panel */
+    const int npg = (Cout + mr - 1) / mr;
     const size_t K = (size_t)g->C * g->KH * g->KW;
-    const size_t panel = MK_CONV_MR + K * MK_CONV_MR;
+    const size_t panel = w16 ? b16.panel : MK_CONV_MR + K * MK_CONV_MR;
+    static const ptrdiff_t tap0[1] = {0};
     int B, R;
     mk_conv_geom gb;
     band_geometry(g, pg, Cout, nthreads, &B, &R, &gb);
@@ -601,7 +632,7 @@ int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
     const ptrdiff_t pohw = pg ? (ptrdiff_t)PH * pg->OW : ohw;
     const ptrdiff_t crs = pg ? (ptrdiff_t)R * OW : ohw; /* conv channel stride */
     const ptrdiff_t psize = mk_conv_phase_size(&gb, g->C);
-    const ptrdiff_t per = rows_thread_floats(&gb, pg, Cout, R);
+    const ptrdiff_t per = rows_thread_floats(&gb, pg, Cout, R, w16 ? &b16 : NULL);
 #if MK_X86
     const int nb = pg ? mk_max_pool2d_rows_buf_f32_avx512(pg) : 0;
 #else
@@ -618,12 +649,15 @@ int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
     {
         const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
         float *phase = scratch + (ptrdiff_t)tid * per;
-        float *conv = phase + (psize + 15) / 16 * 16;
+        uint32_t *own = (uint32_t *)(phase + (psize + 15) / 16 * 16); /* bfloat16: packed tiles */
+        float *conv = (float *)own + (w16 ? (b16.tb * b16.tile_words + 15) / 16 * 16 : 0);
         float *pbuf = conv + (ptrdiff_t)Cout * crs;
         /* rows past those a band copies are read only by dropped grid lanes: keep them finite */
         for (ptrdiff_t i = 0; i < psize; i++) phase[i] = 0.0f;
         for (int i = 0; i < nb; i++) pbuf[i] = -INFINITY;
-        mk_seg segs[MK_MAX_SEGS];
+        mk_seg segs[MK_CONV_TILE_BLOCK][MK_MAX_SEGS];
+        int ns[MK_CONV_TILE_BLOCK];
+        if (w16 && b16.c16.begin) b16.c16.begin();
         mk_conv_geom gt = gb; /* this thread's band geometry (pt moves with the band) */
         for (int n = 0; n < g->N; n++) {
             float *oimg = out + (ptrdiff_t)n * Cout * pohw;
@@ -659,24 +693,44 @@ int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
                         phase_channel_rows(&gt, x + n * g->sn + c * g->sc, phase + c * gt.plane,
                                            0.0f, 0, pb - s1, isa);
                     const ptrdiff_t qa = (ptrdiff_t)s1 * Wq, qb = (ptrdiff_t)(hi - 1) * Wq + OW;
-                    /* the band's tiles, its last one with the cheapest kernel for its lanes
-                     * (the stem's bands of 8 rows are 19 tiles of 48 and 5 lanes: a 16-lane
-                     * tile there saves 3% of the band; each lane is the same sum) */
-                    mk_igemm_tiling tl;
-                    mk_conv_igemm_tiling(isa, qb - qa, &tl);
-                    for (ptrdiff_t q0 = qa; q0 < qb; q0 += tl.nr) {
-                        const int nl = (int)(qb - q0 < tl.nr ? qb - q0 : tl.nr);
-                        const mk_igemm_fn fn = nl < tl.nr ? tl.tail_fn : tl.fn;
-                        const int ns = tile_segments(g, q0, nl, segs);
-                        if (pg)
-                            for (int s = 0; s < ns; s++) segs[s].off -= (ptrdiff_t)s0 * OW;
-                        float *cb = pg ? conv : oimg;
+                    float *cb = pg ? conv : oimg;
+                    /* the band's tiles: float32 one at a time, its last one with the cheapest
+                     * kernel for its lanes (the stem's bands of 8 rows are 19 tiles of 48 and 5
+                     * lanes: a 16-lane tile there saves 3% of the band; each lane is the same
+                     * sum); bfloat16 packed a block of tb tiles at a time, each panel's
+                     * kernel call taking the block */
+                    mk_igemm_tiling tl = {NULL, NULL, 0, 0};
+                    if (w16)
+                        tl.nr = b16.c16.nr;
+                    else
+                        mk_conv_igemm_tiling(isa, qb - qa, &tl);
+                    const int tb = w16 ? b16.tb : 1;
+                    for (ptrdiff_t t0 = qa; t0 < qb; t0 += (ptrdiff_t)tb * tl.nr) {
+                        int nt = 0, nl = 0;
+                        for (; nt < tb && t0 + (ptrdiff_t)nt * tl.nr < qb; nt++) {
+                            const ptrdiff_t q0 = t0 + (ptrdiff_t)nt * tl.nr;
+                            nl = (int)(qb - q0 < tl.nr ? qb - q0 : tl.nr);
+                            ns[nt] = tile_segments(g, q0, nl, segs[nt]);
+                            if (pg)
+                                for (int s = 0; s < ns[nt]; s++)
+                                    segs[nt][s].off -= (ptrdiff_t)s0 * OW;
+                            if (w16)
+                                b16.c16.pack(K, b16.kpt, phase + (q0 - qa), koff, nl, tl.nr,
+                                             own + (size_t)nt * b16.tile_words);
+                        }
                         for (int p = 0; p < npg; p++) {
-                            const int rows = Cout - p * MK_CONV_MR < MK_CONV_MR
-                                                 ? Cout - p * MK_CONV_MR : MK_CONV_MR;
-                            const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * crs;
-                            fn(K, wp + (size_t)p * panel, phase + (q0 - qa), koff, nl, rows,
-                               cb + co, crs, rimg ? rimg + co : NULL, segs, ns, act);
+                            const int rows = Cout - p * mr < mr ? Cout - p * mr : mr;
+                            const ptrdiff_t co = (ptrdiff_t)p * mr * crs;
+                            if (w16)
+                                b16.c16.fn((size_t)nt, b16.tile_words, 1, b16.kpt, tap0,
+                                           (size_t)tl.nr, w16 + (size_t)p * panel, own, rows,
+                                           cb + co, crs, rimg ? rimg + co : NULL,
+                                           (const mk_seg(*)[MK_MAX_SEGS])segs, ns, act);
+                            else
+                                (nl < tl.nr ? tl.tail_fn : tl.fn)(
+                                    K, wp + (size_t)p * panel, phase + (t0 - qa), koff, nl,
+                                    rows, cb + co, crs, rimg ? rimg + co : NULL, segs[0],
+                                    ns[0], act);
                         }
                     }
                     s1 = hi;
@@ -689,8 +743,23 @@ int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
 #endif
             }
         }
+        if (w16 && b16.c16.end) b16.c16.end();
         MK_TEAM_DONE(&clk);
     }
     mk_team_end(&clk);
     return 0;
+}
+
+int mk_conv2d_rows_f32(const mk_conv_geom *g, const mk_conv_geom *pg, const float *x, int Cout,
+                       const float *wp, float *scratch, ptrdiff_t *koff, float *out,
+                       const float *res, int act, int isa, int nthreads) {
+    return conv2d_rows(g, pg, x, Cout, wp, 0, NULL, scratch, koff, out, res, act, isa,
+                       nthreads);
+}
+
+int mk_conv2d_rows_bf16(int bf16, const mk_conv_geom *g, const mk_conv_geom *pg,
+                        const float *x, int Cout, const uint32_t *w16, float *scratch,
+                        ptrdiff_t *koff, float *out, const float *res, int act, int nthreads) {
+    return conv2d_rows(g, pg, x, Cout, NULL, bf16, w16, scratch, koff, out, res, act,
+                       MK_ISA_AVX512, nthreads);
 }
