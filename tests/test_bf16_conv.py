@@ -151,6 +151,31 @@ def test_bit_identical_across_threads_layouts_and_entry_points(bf16_path, rng):
 
 
 @needs_bf16
+@pytest.mark.parametrize("case", [(37, 48, 7, 7, 40, 3, 1, 1, 1), (19, 32, 9, 11, 24, 3, 2, 1, 1),
+                                  (21, 40, 14, 14, 56, 1, 2, 0, 1), (18, 64, 8, 8, 32, 3, 1, 1, 2)],
+                         ids=lambda c: "n{}-c{}-{}x{}-k{}s{}g{}".format(*c[:4], c[5], c[6], c[8]))
+def test_images_converted_a_step_at_a_time(bf16_path, rng, case):
+    """Over the pair image (AMX) the images of a batch are converted several at a time (as
+    many as fit half of L2) and every panel passes over all their tiles: each image's result
+    is the bits of that image alone, the last step's remainder and strided 1x1 layers (whose
+    pair planes hold the one phase sub-image their taps read) included."""
+    n, cin, h, w_, cout, k, s, p, g = case
+    w = rng.standard_normal((cout, cin // g, k, k)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    x = rng.standard_normal((n, cin, h, w_)).astype(np.float32)
+    pc = _conv.pack_conv2d(w, b, stride=s, padding=p, groups=g)
+    pc.algorithm = "igemm"
+    oh, ow = (h + 2 * p - k) // s + 1, (w_ + 2 * p - k) // s + 1
+    res = rng.standard_normal((n, cout, oh, ow)).astype(np.float32)
+    with modulekit.float32_matmul_precision("medium"):
+        y = pc(x, activation="relu", residual=res)
+        for i in range(n):
+            assert np.array_equal(pc(x[i:i + 1], activation="relu", residual=res[i:i + 1]),
+                                  y[i:i + 1]), f"image {i}"
+    _check(y, x, w, b, (s, s), (p, p, p, p), (1, 1), g, "relu", res)
+
+
+@needs_bf16
 @pytest.mark.parametrize("geom", [(3, 3, 64, 7, 37, 41, 2, 3), (1, 3, 40, 3, 29, 33, 1, 1),
                                   (2, 4, 24, 5, 23, 51, 2, 2), (1, 1, 33, 3, 9, 131, 2, 0),
                                   (1, 2, 70, 7, 70, 3, 2, 3)],

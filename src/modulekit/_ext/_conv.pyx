@@ -943,7 +943,9 @@ cdef class PackedConv2d:
         image (none when ``direct``) and then the packed tiles."""
         cdef int path = active_bf16()
         cdef cnp.ndarray w16 = self._bf16_panels(path)
-        cdef Py_ssize_t nphase = 0 if direct else (mk_conv_phase_size(g, g.C) + 15) // 16 * 16
+        # the phase image, or (pair image) each thread's two phase planes
+        cdef Py_ssize_t nphase = 0 if direct else (
+            mk_conv_phase_size(g, max(g.C, 2 * nthreads)) + 15) // 16 * 16
         cdef cnp.ndarray scratch = _scratch(
             nphase + mk_conv_bf16_tiles_words(path, g, self.groups, direct, nthreads))
         cdef float *php = NULL if direct else <float *>cnp.PyArray_DATA(scratch)

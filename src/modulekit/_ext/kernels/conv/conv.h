@@ -176,11 +176,14 @@ double mk_conv_bf16_lanes(int bf16, ptrdiff_t lanes, int cin_g, int taps, ptrdif
 size_t mk_bf16_conv_panels_words(int bf16, int groups, int cout_g, int cin_g, int taps);
 void mk_bf16_conv_pack_panels(int bf16, const void *packed, int wtype, int groups, int cout_g,
                               int cin_g, int taps, uint32_t *dst);
-/* Words of scratch (packed tiles or the pair image) mk_conv2d_bf16 needs for geometry g. */
+/* Words of scratch (packed tiles or the pair images of a step) mk_conv2d_bf16 needs for
+ * geometry g. */
 ptrdiff_t mk_conv_bf16_tiles_words(int bf16, const mk_conv_geom *g, int groups, int direct,
                                    int nthreads);
 /* bfloat16-compute convolution of all images on path bf16: mk_conv2d_f32's operands, with w16
- * that path's pair panels and tiles a scratch of mk_conv_bf16_tiles_words words. Returns 0. */
+ * that path's pair panels and tiles a scratch of mk_conv_bf16_tiles_words words; phase: the
+ * phase image, mk_conv_phase_size(g, max(C, 2 * nthreads)) floats (over the pair image each
+ * thread's two phase planes). Returns 0. */
 int mk_conv2d_bf16(int bf16, const mk_conv_geom *g, const float *x, int groups, int Cout,
                    const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
                    float *out, const float *res, int act, int nthreads);

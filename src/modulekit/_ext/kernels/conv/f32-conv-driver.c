@@ -159,6 +159,8 @@ static int phase_split(const mk_conv_geom *g, int nthreads) {
  * conv2d_igemm). */
 #define MK_CONV_TILE_BLOCK 8
 #define MK_CONV_BLOCK_BYTES (256 << 10)
+/* pair images a step converts at most (see pair_images_per_step) */
+#define MK_CONV_PAIR_IMAGES 16
 
 /* Chunks of panels for short panels (small K: a 3-channel 7x7 stem has 4.7 KiB panels, 38 KiB
  * for its 64 channels) whose set would not stay in L1 beside the tile's input rows: chunks of
@@ -197,6 +199,29 @@ static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *se
     return ns;
 }
 
+/* The values of an input channel the bfloat16 pair planes hold: the image (direct), its phase
+ * plane, or the phase plane's sub-image (0, 0) alone where every tap reads there (a 1x1
+ * stride-2 layer, ResNet's downsamples: a quarter of the conversion). */
+static ptrdiff_t pair_plane(const mk_conv_geom *g, int direct) {
+    if (direct) return (ptrdiff_t)g->H * g->W;
+    for (int kh = 0; kh < g->KH; kh++)
+        if ((kh * g->dy) % g->sy) return g->plane;
+    for (int kw = 0; kw < g->KW; kw++)
+        if ((kw * g->dx) % g->sx) return g->plane;
+    return (ptrdiff_t)g->Hq * g->Wq;
+}
+
+/* Images whose pair images (img_words words each) a step converts before their tiles run: as
+ * many as fit half of L2 (common/caches.h), at most N. Each panel then passes over the tiles
+ * of all of them, where a panel-major layer on a small map read its panels from L3 again for
+ * every image (ResNet-18's 512-channel 3x3 layers at 7x7: 2 tiles an image, 4.7 MB of
+ * panels). */
+static int pair_images_per_step(const mk_conv_geom *g, ptrdiff_t img_words) {
+    const double fit = (double)mk_cpu_caches()->l2 / 2 / ((double)img_words * 4);
+    int nb = fit < 1 ? 1 : fit > MK_CONV_PAIR_IMAGES ? MK_CONV_PAIR_IMAGES : (int)fit;
+    return nb < g->N ? nb : g->N > 0 ? g->N : 1;
+}
+
 /* The implicit GEMM of mk_conv2d_f32 (w16 == NULL) and mk_conv2d_bf16 (w16: path bf16's pair
  * panels; tiles: the scratch of its packed tiles or pair image): one schedule for both. */
 static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int Cout,
@@ -207,7 +232,9 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW; /* grid lanes to compute */
     const int cin_g = g->C / groups, cout_g = Cout / groups, taps = g->KH * g->KW;
     const int direct = phase == NULL; /* 1x1, stride 1, no padding: read x itself */
-    const ptrdiff_t pplane = direct ? (ptrdiff_t)g->H * g->W : g->plane; /* a pair plane */
+    /* a pair plane; float32: the input's plane */
+    const ptrdiff_t pplane = w16 ? pair_plane(g, direct)
+                             : direct ? (ptrdiff_t)g->H * g->W : g->plane;
     mk_bf16_igemm_config c16 = {NULL, NULL, NULL, NULL, NULL, 0, MK_CONV_MR, 1, 0};
     /* the tile width; float32: the tiles' kernel and the last one's */
     mk_igemm_tiling tl = {NULL, NULL, 0, 0};
@@ -228,6 +255,9 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
     /* floats (words) of one panel */
     const size_t panel = w16 ? mr + ntaps * kpt * mr : MK_CONV_MR + K * MK_CONV_MR;
     const size_t tile_words = kpt * (size_t)tl.nr; /* one packed bfloat16 tile */
+    /* the pair image: each image's groups x kpt planes, nbi images a step */
+    const ptrdiff_t img_words = (ptrdiff_t)groups * kpt * pplane;
+    const int nbi = image ? pair_images_per_step(g, img_words) : 1;
     const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
     /* from a group's input (B rows) to the next one's */
     const ptrdiff_t gstride = (ptrdiff_t)cin_g * (direct ? g->sc : g->plane);
@@ -261,7 +291,7 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
     }
     const int nblocks = (ntiles + tb - 1) / tb;
     int nchunks = 1;
-    const int base_items = groups * nblocks;
+    const int base_items = groups * nblocks * nbi;
     if (panel_major) {
         nchunks = npg;
     } else if (base_items < 4 * nthreads) {
@@ -326,13 +356,15 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
         const ptrdiff_t total = mk_conv_phase_size(g, g->C);
         for (ptrdiff_t i = (ptrdiff_t)g->C * g->plane; i < total; i++) phase[i] = 0.0f;
     }
-    /* the pair image: planes of padding channels and the slack past the last plane, zero */
+    /* the pair images: planes of padding channels and the slack past the last image, zero */
     const ptrdiff_t pair_planes = image ? (ptrdiff_t)groups * kpt : 0;
     if (image) {
-        for (int grp = 0; grp < groups; grp++)
-            for (size_t p = (cin_g + 1) / 2; p < kpt; p++)
-                memset(tiles + (grp * kpt + p) * pplane, 0, pplane * sizeof *tiles);
-        memset(tiles + pair_planes * pplane, 0, (2 * (size_t)g->Wq + 96) * sizeof *tiles);
+        for (int i = 0; i < nbi; i++)
+            for (int grp = 0; grp < groups; grp++)
+                for (size_t p = (cin_g + 1) / 2; p < kpt; p++)
+                    memset(tiles + i * img_words + (grp * kpt + p) * pplane, 0,
+                           pplane * sizeof *tiles);
+        memset(tiles + nbi * img_words, 0, (2 * (size_t)g->Wq + 96) * sizeof *tiles);
     }
 
     mk_team_clock clk;
@@ -342,7 +374,8 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
         mk_seg segs[MK_CONV_TILE_BLOCK][MK_MAX_SEGS];
         ptrdiff_t packed_key = -1; /* the tile in this thread's bfloat16 buffer */
         if (c16.begin) c16.begin();
-        for (int n = 0; n < g->N; n++) {
+        for (int n0 = 0; n0 < g->N; n0 += nbi) {
+            const int nb = g->N - n0 < nbi ? g->N - n0 : nbi, n = n0; /* images of the step */
             const float *bimg = direct ? x + n * g->sn : phase;
             if (!direct && !image) {
 #pragma omp for schedule(dynamic, 4) nowait
@@ -354,19 +387,26 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                 }
                 MK_TEAM_BARRIER(&clk); /* the phase image is complete */
             }
-            if (image) { /* the pair image: channels 2p, 2p + 1 of each group */
-                const ptrdiff_t cs = direct ? g->sc : g->plane;
+            if (image) { /* the pair images: channels 2p, 2p + 1 of each group */
+                /* phase planes: the thread's own two (images of a step convert at once) */
+                float *own_phase = phase + (ptrdiff_t)omp_get_thread_num() * 2 * g->plane;
 #pragma omp for schedule(dynamic, 1) nowait
-                for (ptrdiff_t it = 0; it < pair_planes; it++) {
-                    const int grp = (int)(it / kpt), c0 = 2 * (int)(it % kpt);
+                for (ptrdiff_t it = 0; it < nb * pair_planes; it++) {
+                    const ptrdiff_t i = it / pair_planes, pl = it % pair_planes;
+                    const int grp = (int)(pl / kpt), c0 = 2 * (int)(pl % kpt);
                     if (c0 >= cin_g) continue; /* zero */
                     const int c = grp * cin_g + c0, two = c0 + 1 < cin_g;
-                    if (!direct) /* their phase planes first, converted while in cache */
+                    const float *xc = x + (n0 + i) * g->sn + (ptrdiff_t)c * g->sc, *lo = xc;
+                    ptrdiff_t cs = g->sc;
+                    if (!direct) { /* their phase planes first, converted while in cache */
                         for (int h = 0; h <= two; h++)
-                            phase_channel_rows(g, x + n * g->sn + (c + h) * g->sc,
-                                               phase + (c + h) * g->plane, 0.0f, 0, g->Hq, isa);
-                    const float *lo = bimg + (ptrdiff_t)c * cs;
-                    c16.pairs(lo, two ? lo + cs : NULL, (size_t)pplane, tiles + it * pplane);
+                            phase_channel_rows(g, xc + h * g->sc, own_phase + h * g->plane,
+                                               0.0f, 0, g->Hq, isa);
+                        lo = own_phase;
+                        cs = g->plane;
+                    }
+                    c16.pairs(lo, two ? lo + cs : NULL, (size_t)pplane,
+                              tiles + i * img_words + pl * pplane);
                 }
                 MK_TEAM_BARRIER(&clk);
             } else if (w16 && panel_major) { /* every tile's bfloat16 pairs, once per image */
@@ -380,19 +420,25 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                 }
                 MK_TEAM_BARRIER(&clk);
             }
-            float *oimg = out + (ptrdiff_t)n * Cout * ohw;
-            const float *rimg = res ? res + (ptrdiff_t)n * Cout * ohw : NULL;
+            /* items of the step's nb images: panel-major (group, chunk, image, block), so a
+             * panel's items for every image follow each other; else (group, image, block,
+             * chunk) */
+            const int per_grp = nchunks * nblocks * nb;
 #pragma omp for schedule(dynamic, grain) nowait
-            for (int it = 0; it < items; it++) {
-                int chunk, blk;
-                const int grp = it / (nchunks * nblocks), rem = it % (nchunks * nblocks);
+            for (int it = 0; it < groups * per_grp; it++) {
+                int chunk, blk, i;
+                const int grp = it / per_grp, rem = it % per_grp;
                 if (panel_major) {
-                    chunk = rem / nblocks;
+                    chunk = rem / (nb * nblocks);
+                    i = rem % (nb * nblocks) / nblocks;
                     blk = rem % nblocks;
                 } else {
+                    i = rem / (nblocks * nchunks);
+                    blk = rem % (nblocks * nchunks) / nchunks;
                     chunk = rem % nchunks;
-                    blk = rem / nchunks;
                 }
+                float *oimg = out + (ptrdiff_t)(n0 + i) * Cout * ohw;
+                const float *rimg = res ? res + (ptrdiff_t)(n0 + i) * Cout * ohw : NULL;
                 const int p0 = chunk * ppc, p1 = p0 + ppc < npg ? p0 + ppc : npg;
                 const int t0 = blk * tb, nt = ntiles - t0 < tb ? ntiles - t0 : tb;
                 int ns[MK_CONV_TILE_BLOCK], nl[MK_CONV_TILE_BLOCK];
@@ -427,7 +473,8 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                     const uint32_t *bt;
                     size_t ldb = (size_t)tl.nr, bstep = tile_words;
                     if (image) {
-                        bt = tiles + (ptrdiff_t)grp * kpt * pplane + (ptrdiff_t)t0 * tl.nr;
+                        bt = tiles + i * img_words + (ptrdiff_t)grp * kpt * pplane +
+                             (ptrdiff_t)t0 * tl.nr;
                         ldb = (size_t)pplane;
                         bstep = (size_t)tl.nr;
                     } else if (panel_major) {
@@ -466,13 +513,14 @@ ptrdiff_t mk_conv_bf16_tiles_words(int bf16, const mk_conv_geom *g, int groups, 
                                    int nthreads) {
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW;
     const int cin_g = g->C / groups, taps = g->KH * g->KW;
-    const ptrdiff_t pplane = direct ? (ptrdiff_t)g->H * g->W : g->plane;
+    const ptrdiff_t pplane = pair_plane(g, direct);
     mk_bf16_igemm_config c16;
     mk_conv_bf16_lanes(bf16, L, cin_g, taps, pplane, &c16);
     const ptrdiff_t rows = c16.image ? cin_g : (ptrdiff_t)cin_g * taps;
     const ptrdiff_t kpt = ((rows + 1) / 2 + c16.kpa - 1) / c16.kpa * c16.kpa;
-    if (c16.image) /* the pair image and its slack (see conv2d_igemm) */
-        return groups * kpt * pplane + 2 * g->Wq + 96;
+    if (c16.image) /* the pair images of a step and their slack (see conv2d_igemm) */
+        return pair_images_per_step(g, groups * kpt * pplane) * groups * kpt * pplane +
+               2 * g->Wq + 96;
     const ptrdiff_t tile = (ptrdiff_t)c16.nr * kpt;
     const ptrdiff_t image = (ptrdiff_t)groups * ((L + c16.nr - 1) / c16.nr) * tile;
     const ptrdiff_t fit = MK_CONV_BLOCK_BYTES / (tile * (ptrdiff_t)sizeof(uint32_t));
