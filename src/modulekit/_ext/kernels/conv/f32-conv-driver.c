@@ -211,6 +211,26 @@ static ptrdiff_t pair_plane(const mk_conv_geom *g, int direct) {
     return (ptrdiff_t)g->Hq * g->Wq;
 }
 
+/* A stride-1 layer's pair plane of one image's channels lo, hi (NULL: zeros) straight from its
+ * input rows (unit column stride): the padded grid's rows, zeros in the padding, the same
+ * words as the pairs of its phase planes without the copy into them (64 -> 64 3x3 at 56x56:
+ * the phase rows' copy was 10-14% of the layer, one small memcpy a row). */
+static void pair_plane_s1(const mk_conv_geom *g, mk_bf16_pair_plane_fn *pairs, const float *lo,
+                          const float *hi, uint32_t *dst) {
+    const int Wq = g->Wq, W = g->W, pl = g->pl;
+    for (int i = 0; i < g->Hq; i++) {
+        uint32_t *row = dst + (ptrdiff_t)i * Wq;
+        const int y = i - g->pt;
+        if (y < 0 || y >= g->H) {
+            memset(row, 0, (size_t)Wq * sizeof *row);
+            continue;
+        }
+        memset(row, 0, (size_t)pl * sizeof *row);
+        pairs(lo + y * g->sh, hi ? hi + y * g->sh : NULL, (size_t)W, row + pl);
+        memset(row + pl + W, 0, (size_t)(Wq - pl - W) * sizeof *row);
+    }
+}
+
 /* Images whose pair images (img_words words each) a step converts before their tiles run: as
  * many as fit half of L2 (common/caches.h), at most N. Each panel then passes over the tiles
  * of all of them, where a panel-major layer on a small map read its panels from L3 again for
@@ -397,7 +417,12 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                     if (c0 >= cin_g) continue; /* zero */
                     const int c = grp * cin_g + c0, two = c0 + 1 < cin_g;
                     const float *xc = x + (n0 + i) * g->sn + (ptrdiff_t)c * g->sc, *lo = xc;
+                    uint32_t *dst = tiles + i * img_words + pl * pplane;
                     ptrdiff_t cs = g->sc;
+                    if (!direct && g->sy == 1 && g->sx == 1 && g->sw == 1) {
+                        pair_plane_s1(g, c16.pairs, xc, two ? xc + g->sc : NULL, dst);
+                        continue;
+                    }
                     if (!direct) { /* their phase planes first, converted while in cache */
                         for (int h = 0; h <= two; h++)
                             phase_channel_rows(g, xc + h * g->sc, own_phase + h * g->plane,
@@ -405,8 +430,7 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                         lo = own_phase;
                         cs = g->plane;
                     }
-                    c16.pairs(lo, two ? lo + cs : NULL, (size_t)pplane,
-                              tiles + i * img_words + pl * pplane);
+                    c16.pairs(lo, two ? lo + cs : NULL, (size_t)pplane, dst);
                 }
                 MK_TEAM_BARRIER(&clk);
             } else if (w16 && panel_major) { /* every tile's bfloat16 pairs, once per image */
