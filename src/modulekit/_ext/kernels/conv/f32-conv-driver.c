@@ -409,7 +409,8 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
             }
             if (image) { /* the pair images: channels 2p, 2p + 1 of each group */
                 /* phase planes: the thread's own two (images of a step convert at once) */
-                float *own_phase = phase + (ptrdiff_t)omp_get_thread_num() * 2 * g->plane;
+                float *own_phase =
+                    direct ? NULL : phase + (ptrdiff_t)omp_get_thread_num() * 2 * g->plane;
 #pragma omp for schedule(dynamic, 1) nowait
                 for (ptrdiff_t it = 0; it < nb * pair_planes; it++) {
                     const ptrdiff_t i = it / pair_planes, pl = it % pair_planes;
