@@ -940,7 +940,8 @@ cdef class PackedConv2d:
     cdef _igemm_bf16(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act,
                      bint direct, int nthreads):
         """The bfloat16-compute implicit GEMM (mk_conv2d_bf16): one scratch holds the phase
-        image (none when ``direct``) and then the packed tiles."""
+        image or each thread's two phase planes (none when ``direct``), then the packed tiles
+        or the pair images of a step."""
         cdef int path = active_bf16()
         cdef cnp.ndarray w16 = self._bf16_panels(path)
         # the phase image, or (pair image) each thread's two phase planes

@@ -24,7 +24,7 @@ static void panel_shape(int bf16, int cin_g, int taps, mk_bf16_igemm_config *c, 
     mk_conv_bf16_lanes(bf16, 0, cin_g, taps, 0, c);
     const size_t rows = c->image ? (size_t)cin_g : (size_t)cin_g * taps; /* per tap */
     *ntaps = c->image ? taps : 1;
-    *kpt = ((rows + 1) / 2 + c->kpa - 1) / c->kpa * c->kpa;
+    *kpt = mk_bf16_pair_rows(rows, c->kpa);
 }
 
 size_t mk_bf16_conv_panels_words(int bf16, int groups, int cout_g, int cin_g, int taps) {

@@ -151,7 +151,7 @@ static const struct {
  * for the panel layout, which only depends on it with one tap). AVX512-BF16 packs tiles (its
  * tuning on Zen 4, where the pair image is not measured). */
 static int bf16_image(int kpa, int cin_g, int taps, double pair_bytes) {
-    const int padded = ((cin_g + 1) / 2 + kpa - 1) / kpa * kpa * 2;
+    const int padded = (int)mk_bf16_pair_rows((size_t)cin_g, kpa) * 2;
     if (kpa == 1) return 0;
     if (taps == 1) return pair_bytes <= (double)(mk_cpu_caches()->l2 / 2);
     return 3 * padded <= 4 * cin_g;

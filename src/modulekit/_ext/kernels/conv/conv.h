@@ -162,6 +162,10 @@ typedef struct {
     int kpa;                           /* pair rows padded to a multiple of this */
     int image;                         /* B from the pair image, else packed tiles */
 } mk_bf16_igemm_config;
+/* Pair rows of `rows` k values (or channels): their pairs, padded to a multiple of kpa. */
+static inline size_t mk_bf16_pair_rows(size_t rows, int kpa) {
+    return ((rows + 1) / 2 + (size_t)kpa - 1) / (size_t)kpa * (size_t)kpa;
+}
 /* The bfloat16 paths (isa.h's mk_bf16_detect): 1 = AVX512-BF16, 2 = AMX. */
 enum { MK_CONV_BF16_AVX512BF16 = 1, MK_CONV_BF16_AMX = 2 };
 /* The tile of path bf16 for `lanes` output columns and Cin_g input channels of `taps` (KH x

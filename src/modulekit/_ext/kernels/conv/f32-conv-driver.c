@@ -269,7 +269,7 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
     const size_t K = (size_t)cin_g * taps;
     /* bfloat16: the kernel's taps of kpt pair rows (conv.h) */
     const int ntaps = image ? taps : 1;
-    const size_t kpt = (((image ? (size_t)cin_g : K) + 1) / 2 + c16.kpa - 1) / c16.kpa * c16.kpa;
+    const size_t kpt = mk_bf16_pair_rows(image ? (size_t)cin_g : K, c16.kpa);
     static const ptrdiff_t tap0[1] = {0};
     const ptrdiff_t *tapoff = image ? koff : tap0; /* channel 0's offsets of the taps */
     /* floats (words) of one panel */
@@ -542,7 +542,7 @@ ptrdiff_t mk_conv_bf16_tiles_words(int bf16, const mk_conv_geom *g, int groups, 
     mk_bf16_igemm_config c16;
     mk_conv_bf16_lanes(bf16, L, cin_g, taps, pplane, &c16);
     const ptrdiff_t rows = c16.image ? cin_g : (ptrdiff_t)cin_g * taps;
-    const ptrdiff_t kpt = ((rows + 1) / 2 + c16.kpa - 1) / c16.kpa * c16.kpa;
+    const ptrdiff_t kpt = (ptrdiff_t)mk_bf16_pair_rows((size_t)rows, c16.kpa);
     if (c16.image) /* the pair images of a step and their slack (see conv2d_igemm) */
         return pair_images_per_step(g, groups * kpt * pplane) * groups * kpt * pplane +
                2 * g->Wq + 96;
@@ -648,7 +648,7 @@ static void rows_bf16_setup(int bf16, const mk_conv_geom *g, rows_bf16 *r) {
     const size_t K = (size_t)g->C * g->KH * g->KW;
     mk_conv_bf16_lanes(bf16, (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW, g->C, g->KH * g->KW, 0,
                        &r->c16);
-    r->kpt = ((K + 1) / 2 + r->c16.kpa - 1) / r->c16.kpa * r->c16.kpa;
+    r->kpt = mk_bf16_pair_rows(K, r->c16.kpa);
     r->tile_words = r->kpt * (size_t)r->c16.nr;
     r->panel = (size_t)r->c16.mr + r->kpt * r->c16.mr;
     const size_t fit = MK_CONV_BLOCK_BYTES / (r->tile_words * sizeof(uint32_t));
