@@ -84,7 +84,7 @@ _CASES = [
     (1, 16, 10, 10, 32, (3, 3), (1, 2), (1, 1, 1, 1), (1, 1), 4),   # grouped, mixed stride
     (1, 5, 6, 7, 3, (2, 3), (1, 1), (0, 1, 1, 0), (1, 1), 1),       # odd K (pair padding)
     (1, 128, 7, 7, 64, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),    # few pixels, long K
-    # the AMX pair image (channels padded to 32 by at most a third, or one tap)
+    # the pair image (on AMX: channels padded to 32 by at most a third, or one tap)
     (2, 48, 12, 11, 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),   # 3x3 stride 1, Cout % 32
     (1, 62, 9, 10, 34, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 2),    # odd Cin_g 31, groups
     (1, 64, 30, 30, 96, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),   # direct 1x1
@@ -155,7 +155,7 @@ def test_bit_identical_across_threads_layouts_and_entry_points(bf16_path, rng):
                                   (21, 40, 14, 14, 56, 1, 2, 0, 1), (18, 64, 8, 8, 32, 3, 1, 1, 2)],
                          ids=lambda c: "n{}-c{}-{}x{}-k{}s{}g{}".format(*c[:4], c[5], c[6], c[8]))
 def test_images_converted_a_step_at_a_time(bf16_path, rng, case):
-    """Over the pair image (AMX) the images of a batch are converted several at a time (as
+    """Over the pair image the images of a batch are converted several at a time (as
     many as fit half of L2) and every panel passes over all their tiles: each image's result
     is the bits of that image alone, the last step's remainder and strided 1x1 layers (whose
     pair planes hold the one phase sub-image their taps read) included."""
@@ -258,7 +258,7 @@ def test_what_keeps_float32_compute(bf16_path, rng):
 @needs_bf16
 def test_paths_agree_within_rounding(rng):
     """Where the CPU has both bfloat16 paths, they compute the same rounded products (sums in
-    other orders): AMX's pair image and packed tiles against AVX512-BF16's packed tiles."""
+    other orders): AMX's pair image and packed tiles against AVX512-BF16's."""
     if "amx" not in _isa.available_bf16():
         pytest.skip("no AMX bfloat16 path on this CPU")
     _isa.set_isa("avx512")

@@ -139,20 +139,30 @@ static const struct {
                    {mk_bf16_igemm_8x16__avx512bf16, 16, 1.35}};
 #endif
 
-/* B from the pair image (AMX) where a kernel window has several taps (KH x KW taps share one
- * conversion instead of one per tile and tap: ResNet-18's 3x3 layers at batch 32 1.5-2.3x
- * faster, one Xeon with AMX) and padding Cin_g to the tile's 32 channels computes at most a
- * third more; else packed tiles (a 3-channel stem's K = 147 packs densely, where its
- * channels padded to 32 would compute 10x). With one tap both convert each value once and the
- * panels are the same: the pair image while it takes at most half of L2 (common/caches.h; a
- * 1x1 64 -> 256 on a 56x56 map at batch 4 3.8 against 4.6-11 ms, one thread, measured while
- * only its work items held several tiles), else packed tiles (256 -> 64: 2.8 against 3.3 ms;
- * the Xeon with AMX, 2 MiB L2). pair_bytes: the pair image's bytes per image (0: unknown,
- * for the panel layout, which only depends on it with one tap). AVX512-BF16 packs tiles (its
- * tuning on Zen 4, where the pair image is not measured). */
+/* row bands: inputs of at most this many channels (a network's first layer) */
+#define ROWS_MAX_CIN 4
+
+/* B from the pair image where a kernel window has several taps (KH x KW taps share one
+ * conversion instead of one per tile and tap) and padding Cin_g to the tile's pair rows
+ * computes at most a third more; else packed tiles. With one tap both convert each value
+ * once and the panels are the same: the pair image while it takes at most half of L2
+ * (common/caches.h), else packed tiles. pair_bytes: the pair image's bytes per image (0:
+ * unknown, for the panel layout, which only depends on it with one tap).
+ *   AMX (32 channels a tile): ResNet-18's 3x3 layers at batch 32 1.5-2.3x faster than packed
+ *   tiles; a 3-channel stem's K = 147 packs densely, where its channels padded to 32 would
+ *   compute 10x; 1x1 64 -> 256 on a 56x56 map at batch 4 3.8 against 4.6-11 ms, one thread,
+ *   and 256 -> 64 (past half of L2) 2.8 against 3.3 ms with packed tiles (the Xeon with AMX,
+ *   2 MiB L2).
+ *   AVX512-BF16 (channels padded to even): every layer but the few-channel inputs of the row
+ *   bands, whose fused stem packs its tiles (bands of output rows in cache; see
+ *   mk_conv_maxpool_fused). On Zen 4 at batch 32, 2 threads, the image against packed tiles:
+ *   3x3 8 -> 32 56x56 1.70 against 3.31 ms, 16 -> 32 3.34 against 6.24, 128 -> 128 28x28
+ *   20.0 against 23.3, ResNet-18's stride-2 3x3 layers 11.6-12.4 against 13.5-14.3 in the
+ *   model, 1x1 stride 2 128 -> 256 28x28 1.9 against 3.3 (the tiles repack each value once
+ *   per tap, and the pack pass was 14% of a stride-2 layer's time). */
 static int bf16_image(int kpa, int cin_g, int taps, double pair_bytes) {
     const int padded = (int)mk_bf16_pair_rows((size_t)cin_g, kpa) * 2;
-    if (kpa == 1) return 0;
+    if (kpa == 1 && cin_g <= ROWS_MAX_CIN) return 0;
     if (taps == 1) return pair_bytes <= (double)(mk_cpu_caches()->l2 / 2);
     return 3 * padded <= 4 * cin_g;
 }
@@ -221,8 +231,6 @@ int mk_conv_winograd_supported(int m, int isa) {
 /* ... and, other than for a strided 1x1 kernel, an igemm lane cost above this many times the
  * pixels (see im2col_pays) */
 #define IM2COL_WASTE 2.0
-/* row bands: inputs of at most this many channels (a network's first layer) */
-#define ROWS_MAX_CIN 4
 /* the direct 1x1 band kernel: maps of at most this many pixels (splitting the output channels
  * over the threads keeps them busy there) */
 #define CONV1X1_MAX_PIXELS 4096
