@@ -205,6 +205,37 @@ def test_few_channel_maxpool_fused(bf16_path, rng, geom):
 
 
 @needs_bf16
+@pytest.mark.parametrize("geom", [(2, 3, 32, 3, 45, 39, 2, 1), (1, 3, 64, 7, 37, 41, 2, 3),
+                                  (2, 4, 24, 5, 23, 21, 1, 2), (1, 1, 9, 3, 17, 70, 1, 0)],
+                         ids=lambda g: "-".join(map(str, g)))
+def test_few_channel_bands_bit_identical_to_whole_image(bf16_path, rng, geom):
+    """A few-channel convolution (a network's first layer) runs in row bands under "medium"
+    ('igemm-bf16-rows'): each output the bits of the whole-image implicit GEMM ('igemm'
+    forced), with a residual and an activation, on every thread count."""
+    n, cin, cout, k, h, w, s, p = geom
+    wt = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
+    pc = _conv.pack_conv2d(wt, b, stride=s, padding=p)
+    whole = _conv.pack_conv2d(wt, b, stride=s, padding=p)
+    whole.algorithm = "igemm"
+    res = rng.standard_normal(pc.output_shape(x.shape)).astype(np.float32)
+    prev = modulekit.get_num_threads()
+    try:
+        with modulekit.float32_matmul_precision("medium"):
+            assert pc.algorithm_for(x.shape) == "igemm-bf16-rows"
+            assert whole.algorithm_for(x.shape) == "igemm-bf16"
+            want = whole(x, activation="relu", residual=res)
+            for nt in (1, 2, 3):
+                modulekit.set_num_threads(nt)
+                assert np.array_equal(pc(x, activation="relu", residual=res), want), nt
+    finally:
+        modulekit.set_num_threads(prev)
+    _check(want, x, wt, b, (s, s), (p,) * 4, (1, 1), 1, "relu", res)
+    assert pc.algorithm_for(x.shape) == "igemm-rows"  # float32 bands outside "medium"
+
+
+@needs_bf16
 def test_bfloat16_weights_round_like_float32_ones(bf16_path, rng):
     """A layer stored in bfloat16 computes under "medium" from its stored bits: the same
     result as float32 weights that round to them."""

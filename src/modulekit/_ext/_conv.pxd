@@ -48,6 +48,7 @@ cdef extern from "conv/conv.h" nogil:
         MK_CONV_ALGO_1X1
         MK_CONV_ALGO_IGEMM
         MK_CONV_ALGO_BF16
+        MK_CONV_ALGO_BF16_ROWS
     ctypedef struct mk_conv_config:
         const char *name
         int lane_exact

@@ -105,7 +105,7 @@ _FORCE = {"auto": MK_CONV_FORCE_AUTO, "igemm": MK_CONV_FORCE_IGEMM,
 _ALGORITHM_NAMES = {MK_CONV_ALGO_F64: "float64", MK_CONV_ALGO_DEPTHWISE: "depthwise",
                     MK_CONV_ALGO_IM2COL: "im2col", MK_CONV_ALGO_ROWS: "igemm-rows",
                     MK_CONV_ALGO_1X1: "igemm", MK_CONV_ALGO_IGEMM: "igemm",
-                    MK_CONV_ALGO_BF16: "igemm-bf16"}
+                    MK_CONV_ALGO_BF16: "igemm-bf16", MK_CONV_ALGO_BF16_ROWS: "igemm-bf16-rows"}
 _PREC_MEDIUM = 2  # mk_precision: float32_matmul_precision("medium")
 _WINO_G = {
     2: np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64),
@@ -323,7 +323,8 @@ cdef class PackedConv2d:
         'igemm-rows' (at most 4 input channels on AVX-512: the igemm in row bands, see
         ``mk_conv2d_rows_f32``), 'winograd-2x2', 'winograd-4x4', 'depthwise', 'float64' or
         'igemm-bf16' (bfloat16 multiplies under ``float32_matmul_precision("medium")`` on a
-        bfloat16 path: AVX512-BF16 or AMX). The choice is ``mk_conv_choose``'s (``kernels/conv/conv-config.c``).
+        bfloat16 path: AVX512-BF16 or AMX), 'igemm-bf16-rows' (the same in row bands, at most
+        4 input channels). The choice is ``mk_conv_choose``'s (``kernels/conv/conv-config.c``).
 
         Depends on the instruction-set path, the bfloat16 path, the calling thread's float32
         matmul precision and the thread count in effect.
@@ -590,7 +591,7 @@ cdef class PackedConv2d:
         cdef int isa = <int>active_isa()
         cdef int nthreads = effective_threads()
         cdef mk_conv_choice c = conv._choose(&g, isa, nthreads)
-        if c.algo == MK_CONV_ALGO_BF16 or c.algo == MK_CONV_ALGO_F64:
+        if c.algo in (MK_CONV_ALGO_BF16, MK_CONV_ALGO_BF16_ROWS, MK_CONV_ALGO_F64):
             return None
         g.OH, g.OW = oh, ow  # the grid the blocks share (reads stay inside the padded input)
         per = self.out_channels // nb // MK_CONV_MR  # panels a block
@@ -702,7 +703,7 @@ cdef class PackedConv2d:
             y = self.forward(xa, activation)
             y = max_pool2d(y, k, s, p, d, ceil_mode)
             return y[0] if unbatched else y
-        cdef int path = active_bf16() if fused == MK_CONV_ALGO_BF16 else 0
+        cdef int path = active_bf16() if fused == MK_CONV_ALGO_BF16_ROWS else 0
         cdef cnp.ndarray out = np.empty((g.N, self.out_channels, pg.OH, pg.OW), np.float32)
         cdef cnp.ndarray xin = xa
         cdef cnp.ndarray scratch = _scratch(
@@ -739,7 +740,7 @@ cdef class PackedConv2d:
         cdef mk_conv_layer layer = self._layer()
         fused = mk_conv_maxpool_fused(&layer, &g, &pg, <int>active_isa(), effective_threads())
         if fused:
-            return "igemm-bf16-maxpool" if fused == MK_CONV_ALGO_BF16 else "igemm-maxpool"
+            return "igemm-bf16-maxpool" if fused == MK_CONV_ALGO_BF16_ROWS else "igemm-maxpool"
         return self.algorithm_for(input_shape) + "+max_pool2d"
 
     def forward(self, x, activation=None, residual=None):
@@ -833,7 +834,8 @@ cdef class PackedConv2d:
         cdef void *rp = NULL if res is None else cnp.PyArray_DATA(res)
         cdef cnp.ndarray packed = self._packed
         cdef cnp.ndarray bias = self._bias
-        cdef cnp.ndarray koff, scratch, wf, bf
+        cdef cnp.ndarray koff, scratch, wf, bf, w16
+        cdef int path
         cdef void *wp = cnp.PyArray_DATA(packed)
         cdef void *bp = NULL
         cdef int groups = self.groups, cout = self.out_channels
@@ -887,6 +889,17 @@ cdef class PackedConv2d:
                                    <float *>cnp.PyArray_DATA(scratch),
                                    <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                                    <const float *>rp, act, isa, nthreads)
+        elif c.algo == MK_CONV_ALGO_BF16_ROWS:
+            path = active_bf16()
+            w16 = self._bf16_panels(path)
+            scratch = _scratch(mk_conv_rows_scratch(path, g, NULL, cout, nthreads))
+            koff = np.empty(g.C * g.KH * g.KW, np.intp)
+            with nogil:
+                mk_conv2d_rows_bf16(path, g, NULL, <const float *>xp, cout,
+                                    <const uint32_t *>cnp.PyArray_DATA(w16),
+                                    <float *>cnp.PyArray_DATA(scratch),
+                                    <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
+                                    <const float *>rp, act, nthreads)
         elif c.algo == MK_CONV_ALGO_1X1:
             koff = np.empty(g.C, np.intp)
             with nogil:

@@ -13,7 +13,8 @@
  *                            any groups, float32 or bfloat16 weights; not a forced Winograd)
  *   3x3 stride 1, groups 1 -> Winograd F(2x2) or F(4x4) where its cost model says so (or a
  *                            tile forced by the layer), with the GEMM stage's orientation
- *   bfloat16 allowed      -> the bfloat16 implicit GEMM ("medium" on the AVX512-BF16 path)
+ *   bfloat16 allowed      -> the bfloat16 implicit GEMM ("medium" on the AVX512-BF16 path;
+ *                            in row bands on inputs of few channels on both paths)
  *   lane-exact paths (AVX-512, float32 weights, groups 1; not with 'igemm' forced):
  *     strided 1x1 kernels and tiny output maps, or 'im2col' forced
  *                         -> im2col + the 1x1 band kernel
@@ -299,6 +300,24 @@ static int bf16_pays(const mk_conv_layer *l, int wino_m) {
     return l->bf16 && wino_m == 0;
 }
 
+/* bfloat16 in row bands (mk_conv2d_rows_bf16): inputs of few channels (a network's first
+ * layer), groups 1, not with 'igemm' forced, whose panels are packed-tile panels (the bands
+ * pack their tiles from the band buffer; each lane the same sum as over the whole image's
+ * phase image, bit for bit). The band's phase rows stay in cache where the whole-image phase
+ * image is as large as the input. Zen 4's AVX512-BF16 path, 2 threads, whole image ->
+ * bands: MobileNetV2's stem (3 -> 32, 3x3 stride 2, 224x224) batch 32 20.1 -> 10.6 ms (its
+ * float32 bands 11.9-13.1: the whole-image bfloat16 igemm had made "medium" slower than
+ * float32), batch 1 0.42 -> 0.11 ms; ResNet's 7x7 stem without its pool 42.2 -> 30.6 and
+ * 0.92 -> 0.72 ms. With a max pool after it see mk_conv_maxpool_fused. */
+static int bf16_rows(const mk_conv_layer *l, const mk_conv_geom *g, int isa) {
+    if (l->groups != 1 || g->C > ROWS_MAX_CIN || isa < MK_ISA_AVX512 ||
+        l->force == MK_CONV_FORCE_IGEMM)
+        return 0;
+    mk_bf16_igemm_config cfg;
+    mk_conv_bf16_lanes(l->bf16, 0, g->C, g->KH * g->KW, 0, &cfg);
+    return !cfg.image;
+}
+
 void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads,
                     mk_conv_choice *c) {
     mk_conv_layer auto_l;
@@ -319,8 +338,8 @@ void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int 
     }
     const int m = winograd_tile(l, g, isa, nthreads);
     if (bf16_pays(l, m)) {
-        c->algo = MK_CONV_ALGO_BF16;
         c->direct = direct_1x1(g);
+        c->algo = !c->direct && bf16_rows(l, g, isa) ? MK_CONV_ALGO_BF16_ROWS : MK_CONV_ALGO_BF16;
         return;
     }
     if (m) {
@@ -357,16 +376,9 @@ int mk_conv_maxpool_fused(const mk_conv_layer *l, const mk_conv_geom *g, const m
     if (lane_exact(l, isa) && l->force != MK_CONV_FORCE_IGEMM &&
         (c.algo == MK_CONV_ALGO_ROWS || c.algo == MK_CONV_ALGO_IGEMM))
         return MK_CONV_ALGO_ROWS;
-    /* in bfloat16, on inputs of few channels (a network's first layer) whose panels are
-     * packed-tile panels (the bands pack their tiles from the band buffer). ResNet-18's stem
-     * with its 3/2 pool, 2 threads, Intel Xeon with AMX: batch 32 41 -> 18 ms, batch 1 0.81 ->
-     * 0.44 ms (the 103 MB map at batch 32 is no longer written and read back); on the same
-     * CPU's AVX512-BF16 path 72 -> 53 and 1.76 -> 1.63 ms */
-    mk_bf16_igemm_config cfg;
-    if (c.algo == MK_CONV_ALGO_BF16 && l->groups == 1 && g->C <= ROWS_MAX_CIN &&
-        isa >= MK_ISA_AVX512) {
-        mk_conv_bf16_lanes(l->bf16, 0, g->C, g->KH * g->KW, 0, &cfg);
-        if (!cfg.image) return MK_CONV_ALGO_BF16;
-    }
-    return 0;
+    /* in bfloat16, where the row bands run (bf16_rows). ResNet-18's stem with its 3/2 pool,
+     * 2 threads, Intel Xeon with AMX: batch 32 41 -> 18 ms, batch 1 0.81 -> 0.44 ms (the 103 MB
+     * map at batch 32 is no longer written and read back); on the same CPU's AVX512-BF16 path
+     * 72 -> 53 and 1.76 -> 1.63 ms */
+    return c.algo == MK_CONV_ALGO_BF16_ROWS ? MK_CONV_ALGO_BF16_ROWS : 0;
 }

@@ -362,6 +362,7 @@ typedef enum {
     MK_CONV_ALGO_1X1,       /* mk_conv1x1_mean_f32 over the input itself */
     MK_CONV_ALGO_IGEMM,     /* mk_conv2d_f32 (direct: no phase image) */
     MK_CONV_ALGO_BF16,      /* mk_conv2d_bf16 (direct: no phase image) */
+    MK_CONV_ALGO_BF16_ROWS, /* mk_conv2d_rows_bf16 (few input channels, in row bands) */
 } mk_conv_algo;
 typedef struct {
     int algo;             /* mk_conv_algo */
@@ -372,7 +373,7 @@ typedef struct {
 void mk_conv_choose(const mk_conv_layer *l, const mk_conv_geom *g, int isa, int nthreads,
                     mk_conv_choice *c);
 /* Whether the max pooling pg after layer l runs fused: 0 no, MK_CONV_ALGO_ROWS
- * (mk_conv2d_rows_f32 with pg), MK_CONV_ALGO_BF16 (mk_conv2d_rows_bf16 with pg). */
+ * (mk_conv2d_rows_f32 with pg), MK_CONV_ALGO_BF16_ROWS (mk_conv2d_rows_bf16 with pg). */
 int mk_conv_maxpool_fused(const mk_conv_layer *l, const mk_conv_geom *g,
                           const mk_conv_geom *pg, int isa, int nthreads);
 /* ---- end of the configuration ------------------------------------------------------------- */
