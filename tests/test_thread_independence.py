@@ -137,7 +137,7 @@ def test_igemm_images_and_stem(isa):
 def test_bf16_igemm_and_stem(path):
     """bfloat16 compute under "medium": the implicit GEMM over the pair image (rebuilt per
     step of images, after a barrier) and over packed tiles (few channels a group), and the
-    stem's fused bands."""
+    stem's bands, with and without the max pool."""
     if path not in _isa.available_bf16():
         pytest.skip(f"no {path} bfloat16 path on this CPU")
     prev_isa, prev_bf16 = _isa.get_isa(), _isa.get_bf16()
@@ -150,14 +150,15 @@ def test_bf16_igemm_and_stem(path):
             x = f32(rng, 3, 32, 17, 17)
             assert c.algorithm_for(x.shape) == "igemm-bf16"
             assert_team_bits(lambda: c.forward(x, "relu", x[:, :1].repeat(40, 1)))
-            # 4 channels a group: packed tiles, all of an image's first (the weights outweigh
-            # the 6x6 input)
+            # 4 channels a group: packed tiles, all of an image's packed first (its weights
+            # outweigh the 6x6 input)
             grouped = conv(rng, 256, 16, 3, 1, 1, groups=4, algorithm="igemm")
             xg = f32(rng, 3, 16, 6, 6)
             assert grouped.algorithm_for(xg.shape) == "igemm-bf16"
             assert_team_bits(lambda: grouped.forward(xg, "relu"))
             stem = conv(rng, 64, 3, 7, 2, 3)
             xs = f32(rng, 2, 3, 96, 96)
+            assert stem.algorithm_for(xs.shape) == "igemm-bf16-rows"
             assert stem.maxpool_algorithm_for(xs.shape, 3, 2, 1) == "igemm-bf16-maxpool"
             assert_team_bits(lambda: stem.forward(xs, "relu"))
             assert_team_bits(lambda: stem.forward_maxpool(xs, "relu", 3, 2, 1))
