@@ -161,6 +161,8 @@ cdef class PackedConv2d:
               float *mean=*)
     cdef _igemm(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act, bint direct,
                 int isa, int nthreads)
+    cdef _rows(self, mk_conv_geom *g, mk_conv_geom *pg, void *xp, void *op, void *rp, int act,
+               int path, int isa, int nthreads)
     cdef cnp.ndarray _bf16_panels(self, int path)
     cdef _igemm_bf16(self, mk_conv_geom *g, void *xp, void *op, void *rp, int act,
                      bint direct, int nthreads)

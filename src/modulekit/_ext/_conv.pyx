@@ -706,23 +706,8 @@ cdef class PackedConv2d:
         cdef int path = active_bf16() if fused == MK_CONV_ALGO_BF16_ROWS else 0
         cdef cnp.ndarray out = np.empty((g.N, self.out_channels, pg.OH, pg.OW), np.float32)
         cdef cnp.ndarray xin = xa
-        cdef cnp.ndarray scratch = _scratch(
-            mk_conv_rows_scratch(path, &g, &pg, self.out_channels, nthreads))
-        cdef cnp.ndarray koff = np.empty(g.C * g.KH * g.KW, np.intp)
-        cdef cnp.ndarray w = self._bf16_panels(path) if path else self._packed
-        with nogil:
-            if path:
-                mk_conv2d_rows_bf16(path, &g, &pg, <const float *>cnp.PyArray_DATA(xin),
-                                    self.out_channels, <const uint32_t *>cnp.PyArray_DATA(w),
-                                    <float *>cnp.PyArray_DATA(scratch),
-                                    <Py_ssize_t *>cnp.PyArray_DATA(koff),
-                                    <float *>cnp.PyArray_DATA(out), NULL, act, nthreads)
-            else:
-                mk_conv2d_rows_f32(&g, &pg, <const float *>cnp.PyArray_DATA(xin),
-                                   self.out_channels, <const float *>cnp.PyArray_DATA(w),
-                                   <float *>cnp.PyArray_DATA(scratch),
-                                   <Py_ssize_t *>cnp.PyArray_DATA(koff),
-                                   <float *>cnp.PyArray_DATA(out), NULL, act, isa, nthreads)
+        self._rows(&g, &pg, cnp.PyArray_DATA(xin), cnp.PyArray_DATA(out), NULL, act, path, isa,
+                   nthreads)
         return out[0] if unbatched else out
 
     def maxpool_algorithm_for(self, input_shape, kernel_size=2, stride=None, padding=0,
@@ -834,8 +819,7 @@ cdef class PackedConv2d:
         cdef void *rp = NULL if res is None else cnp.PyArray_DATA(res)
         cdef cnp.ndarray packed = self._packed
         cdef cnp.ndarray bias = self._bias
-        cdef cnp.ndarray koff, scratch, wf, bf, w16
-        cdef int path
+        cdef cnp.ndarray koff, scratch, wf, bf
         cdef void *wp = cnp.PyArray_DATA(packed)
         cdef void *bp = NULL
         cdef int groups = self.groups, cout = self.out_channels
@@ -881,25 +865,9 @@ cdef class PackedConv2d:
                                      <float *>cnp.PyArray_DATA(scratch),
                                      <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                                      <const float *>rp, act, nthreads)
-        elif c.algo == MK_CONV_ALGO_ROWS:
-            scratch = _scratch(mk_conv_rows_scratch(0, g, NULL, cout, nthreads))
-            koff = np.empty(g.C * g.KH * g.KW, np.intp)
-            with nogil:
-                mk_conv2d_rows_f32(g, NULL, <const float *>xp, cout, <const float *>wp,
-                                   <float *>cnp.PyArray_DATA(scratch),
-                                   <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
-                                   <const float *>rp, act, isa, nthreads)
-        elif c.algo == MK_CONV_ALGO_BF16_ROWS:
-            path = active_bf16()
-            w16 = self._bf16_panels(path)
-            scratch = _scratch(mk_conv_rows_scratch(path, g, NULL, cout, nthreads))
-            koff = np.empty(g.C * g.KH * g.KW, np.intp)
-            with nogil:
-                mk_conv2d_rows_bf16(path, g, NULL, <const float *>xp, cout,
-                                    <const uint32_t *>cnp.PyArray_DATA(w16),
-                                    <float *>cnp.PyArray_DATA(scratch),
-                                    <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
-                                    <const float *>rp, act, nthreads)
+        elif c.algo == MK_CONV_ALGO_ROWS or c.algo == MK_CONV_ALGO_BF16_ROWS:
+            self._rows(g, NULL, xp, op, rp, act,
+                       active_bf16() if c.algo == MK_CONV_ALGO_BF16_ROWS else 0, isa, nthreads)
         elif c.algo == MK_CONV_ALGO_1X1:
             koff = np.empty(g.C, np.intp)
             with nogil:
@@ -933,6 +901,28 @@ cdef class PackedConv2d:
                           cnp.PyArray_DATA(packed), self._wtype, widep, php,
                           <Py_ssize_t *>cnp.PyArray_DATA(koff), <float *>op,
                           <const float *>rp, act, isa, nthreads)
+
+    cdef _rows(self, mk_conv_geom *g, mk_conv_geom *pg, void *xp, void *op, void *rp, int act,
+               int path, int isa, int nthreads):
+        """The igemm in row bands (at most 4 input channels): ``mk_conv2d_rows_f32``, or
+        ``mk_conv2d_rows_bf16`` on bfloat16 path ``path`` (0: float32), max pooled by ``pg``
+        in the bands when it is not NULL."""
+        cdef cnp.ndarray scratch = _scratch(
+            mk_conv_rows_scratch(path, g, pg, self.out_channels, nthreads))
+        cdef cnp.ndarray koff = np.empty(g.C * g.KH * g.KW, np.intp)
+        cdef cnp.ndarray w = self._bf16_panels(path) if path else self._packed
+        cdef float *sp = <float *>cnp.PyArray_DATA(scratch)
+        cdef Py_ssize_t *kp = <Py_ssize_t *>cnp.PyArray_DATA(koff)
+        cdef void *wp = cnp.PyArray_DATA(w)
+        with nogil:
+            if path:
+                mk_conv2d_rows_bf16(path, g, pg, <const float *>xp, self.out_channels,
+                                    <const uint32_t *>wp, sp, kp, <float *>op,
+                                    <const float *>rp, act, nthreads)
+            else:
+                mk_conv2d_rows_f32(g, pg, <const float *>xp, self.out_channels,
+                                   <const float *>wp, sp, kp, <float *>op, <const float *>rp,
+                                   act, isa, nthreads)
 
     cdef cnp.ndarray _bf16_panels(self, int path):
         """The pair panels of bfloat16 path ``path`` (see conv.h), packed on first use."""

@@ -155,11 +155,12 @@ static const struct {
  *   and 256 -> 64 (past half of L2) 2.8 against 3.3 ms with packed tiles (the Xeon with AMX,
  *   2 MiB L2).
  *   AVX512-BF16 (channels padded to even): every layer but the few-channel inputs of the row
- *   bands, which pack their tiles (bands of output rows in cache; see bf16_rows). On Zen 4 at batch 32, 2 threads, the image against packed tiles:
- *   3x3 8 -> 32 56x56 1.70 against 3.31 ms, 16 -> 32 3.34 against 6.24, 128 -> 128 28x28
- *   20.0 against 23.3, ResNet-18's stride-2 3x3 layers 11.6-12.4 against 13.5-14.3 in the
- *   model, 1x1 stride 2 128 -> 256 28x28 1.9 against 3.3 (the tiles repack each value once
- *   per tap, and the pack pass was 14% of a stride-2 layer's time). */
+ *   bands, which pack their tiles (bands of output rows in cache; see bf16_rows). On Zen 4
+ *   at batch 32, 2 threads, the image against packed tiles: 3x3 8 -> 32 56x56 1.70 against
+ *   3.31 ms, 16 -> 32 3.34 against 6.24, 128 -> 128 28x28 20.0 against 23.3, ResNet-18's
+ *   stride-2 3x3 layers 11.6-12.4 against 13.5-14.3 in the model, 1x1 stride 2 128 -> 256
+ *   28x28 1.9 against 3.3 (the tiles repack each value once per tap, and the pack pass was
+ *   14% of a stride-2 layer's time). */
 static int bf16_image(int kpa, int cin_g, int taps, double pair_bytes) {
     const int padded = (int)mk_bf16_pair_rows((size_t)cin_g, kpa) * 2;
     if (kpa == 1 && cin_g <= ROWS_MAX_CIN) return 0;
