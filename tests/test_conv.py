@@ -132,6 +132,45 @@ def test_igemm_batch_images(isa, rng, geom):
                                atol=1e-4)
 
 
+# (batch, cin, cout, H, W, stride): 3x3 padded 1, each with output rows whose vectors tile
+# fewer lanes than the grid (mk_conv_igemm_grid_tiling)
+ROW_VECTOR_GEOMETRIES = [
+    (2, 8, 16, 16, 16, 1),  # 16 vectors of 16 an image (a DCGAN phase's map)
+    (1, 5, 9, 47, 47, 1),  # each row's last vector partial (15 of 16 lanes)
+    (1, 6, 8, 32, 32, 2),  # stride 2: 16x16 outputs over 17-column phase rows
+]
+
+
+@pytest.mark.parametrize("geom", ROW_VECTOR_GEOMETRIES, ids=lambda g: "-".join(map(str, g)))
+def test_row_vector_tiles(isa, rng, geom):
+    """Tiles of output-row vectors (the AVX-512 and AVX2 igemm, where they compute fewer lanes
+    than the grid's consecutive lanes): against torch, and bit for bit the grid's sums (the same
+    layer over the input widened with zero columns, whose grid tiles win)."""
+    n, cin, cout, h, w, s = geom
+    x, wt, b = make(rng, n, cin, cout, 3, h, w, 1)
+    packed = _conv.pack_conv2d(wt, b, stride=s, padding=1)
+    packed.algorithm = "igemm"
+    assert packed._igemm_tiling_for(x.shape)[2] == {"generic": 0, "avx2": 8, "avx512": 16}[isa]
+    res = rng.standard_normal(packed.output_shape(x.shape)).astype(np.float32)
+    y = packed.forward(x, "relu", res)
+    np.testing.assert_allclose(y, reference(x, wt, b, s, 1, 1, 1, "relu", res), rtol=1e-4,
+                               atol=1e-4)
+    wide = np.zeros(x.shape[:3] + (w + 3 * s,), np.float32)
+    wide[..., :w] = x
+    assert packed._igemm_tiling_for(wide.shape)[2] == 0
+    ow = y.shape[3]
+    res_wide = np.zeros(packed.output_shape(wide.shape), np.float32)
+    res_wide[..., :ow] = res
+    np.testing.assert_array_equal(packed.forward(wide, "relu", res_wide)[..., :ow], y)
+    if cout == 16:  # the shifted blocks (a transposed convolution's phases) tile the same way
+        shifts = [(0, 0), (1, 1)]
+        pads = (1, 1, 2, 2)
+        full = packed.with_padding(pads).forward(x)
+        z = packed.forward_shifted(x, pads, (h, w), shifts)
+        np.testing.assert_array_equal(z[:, :8], full[:, :8, :h, :w])
+        np.testing.assert_array_equal(z[:, 8:16], full[:, 8:16, 1:h + 1, 1:w + 1])
+
+
 @pytest.mark.parametrize("storage", ["float32", "bfloat16"])
 def test_forward_shifted_blocks(isa, rng, storage):
     """Each block of output channels is the padded convolution's window at its shift, bit for
@@ -149,6 +188,42 @@ def test_forward_shifted_blocks(isa, rng, storage):
     two = packed.forward_shifted(x, pads, (9, 7), [(0, 1), (1, 0)])  # blocks of 16
     np.testing.assert_array_equal(two[:, 16:], full[:, 16:, 1:10, :7])
     np.testing.assert_array_equal(packed.forward_shifted(x[0], pads, (8, 7), shifts), y[0])
+    # in place: block i's first rows x cols outputs at out[:, :, oy + sy oh, ox + sx ow], the
+    # same bits; positions no block writes keep their values
+    for steps, places, size in [
+        ((2, 2), [(0, 0, 8, 7), (0, 1, 8, 7), (1, 0, 8, 6), (1, 1, 7, 7)], (16, 14)),
+        ((2, 3), [(0, 0, 8, 7), (0, 1, 8, 5), (1, 0, 0, 0), (1, 2, 3, 7)], (16, 21)),
+    ]:
+        out = np.full((2, 8) + size, np.nan, np.float32)
+        got = packed.forward_shifted(x, pads, (8, 7), shifts, out=out, places=places,
+                                     steps=steps)
+        assert got is out
+        unset = np.ones(size, bool)
+        for i, (oy, ox, rows, cols) in enumerate(places):
+            at = (slice(oy, oy + steps[0] * rows, steps[0]), slice(ox, ox + steps[1] * cols,
+                                                                     steps[1]))
+            np.testing.assert_array_equal(out[(Ellipsis,) + at],
+                                          y[:, 8 * i:8 * i + 8, :rows, :cols])
+            unset[at] = False
+        assert np.isnan(out[:, :, unset]).all()
+        one = np.full((8,) + size, np.nan, np.float32)
+        packed.forward_shifted(x[0], pads, (8, 7), shifts, out=one, places=places, steps=steps)
+        np.testing.assert_array_equal(one, out[0])
+    out = np.zeros((2, 8, 16, 14), np.float32)
+    places = [(0, 0, 8, 7)] * 4
+    for bad, match in [
+        (dict(out=out.astype(np.float64), places=places, steps=(2, 2)), "float32"),
+        (dict(out=np.zeros((2, 4, 16, 14), np.float32), places=places, steps=(2, 2)), "shape"),
+        (dict(out=out, places=places[:3], steps=(2, 2)), "4 \\(oy, ox, rows, cols\\)"),
+        (dict(out=out, places=places, steps=(0, 2)), "positive"),
+        (dict(out=out, places=[(2, 0, 8, 7)] * 4, steps=(2, 2)), "leaves out"),
+        (dict(out=out, places=[(0, 0, 9, 7)] * 4, steps=(1, 1)), "leaves out"),
+        (dict(out=out, places=places), "go together"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            packed.forward_shifted(x, pads, (8, 7), shifts, **bad)
+    with pytest.raises(TypeError, match="places"):
+        packed.forward_shifted(x, pads, (8, 7), shifts, out=out, places=5, steps=(2, 2))
     # layouts it does not run: None (the caller computes otherwise)
     for blocks in (3, 8):  # not whole panels of 8 channels
         assert packed.forward_shifted(x, pads, (8, 7), [(0, 0)] * blocks) is None

@@ -26,10 +26,17 @@ cdef extern from "conv/conv.h" nogil:
                       const void *packed, int wtype, float *wide, float *phase,
                       Py_ssize_t *koff, float *out, const float *res, int act, int isa,
                       int nthreads)
+    ctypedef struct mk_conv_blocks:
+        int nblocks
+        const Py_ssize_t *shift
+        const Py_ssize_t *origin
+        const int *count
+        Py_ssize_t ns, cs, rs
+        int sy, sx
     int mk_conv2d_shifted_f32(const mk_conv_geom *g, const float *x, int Cout,
                               const void *packed, int wtype, float *wide, float *phase,
-                              Py_ssize_t *koff, const Py_ssize_t *shift, float *out, int isa,
-                              int nthreads)
+                              Py_ssize_t *koff, const mk_conv_blocks *blocks, float *out,
+                              int isa, int nthreads)
     void mk_conv2d_f64(const mk_conv_geom *g, const double *x, int groups, int Cout,
                        const double *w, const double *bias, double *out, const double *res,
                        int act, int nthreads)
@@ -53,6 +60,11 @@ cdef extern from "conv/conv.h" nogil:
         const char *name
         int lane_exact
     const mk_conv_config *mk_conv_get_config(int isa)
+    ctypedef struct mk_igemm_tiling:
+        int nr, tail_nr
+        Py_ssize_t lanes
+        int vector
+    double mk_conv_igemm_grid_tiling(int isa, const mk_conv_geom *g, mk_igemm_tiling *t)
     ctypedef struct mk_conv_layer:
         int groups, Cout, wtype, depthwise, force, bf16
     ctypedef struct mk_conv_choice:

@@ -43,6 +43,9 @@ class PackedConv2d:
     def winograd_nbytes(self) -> int: ...
     def algorithm_for(self, input_shape: tuple[int, int, int, int]) -> str: ...
     def _winograd_engine_for(self, input_shape: tuple[int, int, int, int]) -> bool: ...
+    def _igemm_tiling_for(
+        self, input_shape: tuple[int, int, int, int]
+    ) -> tuple[int, int, int, int]: ...
     def maxpool_algorithm_for(
         self,
         input_shape: tuple[int, int, int, int],
@@ -75,6 +78,9 @@ class PackedConv2d:
         padding: tuple[int, int, int, int],
         out_size: tuple[int, int],
         shifts: Sequence[tuple[int, int]],
+        out: np.ndarray | None = ...,
+        places: Sequence[tuple[int, int, int, int]] | None = ...,
+        steps: tuple[int, int] | None = ...,
     ) -> np.ndarray | None: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
     def forward(

@@ -377,6 +377,16 @@ cdef class PackedConv2d:
         self._shape_geom(input_shape, &g)
         return bool(self._choose(&g, <int>active_isa(), effective_threads()).wino_eng)
 
+    def _igemm_tiling_for(self, input_shape):
+        """The float32 phase-image igemm's tiling of one image's output for this input:
+        ``(nr, tail_nr, vector, lanes)`` (``mk_conv_igemm_grid_tiling``: ``vector`` 0 for the
+        grid's consecutive lanes, else the lanes of the output rows' vectors). For tests."""
+        cdef mk_conv_geom g
+        self._shape_geom(input_shape, &g)
+        cdef mk_igemm_tiling t
+        mk_conv_igemm_grid_tiling(<int>active_isa(), &g, &t)
+        return t.nr, t.tail_nr, t.vector, t.lanes
+
     def _winograd_weights(self, int m, int eng=0, int isa=0):
         """U = G w G^T for tile size m (cached): packed as alpha^2 groups of igemm panels, or
         with ``eng`` as alpha^2 groups of the GEMM engine's panels of U_t^T for ``isa``
@@ -531,14 +541,16 @@ cdef class PackedConv2d:
         out._bias = self._bias
         return out
 
-    def forward_shifted(self, x, padding, out_size, shifts):
+    def forward_shifted(self, x, padding, out_size, shifts, out=None, places=None,
+                        steps=None):
         """Blocks of output channels, each over the padded input at its own offset.
 
         Block ``i`` (``out_channels // len(shifts)`` consecutive channels) gives
         ``conv(pad(x))[:, block i, dy : dy + OH, dx : dx + OW]`` for ``shifts[i] = (dy, dx)``
         and ``out_size = (OH, OW)``, and no other window: a transposed convolution's stride
         phases (``ConvTranspose``'s merged phases: one sub-kernel a block) in one float32
-        implicit GEMM.
+        implicit GEMM. With ``out``, each block's outputs go in place among the others' (the
+        phases interleaved by the GEMM's stores: no second pass).
 
         Parameters
         ----------
@@ -551,19 +563,31 @@ cdef class PackedConv2d:
         shifts : sequence of (int, int)
             Each block's (dy, dx), non-negative; ``dy + OH`` and ``dx + OW`` at most the
             padded convolution's output size.
+        out : ndarray, optional
+            float32, C-contiguous, (N, out_channels // len(shifts), H2, W2) (3-D for a 3-D
+            ``x``): block ``i``'s output ``(c, oh, ow)`` for ``oh < rows`` and ``ow < cols``
+            is written to ``out[:, c, oy + sy * oh, ox + sx * ow]``, for ``places[i] = (oy,
+            ox, rows, cols)`` and ``steps = (sy, sx)``; every such position inside ``out``.
+            Positions no block writes keep their values.
+        places : sequence of (int, int, int, int), optional
+            With ``out``: each block's first position and how many of its rows and columns
+            (at most OH and OW) it writes.
+        steps : tuple of 2 int, optional
+            With ``out``: the rows and columns between a block's outputs (positive).
 
         Returns
         -------
         ndarray or None
-            (N, C_out, OH, OW) float32 (3-D for a 3-D ``x``); None where this layer does not
-            run the float32 implicit GEMM (float64 storage, bfloat16 compute under
-            ``float32_matmul_precision('medium')``, groups) or a block is not whole panels
-            of 8 output channels.
+            ``out``, or a new (N, C_out, OH, OW) float32 array (3-D for a 3-D ``x``); None
+            where this layer does not run the float32 implicit GEMM (float64 storage, bfloat16
+            compute under ``float32_matmul_precision('medium')``, groups) or a block is not
+            whole panels of 8 output channels (``out`` is then left as it was).
 
         Raises
         ------
         ValueError
-            For a stride other than 1, or shifts and sizes past the padded output.
+            For a stride other than 1, shifts and sizes past the padded output, or ``out``,
+            ``places`` and ``steps`` that do not match (positions outside ``out``).
         """
         what = "forward_shifted"
         if self.groups != 1 or self._wtype == MK_W_F64:
@@ -579,6 +603,8 @@ cdef class PackedConv2d:
         nb = len(blocks)
         if nb == 0 or any(len(b) != 2 or min(b) < 0 for b in blocks):
             raise ValueError(f"{what}: shifts must be non-negative (dy, dx) pairs, got {shifts!r}")
+        if (out is None) != (places is None) or (out is None) != (steps is None):
+            raise ValueError(f"{what}: out, places and steps go together")
         if self.out_channels % nb or (self.out_channels // nb) % MK_CONV_MR:
             return None  # a panel would straddle two blocks
         cdef PackedConv2d conv = self.with_padding(padding)
@@ -588,6 +614,10 @@ cdef class PackedConv2d:
                 max(b[1] for b in blocks) + ow > g.OW:
             raise ValueError(f"{what}: out_size {(oh, ow)} with shifts {blocks} leaves the "
                              f"padded output of {(g.OH, g.OW)}")
+        cdef cnp.ndarray placed = None
+        if out is not None:
+            placed, place = _placed_output(out, unbatched, g.N, self.out_channels // nb,
+                                           places, steps, nb, oh, ow)
         cdef int isa = <int>active_isa()
         cdef int nthreads = effective_threads()
         cdef mk_conv_choice c = conv._choose(&g, isa, nthreads)
@@ -598,9 +628,26 @@ cdef class PackedConv2d:
         cdef cnp.ndarray shift = np.array(
             [blocks[p // per][0] * g.Wq + blocks[p // per][1] for p in range(per * nb)],
             np.intp)
-        out = np.empty((g.N, self.out_channels, oh, ow), np.float32)
+        cdef mk_conv_blocks cb
+        cb.nblocks = nb
+        cb.shift = <const Py_ssize_t *>cnp.PyArray_DATA(shift)
+        cb.origin = NULL
+        cdef cnp.ndarray origin, count
+        if placed is None:
+            res = np.empty((g.N, self.out_channels, oh, ow), np.float32)
+        else:
+            res = placed
+            h2, w2 = placed.shape[2], placed.shape[3]
+            origin = np.array([oy * w2 + ox for oy, ox, _, _ in place], np.intp)
+            count = np.array([p[2:] for p in place], np.intc).reshape(-1)
+            cb.origin = <const Py_ssize_t *>cnp.PyArray_DATA(origin)
+            cb.count = <const int *>cnp.PyArray_DATA(count)
+            cb.ns = placed.shape[1] * h2 * w2
+            cb.cs = h2 * w2
+            cb.rs = w2
+            cb.sy, cb.sx = steps
         if g.N == 0:
-            return out[0] if unbatched else out
+            return out if out is not None else res[0] if unbatched else res
         cdef cnp.ndarray packed = self._packed
         cdef cnp.ndarray phase = _scratch(mk_conv_phase_size(&g, g.C))
         cdef cnp.ndarray koff = np.empty(g.C * g.KH * g.KW, np.intp)
@@ -610,15 +657,17 @@ cdef class PackedConv2d:
             wide = np.empty(packed.size, np.float32)
             widep = <float *>cnp.PyArray_DATA(wide)
         cdef cnp.ndarray xin = xa
-        cdef void *op = cnp.PyArray_DATA(out)
+        cdef cnp.ndarray dst = res
+        cdef void *op = cnp.PyArray_DATA(dst)
         with nogil:
             mk_conv2d_shifted_f32(&g, <const float *>cnp.PyArray_DATA(xin), self.out_channels,
                                   cnp.PyArray_DATA(packed), self._wtype, widep,
                                   <float *>cnp.PyArray_DATA(phase),
-                                  <Py_ssize_t *>cnp.PyArray_DATA(koff),
-                                  <const Py_ssize_t *>cnp.PyArray_DATA(shift), <float *>op, isa,
+                                  <Py_ssize_t *>cnp.PyArray_DATA(koff), &cb, <float *>op, isa,
                                   nthreads)
-        return out[0] if unbatched else out
+        if out is not None:
+            return out
+        return res[0] if unbatched else res
 
     def __reduce__(self):
         args = (self.in_channels, self.out_channels, self.groups, self.kernel_size,
@@ -1162,6 +1211,34 @@ def _attach_conv2d(in_channels, out_channels, groups, kernel_size, stride, dilat
         out._bias = braw.view(out._bias.dtype).reshape(out._bias.shape)
     out._wino = {}
     return out
+
+
+def _placed_output(out, unbatched, n, channels, places, steps, nb, oh, ow):
+    """``forward_shifted``'s ``out`` as a 4-D array and its ``places`` as tuples, checked (see
+    there)."""
+    what = "forward_shifted"
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or \
+            not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"{what}: out must be a writeable C-contiguous float32 array")
+    o = out[None] if unbatched else out
+    if o.ndim != 4 or o.shape[0] != n or o.shape[1] != channels:
+        raise ValueError(f"{what}: out must have shape ({n}, {channels}, H2, W2)"
+                         f"{' without the batch axis' if unbatched else ''}, got {out.shape}")
+    try:
+        place = [tuple(int(v) for v in p) for p in places]
+        sy, sx = (int(v) for v in steps)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what}: places must be (oy, ox, rows, cols) and steps (sy, sx), got "
+                        f"{places!r} and {steps!r}") from None
+    if len(place) != nb or any(len(p) != 4 for p in place) or sy < 1 or sx < 1:
+        raise ValueError(f"{what}: places must be {nb} (oy, ox, rows, cols) and steps positive, "
+                         f"got {places!r} and {steps!r}")
+    for oy, ox, rows, cols in place:
+        if min(oy, ox, rows, cols) < 0 or rows > oh or cols > ow or (rows and cols and (
+                oy + sy * (rows - 1) >= o.shape[2] or ox + sx * (cols - 1) >= o.shape[3])):
+            raise ValueError(f"{what}: a block of {rows}x{cols} at {(oy, ox)} with steps "
+                             f"{(sy, sx)} leaves out of {o.shape[2:]} (or the {(oh, ow)} grid)")
+    return o, place
 
 
 def kernel_name():

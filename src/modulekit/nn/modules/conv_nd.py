@@ -589,8 +589,10 @@ class _PackedConvTransposeNd:
         and computes its phase's outputs only; otherwise (1-D, 3-D, groups, bfloat16 compute)
         every block computes the union of the phases' windows, which overlap by the spread of
         their paddings (a 16x16 DCGAN map: 17x17 a phase, 13% more multiply-adds), and each
-        phase keeps its own window. The phases go to their places in ``out`` in one parallel
-        pass (``_ops.scatter_phases``). Phases without an output position are skipped."""
+        phase keeps its own window. In 2-D the GEMM's stores put each phase's outputs in their
+        places in ``out`` (``forward_shifted``'s ``out``); otherwise the phases go there in one
+        parallel pass (``_ops.scatter_phases``). Phases without an output position are
+        skipped."""
         nd, nph = self.nd, len(self.phases)
         live = [i for i, g in enumerate(geoms) if g is not None]
         lows = [max(geoms[i][a][2] for i in live) for a in range(nd)]
@@ -616,9 +618,14 @@ class _PackedConvTransposeNd:
             size = [max(geoms[i][a][0] for i in live) for a in range(nd)]
             his = [past(a, max(offs[a].values()) + size[a]) for a in range(nd)]
             crop, pads = self._crop(list(zip(lows, his)), x.shape[2:])
-            y = self.merged.conv.forward_shifted(
-                x[crop], (pads[0][0], pads[1][0], pads[0][1], pads[1][1]), size,
-                [(offs[0].get(i, 0), offs[1].get(i, 0)) for i in range(nph)])
+            args = (x[crop], (pads[0][0], pads[1][0], pads[0][1], pads[1][1]), size,
+                    [(offs[0].get(i, 0), offs[1].get(i, 0)) for i in range(nph)])
+            places = [(0, 0, 0, 0) if gm is None else (gm[0][1], gm[1][1], gm[0][0], gm[1][0])
+                      for gm in geoms]
+            if self.merged.conv.forward_shifted(*args, out=out, places=places,
+                                                steps=self.stride) is not None:
+                return  # each phase written in place by the GEMM's stores
+            y = self.merged.conv.forward_shifted(*args)
             if y is not None:  # each block its phase's outputs alone
                 windows = [dict.fromkeys(live, 0)] * nd
         if y is None:

@@ -55,6 +55,7 @@ static const mk_conv_config conv_configs[MK_ISA_COUNT] = {
         .wino_eng_lane_cost = 0.62,
         .dw_row = mk_f32_dwconv_row_avx2,
         .dw_grid = mk_f32_grid_rows_avx2,
+        .row_vector = 8,
     },
     /* the narrower igemm tiles cost more per computed lane (more loads per FMA) and serve maps
      * whose lane count the wide tile would pad more */
@@ -71,6 +72,7 @@ static const mk_conv_config conv_configs[MK_ISA_COUNT] = {
         .dw_grid = mk_f32_grid_rows_avx512,
         .dw_3x3 = mk_f32_dwconv2d_chw_3x3_avx512,
         .lane_exact = 1,
+        .row_vector = 16,
     },
 #else /* never selected: mk_isa_detect() reports MK_ISA_GENERIC (see isa.h) */
     [MK_ISA_AVX2] = CONV_SCALAR,
@@ -105,6 +107,8 @@ double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr) {
 double mk_conv_igemm_tiling(int isa, ptrdiff_t lanes, mk_igemm_tiling *t) {
     const mk_igemm_config *alts = mk_conv_get_config(isa)->igemm;
     double best = -1.0;
+    t->lanes = lanes;
+    t->vector = 0;
     for (int i = 0; i < MK_IGEMM_ALTS && alts[i].fn; i++) {
         const ptrdiff_t rem = lanes % alts[i].nr;
         double cost = (double)(lanes - rem) * alts[i].cost, tail = -1.0;
@@ -126,6 +130,30 @@ double mk_conv_igemm_tiling(int isa, ptrdiff_t lanes, mk_igemm_tiling *t) {
         }
     }
     return best;
+}
+
+/* The phase-image igemm's grid lanes for g (see conv2d_igemm): OH rows of Wq columns, the last
+ * one OW. */
+static ptrdiff_t grid_lanes(const mk_conv_geom *g) {
+    ptrdiff_t wq = (g->W + g->pl + g->pr + g->sx - 1) / g->sx;
+    if (wq < g->OW) wq = g->OW;
+    return (ptrdiff_t)(g->OH - 1) * wq + g->OW;
+}
+
+double mk_conv_igemm_grid_tiling(int isa, const mk_conv_geom *g, mk_igemm_tiling *t) {
+    double cost = mk_conv_igemm_tiling(isa, grid_lanes(g), t);
+    const int V = mk_conv_get_config(isa)->row_vector;
+    if (V) {
+        mk_igemm_tiling r;
+        const ptrdiff_t lanes = (ptrdiff_t)g->OH * ((g->OW + V - 1) / V) * V;
+        const double rc = mk_conv_igemm_tiling(isa, lanes, &r);
+        if (rc < cost) {
+            *t = r;
+            t->vector = V;
+            cost = rc;
+        }
+    }
+    return cost;
 }
 
 /* The bfloat16 tiles (AVX512-BF16), widest first, with their cost per computed lane as the
@@ -260,13 +288,6 @@ static int winograd_tile(const mk_conv_layer *l, const mk_conv_geom *g, int isa,
     return mk_conv_winograd_supported(l->force, isa) ? l->force : 2;
 }
 
-/* The phase-image igemm's grid lanes for g (see conv2d_igemm): OH rows of Wq columns, the last
- * one OW. */
-static ptrdiff_t grid_lanes(const mk_conv_geom *g) {
-    ptrdiff_t wq = (g->W + g->pl + g->pr + g->sx - 1) / g->sx;
-    if (wq < g->OW) wq = g->OW;
-    return (ptrdiff_t)(g->OH - 1) * wq + g->OW;
-}
 
 /* im2col + the lane-exact 1x1 GEMM (f32-conv-im2col.c): one image (at batch 32 ResNet-18
  * measured about 4% slower with it), not a direct 1x1, and either a strided 1x1 kernel
@@ -285,7 +306,7 @@ static int im2col_pays(const mk_conv_layer *l, const mk_conv_geom *g, int isa) {
         return 0;
     if (g->KH == 1 && g->KW == 1) return 1;
     mk_igemm_tiling t;
-    return mk_conv_igemm_tiling(isa, grid_lanes(g), &t) > IM2COL_WASTE * (double)hw;
+    return mk_conv_igemm_grid_tiling(isa, g, &t) > IM2COL_WASTE * (double)hw;
 }
 
 /* bfloat16 compute, where the layer allows it ("medium" precision on a bfloat16 path). On

@@ -50,15 +50,20 @@ typedef struct {
  *   a     : packed panel, float32: bias[8] then K x 8
  *   b     : B base (phase image + tile start)           input
  *   koff  : K offsets: B[k, lane] = b[koff[k] + lane]
- *   nlanes: lanes to compute (the tile's width; loads past it are masked)
+ *   voff  : NULL (the tile's lanes are consecutive), or row vectors: the tile's NR / V vectors
+ *           of V lanes each (V: the config's row_vector) start voff[j] floats past b
+ *           (voff[0] = 0), B[k, V j + i] = b[koff[k] + voff[j] + i]; every lane is read and
+ *           computed (the caller keeps the reads inside the phase image)
+ *   nlanes: lanes to compute (the tile's width; loads past it are masked; NR with voff)
  *   mrows : output channels of the panel to store (<= 8)
  *   c     : output, channel row 0 at c, row r at c + r*c_rs; lane i of segment s at
  *           c + r*c_rs + segs[s].off + i                     output
  *   res   : residual, same addressing as c (NULL: none)   input
  *   act   : MK_ACT_* */
 typedef void mk_igemm_ukernel(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
-                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
-                              const mk_seg *segs, int nseg, int act);
+                              const ptrdiff_t *voff, int nlanes, int mrows, float *c,
+                              ptrdiff_t c_rs, const float *res, const mk_seg *segs, int nseg,
+                              int act);
 typedef mk_igemm_ukernel *mk_igemm_fn;
 
 mk_igemm_ukernel mk_f32_igemm_8x16_scalar, mk_f32_igemm_8x24_avx2, mk_f32_igemm_8x32_avx512,
@@ -90,6 +95,10 @@ void mk_conv_phase_channel_f32(const mk_conv_geom *g, const float *xc, float *ph
  * outside), Wq of each, AVX-512 (f32-conv-phase-avx512.c). */
 void mk_f32_phase_row_s2_avx512(const float *x, int W, int pl, float *r0, float *r1, int Wq,
                                 float padv);
+/* The same for column stride 1: row[j] = padded column j, Wq of them. */
+void mk_f32_phase_row_s1_avx512(const float *x, int W, int pl, float *row, int Wq, float padv);
+/* dst[l * step] = src[l] for l < n (a transposed convolution's phase row in place). */
+void mk_f32_place_row_avx512(const float *src, int n, float *dst, int step);
 
 /* Full float32 convolution (all images).
  *   x      : input, strides in g                                         input
@@ -109,10 +118,24 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
  * others do, over a grid of g->OH x g->OW outputs (the caller's, at most what the padding
  * gives less the largest shift). A transposed convolution's stride phases are such blocks
  * of panels: one sub-kernel each, reading one padded input at their own offsets, so no phase
- * computes another's window (the caller keeps every read inside the phase image). */
+ * computes another's window (the caller keeps every read inside the phase image).
+ * Without origin, out is (N, Cout, OH, OW); with it, each block's outputs go in place among
+ * the others' (the phases interleaved by the stores, no second pass): channel c of block i
+ * (Cout / nblocks channels a block), grid position (oh, ow) of image n, to
+ *     out[n ns + c cs + origin[i] + oh sy rs + ow sx]
+ * for oh < count[2 i] and ow < count[2 i + 1] (phases of fewer outputs than the grid, an odd
+ * output size, drop the rest). */
+typedef struct {
+    int nblocks;
+    const ptrdiff_t *shift;  /* per panel */
+    const ptrdiff_t *origin; /* per block, or NULL */
+    const int *count;        /* per block, rows and columns (with origin) */
+    ptrdiff_t ns, cs, rs;    /* out's image, channel and row strides (with origin) */
+    int sy, sx;              /* the row and column steps between a block's outputs */
+} mk_conv_blocks;
 int mk_conv2d_shifted_f32(const mk_conv_geom *g, const float *x, int Cout, const void *packed,
                           int wtype, float *wide, float *phase, ptrdiff_t *koff,
-                          const ptrdiff_t *shift, float *out, int isa, int nthreads);
+                          const mk_conv_blocks *blocks, float *out, int isa, int nthreads);
 
 /* ---- bfloat16 compute (float32_matmul_precision "medium": AVX512-BF16 or AMX) ------------
  * The implicit GEMM with bfloat16 multiplies and float32 accumulation. B is read as pair rows:
@@ -324,6 +347,7 @@ typedef struct {
     mk_dw_3x3_fn *dw_3x3;                 /* NULL: 3x3 layers take the phase image too */
     int lane_exact; /* the 1x1 band kernel and the paths over it (direct 1x1, im2col, row
                        bands, conv + max pool, the depthwise chain of f32-invres-driver.c) */
+    int row_vector; /* lanes of the igemm kernels' row vectors (voff); 0: grid lanes only */
 } mk_conv_config;
 const mk_conv_config *mk_conv_get_config(int isa);
 
@@ -337,8 +361,19 @@ double mk_conv_igemm_lanes(int isa, ptrdiff_t lanes, mk_igemm_fn *fn, int *nr);
 typedef struct {
     mk_igemm_fn fn, tail_fn;
     int nr, tail_nr;
+    ptrdiff_t lanes; /* the lanes tiled */
+    int vector;      /* 0: consecutive lanes; V: row vectors of V lanes (grid tiling only) */
 } mk_igemm_tiling;
 double mk_conv_igemm_tiling(int isa, ptrdiff_t lanes, mk_igemm_tiling *t);
+/* The tiling of a phase image's output grid (g->OH x g->OW outputs, rows g->Wq lanes apart):
+ * the grid's (OH - 1) Wq + OW consecutive lanes, or, where that computes fewer lanes at the
+ * tiles' cost, row vectors: each output row cut into ceil(OW / V) vectors of V lanes (the
+ * config's row_vector; the last one's lanes past OW computed and dropped), the tiles over
+ * the OH ceil(OW / V) vectors in row order (t->vector = V; a 16x16 map, a DCGAN transposed
+ * convolution's phases: 16 vectors of 16, 5 tiles of 48 and one of 16, where the grid's
+ * 15 x 18 + 16 = 286 lanes take 6 tiles of 48; t->lanes: V times the vectors). Returns its
+ * time, as mk_conv_igemm_tiling. */
+double mk_conv_igemm_grid_tiling(int isa, const mk_conv_geom *g, mk_igemm_tiling *t);
 /* 1 when tile size m has Winograd transforms for this isa. */
 int mk_conv_winograd_supported(int m, int isa);
 

@@ -98,6 +98,12 @@ static void phase_channel_rows(const mk_conv_geom *g, const float *xc, float *ph
                     continue;
                 }
                 const float *xr = xc + y * g->sh;
+#if MK_X86
+                if (sx == 1 && g->sw == 1 && isa >= MK_ISA_AVX512) {
+                    mk_f32_phase_row_s1_avx512(xr, g->W, g->pl, row, Wq, padv);
+                    continue;
+                }
+#endif
                 /* columns j with 0 <= j*sx + b - pl < W */
                 int j0 = g->pl - b > 0 ? (g->pl - b + sx - 1) / sx : 0;
                 int j1 = (g->W + g->pl - b + sx - 1) / sx; /* first j with x >= W */
@@ -159,6 +165,8 @@ static int phase_split(const mk_conv_geom *g, int nthreads) {
  * conv2d_igemm). */
 #define MK_CONV_TILE_BLOCK 8
 #define MK_CONV_BLOCK_BYTES (256 << 10)
+/* lanes of the widest float32 igemm tile (f32-igemm-8x48-avx512.c) */
+#define MK_CONV_TILE_LANES 48
 /* pair images a step converts at most (see pair_images_per_step) */
 #define MK_CONV_PAIR_IMAGES 16
 
@@ -197,6 +205,67 @@ static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *se
         }
     }
     return ns;
+}
+
+/* The tile of row vectors (V lanes each, mk_conv_igemm_grid_tiling) at tiled lanes
+ * [q0, q0 + nl): the grid lane of its first vector (*base), each vector's offset from it
+ * (voff; past the tile's last vector, the last one's again: a kernel wider than the tile
+ * computes it twice) and the tile's segments. */
+static int vector_segments(const mk_conv_geom *g, int V, ptrdiff_t q0, int nl, ptrdiff_t *base,
+                           ptrdiff_t voff[3], mk_seg *segs) {
+    const int vpr = (g->OW + V - 1) / V; /* vectors a row */
+    int ns = 0;
+    for (int j = 0; j < 3; j++) {
+        if (j * V >= nl) {
+            voff[j] = voff[j - 1];
+            continue;
+        }
+        const ptrdiff_t v = q0 / V + j, oh = v / vpr;
+        const int ow = (int)(v % vpr) * V, n = g->OW - ow < V ? g->OW - ow : V;
+        const ptrdiff_t lane = oh * g->Wq + ow, off = oh * g->OW + ow - (ptrdiff_t)j * V;
+        if (j == 0) *base = lane;
+        voff[j] = lane - *base;
+        if (ns > 0 && segs[ns - 1].off == off && segs[ns - 1].hi == j * V) {
+            segs[ns - 1].hi = j * V + n; /* the next vector of the same row */
+        } else {
+            segs[ns].lo = j * V;
+            segs[ns].hi = j * V + n;
+            segs[ns].off = off;
+            ns++;
+        }
+    }
+    return ns;
+}
+
+/* A panel's tile (rows output channels from merged channel co, lane l of row r at
+ * tile[r MK_CONV_TILE_LANES + l]) to its block's places in out (one image; mk_conv_blocks):
+ * segment s's lanes are grid outputs segs[s].off + lane of the block's OH x OW, in runs of
+ * one output row each (a segment spans rows where the grid is as wide as the output). */
+static void place_tile(const mk_conv_geom *g, const mk_conv_blocks *b, int Cout, int co,
+                       const float *tile, int rows, const mk_seg *segs, int nseg, float *out,
+                       int isa) {
+    const int per = Cout / b->nblocks, blk = co / per;
+    const int nh = b->count[2 * blk], nw = b->count[2 * blk + 1];
+    float *o = out + (ptrdiff_t)(co % per) * b->cs + b->origin[blk];
+    for (int s = 0; s < nseg; s++) {
+        for (int lo = segs[s].lo, n; lo < segs[s].hi; lo += n) {
+            const ptrdiff_t q = segs[s].off + lo, oh = q / g->OW, ow = q % g->OW;
+            n = segs[s].hi - lo < g->OW - ow ? segs[s].hi - lo : (int)(g->OW - ow);
+            if (oh >= nh || ow >= nw) continue; /* past this block's outputs */
+            const int keep = n < nw - ow ? n : (int)(nw - ow);
+            float *d = o + oh * b->sy * b->rs + ow * b->sx;
+            for (int r = 0; r < rows; r++) {
+                const float *t = tile + r * MK_CONV_TILE_LANES + lo;
+#if MK_X86
+                if (isa >= MK_ISA_AVX512) {
+                    mk_f32_place_row_avx512(t, keep, d + r * b->cs, b->sx);
+                    continue;
+                }
+#endif
+                for (int l = 0; l < keep; l++) d[r * b->cs + l * b->sx] = t[l];
+            }
+        }
+    }
 }
 
 /* The values of an input channel the bfloat16 pair planes hold: the image (direct), its phase
@@ -247,8 +316,8 @@ static int pair_images_per_step(const mk_conv_geom *g, ptrdiff_t img_words) {
 static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int Cout,
                         const void *packed, int wtype, float *wide, int bf16,
                         const uint32_t *w16, uint32_t *tiles, float *phase, ptrdiff_t *koff,
-                        const ptrdiff_t *shift, float *out, const float *res, int act, int isa,
-                        int nthreads) {
+                        const mk_conv_blocks *blocks, float *out, const float *res, int act,
+                        int isa, int nthreads) {
     const ptrdiff_t L = (ptrdiff_t)(g->OH - 1) * g->Wq + g->OW; /* grid lanes to compute */
     const int cin_g = g->C / groups, cout_g = Cout / groups, taps = g->KH * g->KW;
     const int direct = phase == NULL; /* 1x1, stride 1, no padding: read x itself */
@@ -257,12 +326,14 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                              : direct ? (ptrdiff_t)g->H * g->W : g->plane;
     mk_bf16_igemm_config c16 = {NULL, NULL, NULL, NULL, NULL, 0, MK_CONV_MR, 1, 0};
     /* the tile width; float32: the tiles' kernel and the last one's */
-    mk_igemm_tiling tl = {NULL, NULL, 0, 0};
+    mk_igemm_tiling tl = {NULL, NULL, 0, 0, L, 0};
     if (w16) {
         mk_conv_bf16_lanes(bf16, L, cin_g, taps, pplane, &c16);
         tl.nr = c16.nr;
-    } else {
+    } else if (direct) {
         mk_conv_igemm_tiling(isa, L, &tl);
+    } else { /* the grid's lanes or its rows' vectors */
+        mk_conv_igemm_grid_tiling(isa, g, &tl);
     }
     const int mr = c16.mr, image = c16.image; /* output channels of a panel; B's source */
     const int npg = (cout_g + mr - 1) / mr; /* panels per group */
@@ -281,7 +352,7 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
     const ptrdiff_t ohw = (ptrdiff_t)g->OH * g->OW;
     /* from a group's input (B rows) to the next one's */
     const ptrdiff_t gstride = (ptrdiff_t)cin_g * (direct ? g->sc : g->plane);
-    const int ntiles = (int)((L + tl.nr - 1) / tl.nr);
+    const int ntiles = (int)((tl.lanes + tl.nr - 1) / tl.nr);
 
     /* small convolutions stay on one thread */
     const double flops = 2.0 * g->N * (double)ohw * Cout * (double)K;
@@ -387,11 +458,14 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
         memset(tiles + nbi * img_words, 0, (2 * (size_t)g->Wq + 96) * sizeof *tiles);
     }
 
+    const int placed = blocks && blocks->origin; /* the blocks' outputs in place (conv.h) */
+
     mk_team_clock clk;
     nthreads = mk_team_begin(nthreads, &clk);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         mk_seg segs[MK_CONV_TILE_BLOCK][MK_MAX_SEGS];
+        float own_tile[MK_CONV_MR * MK_CONV_TILE_LANES]; /* a panel's tile, when placed */
         ptrdiff_t packed_key = -1; /* the tile in this thread's bfloat16 buffer */
         if (c16.begin) c16.begin();
         for (int n0 = 0; n0 < g->N; n0 += nbi) {
@@ -467,14 +541,18 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                 const int p0 = chunk * ppc, p1 = p0 + ppc < npg ? p0 + ppc : npg;
                 const int t0 = blk * tb, nt = ntiles - t0 < tb ? ntiles - t0 : tb;
                 int ns[MK_CONV_TILE_BLOCK], nl[MK_CONV_TILE_BLOCK];
+                ptrdiff_t qb[MK_CONV_TILE_BLOCK], vo[MK_CONV_TILE_BLOCK][3];
                 /* packed tiles: this thread's buffer holds the block's, packed while in L2 */
                 uint32_t *own = tiles + (size_t)omp_get_thread_num() * tb * tile_words;
                 const ptrdiff_t key = ((ptrdiff_t)n * groups + grp) * nblocks + blk;
                 const int pack = w16 && !image && !panel_major && key != packed_key;
                 for (int j = 0; j < nt; j++) {
                     const ptrdiff_t q0 = (ptrdiff_t)(t0 + j) * tl.nr;
-                    nl[j] = (int)(L - q0 < tl.nr ? L - q0 : tl.nr);
-                    ns[j] = tile_segments(g, q0, nl[j], segs[j]);
+                    nl[j] = (int)(tl.lanes - q0 < tl.nr ? tl.lanes - q0 : tl.nr);
+                    qb[j] = q0;
+                    ns[j] = tl.vector ? vector_segments(g, tl.vector, q0, nl[j], &qb[j], vo[j],
+                                                        segs[j])
+                                      : tile_segments(g, q0, nl[j], segs[j]);
                     if (pack)
                         c16.pack(K, kpt, bimg + grp * gstride + q0, koff, nl[j], tl.nr,
                                  own + (size_t)j * tile_words);
@@ -487,11 +565,22 @@ static int conv2d_igemm(const mk_conv_geom *g, const float *x, int groups, int C
                     float *c = oimg + co * ohw;
                     const float *r = rimg ? rimg + co * ohw : NULL;
                     if (!w16) {
-                        for (int j = 0; j < nt; j++)
-                            (nl[j] < tl.nr ? tl.tail_fn : tl.fn)(K, wp + pi * panel,
-                                   bimg + grp * gstride + (ptrdiff_t)(t0 + j) * tl.nr +
-                                       (shift ? shift[p] : 0), koff,
-                                   nl[j], rows, c, ohw, r, segs[j], ns[j], act);
+                        for (int j = 0; j < nt; j++) {
+                            const mk_igemm_fn fn = nl[j] < tl.nr ? tl.tail_fn : tl.fn;
+                            const float *b = bimg + grp * gstride + qb[j] +
+                                             (blocks ? blocks->shift[p] : 0);
+                            const ptrdiff_t *v = tl.vector ? vo[j] : NULL;
+                            if (placed) { /* into the thread's tile, then in place */
+                                const mk_seg all = {0, nl[j], 0};
+                                fn(K, wp + pi * panel, b, koff, v, nl[j], rows, own_tile,
+                                   MK_CONV_TILE_LANES, NULL, &all, 1, MK_ACT_NONE);
+                                place_tile(g, blocks, Cout, co, own_tile, rows, segs[j], ns[j],
+                                           out + (n0 + i) * blocks->ns, isa);
+                            } else {
+                                fn(K, wp + pi * panel, b, koff, v, nl[j], rows, c, ohw, r,
+                                   segs[j], ns[j], act);
+                            }
+                        }
                         continue;
                     }
                     /* the block's bfloat16 pair rows: consecutive tiles bstep words apart */
@@ -529,8 +618,8 @@ int mk_conv2d_f32(const mk_conv_geom *g, const float *x, int groups, int Cout,
 
 int mk_conv2d_shifted_f32(const mk_conv_geom *g, const float *x, int Cout, const void *packed,
                           int wtype, float *wide, float *phase, ptrdiff_t *koff,
-                          const ptrdiff_t *shift, float *out, int isa, int nthreads) {
-    return conv2d_igemm(g, x, 1, Cout, packed, wtype, wide, 0, NULL, NULL, phase, koff, shift,
+                          const mk_conv_blocks *blocks, float *out, int isa, int nthreads) {
+    return conv2d_igemm(g, x, 1, Cout, packed, wtype, wide, 0, NULL, NULL, phase, koff, blocks,
                         out, NULL, MK_ACT_NONE, isa, nthreads);
 }
 
@@ -772,7 +861,7 @@ static int conv2d_rows(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
                      * lanes: a 16-lane tile there saves 3% of the band; each lane is the same
                      * sum); bfloat16 packed a block of tb tiles at a time, each panel's
                      * kernel call taking the block */
-                    mk_igemm_tiling tl = {NULL, NULL, 0, 0};
+                    mk_igemm_tiling tl = {NULL, NULL, 0, 0, 0, 0};
                     if (w16)
                         tl.nr = b16.c16.nr;
                     else
@@ -801,8 +890,8 @@ static int conv2d_rows(const mk_conv_geom *g, const mk_conv_geom *pg, const floa
                                            (const mk_seg(*)[MK_MAX_SEGS])segs, ns, act);
                             else
                                 (nl < tl.nr ? tl.tail_fn : tl.fn)(
-                                    K, wp + (size_t)p * panel, phase + (t0 - qa), koff, nl,
-                                    rows, cb + co, crs, rimg ? rimg + co : NULL, segs[0],
+                                    K, wp + (size_t)p * panel, phase + (t0 - qa), koff, NULL,
+                                    nl, rows, cb + co, crs, rimg ? rimg + co : NULL, segs[0],
                                     ns[0], act);
                         }
                     }

@@ -62,12 +62,9 @@ void mk_conv1x1_band_f32(size_t K, const float *wp, int M, const float *b, const
                     if (p + 2 < pe) prefetch_panel(a + 2 * panel, panel);
                 }
                 const ptrdiff_t co = (ptrdiff_t)p * MK_CONV_MR * c_rs;
-                if (nl > 32)
-                    mk_f32_igemm_8x48_avx512(K, a, b + q0, koff, nl, rows, c + co, c_rs,
-                                             res ? res + co : NULL, &seg, 1, act);
-                else
-                    mk_f32_igemm_8x32_avx512(K, a, b + q0, koff, nl, rows, c + co, c_rs,
-                                             res ? res + co : NULL, &seg, 1, act);
+                (nl > 32 ? mk_f32_igemm_8x48_avx512 : mk_f32_igemm_8x32_avx512)(
+                    K, a, b + q0, koff, NULL, nl, rows, c + co, c_rs, res ? res + co : NULL, &seg,
+                    1, act);
             }
             q0 += nl;
         }

@@ -2,8 +2,10 @@
 #include "conv.h"
 
 void mk_f32_igemm_8x16_scalar(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
-                              int nlanes, int mrows, float *c, ptrdiff_t c_rs, const float *res,
-                              const mk_seg *segs, int nseg, int act) {
+                              const ptrdiff_t *voff, int nlanes, int mrows, float *c,
+                              ptrdiff_t c_rs, const float *res, const mk_seg *segs, int nseg,
+                              int act) {
+    (void)voff; /* one vector of 16 lanes: voff[0] is 0 */
     float acc[8][16];
     const int nl = nlanes < 16 ? nlanes : 16;
     for (int r = 0; r < 8; r++)

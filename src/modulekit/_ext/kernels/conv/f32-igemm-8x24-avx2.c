@@ -29,8 +29,9 @@ MK_T256 static inline __attribute__((always_inline)) void fma_4rows(__m256 acc[4
 }
 
 MK_T256 static void igemm_4x24(size_t K, const float *a, const float *b, const ptrdiff_t *koff,
-                               int nlanes, int mrows, float *c, ptrdiff_t c_rs,
-                               const float *res, const mk_seg *segs, int nseg, int act) {
+                               const ptrdiff_t *voff, int nlanes, int mrows, float *c,
+                               ptrdiff_t c_rs, const float *res, const mk_seg *segs, int nseg,
+                               int act) {
     __m256 acc[4][3];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
@@ -40,7 +41,18 @@ MK_T256 static void igemm_4x24(size_t K, const float *a, const float *b, const p
         acc[r][2] = bias;
     }
     a += 8;
-    if (nlanes >= 24) {
+    if (voff) { /* row vectors: vector j's lanes at voff[j], all 24 lanes computed */
+        const ptrdiff_t o1 = voff[1], o2 = voff[2];
+        for (size_t k = 0; k < K; k++) {
+            const float *bk = b + koff[k];
+            _mm_prefetch((const char *)(a + MK_IGEMM_PREFETCH), _MM_HINT_T0);
+            __m256 b0 = _mm256_loadu_ps(bk);
+            __m256 b1 = _mm256_loadu_ps(bk + o1);
+            __m256 b2 = _mm256_loadu_ps(bk + o2);
+            fma_4rows(acc, a, b0, b1, b2);
+            a += 8;
+        }
+    } else if (nlanes >= 24) {
         for (size_t k = 0; k < K; k++) {
             const float *bk = b + koff[k];
             _mm_prefetch((const char *)(a + MK_IGEMM_PREFETCH), _MM_HINT_T0);
@@ -86,14 +98,15 @@ MK_T256 static void igemm_4x24(size_t K, const float *a, const float *b, const p
 }
 
 MK_T256 void mk_f32_igemm_8x24_avx2(size_t K, const float *a, const float *b,
-                                    const ptrdiff_t *koff, int nlanes, int mrows, float *c,
-                                    ptrdiff_t c_rs, const float *res, const mk_seg *segs,
-                                    int nseg, int act) {
+                                    const ptrdiff_t *koff, const ptrdiff_t *voff, int nlanes,
+                                    int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                                    const mk_seg *segs, int nseg, int act) {
     /* rows 0-3 then rows 4-7 of the panel: the half-panel view keeps bias and K x 8 strides */
-    igemm_4x24(K, a, b, koff, nlanes, mrows < 4 ? mrows : 4, c, c_rs, res, segs, nseg, act);
+    igemm_4x24(K, a, b, koff, voff, nlanes, mrows < 4 ? mrows : 4, c, c_rs, res, segs, nseg,
+               act);
     if (mrows > 4) {
         /* a + 4: bias[4..7] and column 4 of each k-row (the kernel steps a by 8 per k) */
-        igemm_4x24(K, a + 4, b, koff, nlanes, mrows - 4, c + 4 * c_rs, c_rs,
+        igemm_4x24(K, a + 4, b, koff, voff, nlanes, mrows - 4, c + 4 * c_rs, c_rs,
                    res ? res + 4 * c_rs : NULL, segs, nseg, act);
     }
 }

@@ -42,8 +42,18 @@ static inline __attribute__((always_inline)) void prefetch_rows(const int NV, co
     for (int v = 0; v <= NV; v++) _mm_prefetch(p + 64 * v, _MM_HINT_T0);
 }
 
+/* The same for row vectors: vector v's first and last lane at bk + o[v]. */
+static inline __attribute__((always_inline)) void prefetch_vectors(const int NV, const float *bk,
+                                                                   const ptrdiff_t o[3]) {
+    for (int v = 0; v < NV; v++) {
+        _mm_prefetch((const char *)(bk + o[v]), _MM_HINT_T0);
+        _mm_prefetch((const char *)(bk + o[v] + 15), _MM_HINT_T0);
+    }
+}
+
 MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, const float *b,
-                                      const ptrdiff_t *koff, int nlanes, int mrows, float *c,
+                                      const ptrdiff_t *koff, const ptrdiff_t *voff,
+                                      int nlanes, int mrows, float *c,
                                       ptrdiff_t c_rs, const float *res, const mk_seg *segs,
                                       int nseg, int act) {
     __m512 acc[8][3];
@@ -56,7 +66,20 @@ MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, co
     }
     const int NR = 16 * NV;
     a += 8;
-    if (nlanes >= NR) {
+    if (voff) { /* row vectors: vector j's lanes at voff[j], all NR lanes computed */
+        const ptrdiff_t o[3] = {0, NV > 1 ? voff[1] : 0, NV > 2 ? voff[2] : 0};
+        for (size_t k = 0; k < K; k++) {
+            const float *bk = b + koff[k];
+            _mm_prefetch((const char *)(a + MK_IGEMM_PREFETCH), _MM_HINT_T0);
+            if (k + MK_IGEMM_B_PREFETCH < K)
+                prefetch_vectors(NV, b + koff[k + MK_IGEMM_B_PREFETCH], o);
+            __m512 b0 = _mm512_loadu_ps(bk);
+            __m512 b1 = NV > 1 ? _mm512_loadu_ps(bk + o[1]) : _mm512_setzero_ps();
+            __m512 b2 = NV > 2 ? _mm512_loadu_ps(bk + o[2]) : _mm512_setzero_ps();
+            fma_8rows(NV, acc, a, b0, b1, b2);
+            a += 8;
+        }
+    } else if (nlanes >= NR) {
         for (size_t k = 0; k < K; k++) {
             const float *bk = b + koff[k];
             /* the packed panel streams from memory when the weights do not fit the caches
@@ -90,26 +113,26 @@ MK_T512 static inline void igemm_8xNV(const int NV, size_t K, const float *a, co
 }
 
 MK_T512 void mk_f32_igemm_8x48_avx512(size_t K, const float *a, const float *b,
-                                      const ptrdiff_t *koff, int nlanes, int mrows, float *c,
-                                      ptrdiff_t c_rs, const float *res, const mk_seg *segs,
-                                      int nseg, int act) {
-    igemm_8xNV(3, K, a, b, koff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
+                                      const ptrdiff_t *koff, const ptrdiff_t *voff, int nlanes,
+                                      int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                                      const mk_seg *segs, int nseg, int act) {
+    igemm_8xNV(3, K, a, b, koff, voff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
 }
 
 /* 8 x 32 (16 accumulators): the tile for small output maps, where 48 lanes would waste work */
 MK_T512 void mk_f32_igemm_8x32_avx512(size_t K, const float *a, const float *b,
-                                      const ptrdiff_t *koff, int nlanes, int mrows, float *c,
-                                      ptrdiff_t c_rs, const float *res, const mk_seg *segs,
-                                      int nseg, int act) {
-    igemm_8xNV(2, K, a, b, koff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
+                                      const ptrdiff_t *koff, const ptrdiff_t *voff, int nlanes,
+                                      int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                                      const mk_seg *segs, int nseg, int act) {
+    igemm_8xNV(2, K, a, b, koff, voff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
 }
 
 /* 8 x 16 (8 accumulators): GEMMs of at most 16 columns, where wider tiles compute padding */
 MK_T512 void mk_f32_igemm_8x16_avx512(size_t K, const float *a, const float *b,
-                                      const ptrdiff_t *koff, int nlanes, int mrows, float *c,
-                                      ptrdiff_t c_rs, const float *res, const mk_seg *segs,
-                                      int nseg, int act) {
-    igemm_8xNV(1, K, a, b, koff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
+                                      const ptrdiff_t *koff, const ptrdiff_t *voff, int nlanes,
+                                      int mrows, float *c, ptrdiff_t c_rs, const float *res,
+                                      const mk_seg *segs, int nseg, int act) {
+    igemm_8xNV(1, K, a, b, koff, voff, nlanes, mrows, c, c_rs, res, segs, nseg, act);
 }
 
 #endif /* MK_X86 */

@@ -340,7 +340,7 @@ static void block_gemm(const wino_plan *p, int Cin, int Cout, const float *u,
         const mk_seg seg = {0, lanes, 0};
         const mk_igemm_fn fn = lanes < tl.nr ? tl.tail_fn : tl.fn;
         fn((size_t)Cin, u + ((size_t)t * p->np + pn) * panel, V + (ptrdiff_t)t * p->tbs + lane0,
-           koff, lanes, rows, M + ((ptrdiff_t)pn * MK_CONV_MR * p->T + t) * p->tbs + lane0,
+           koff, NULL, lanes, rows, M + ((ptrdiff_t)pn * MK_CONV_MR * p->T + t) * p->tbs + lane0,
            p->T * p->tbs, NULL, &seg, 1, MK_ACT_NONE);
     }
 }
