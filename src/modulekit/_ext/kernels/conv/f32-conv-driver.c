@@ -215,7 +215,7 @@ static int vector_segments(const mk_conv_geom *g, int V, ptrdiff_t q0, int nl, p
                            ptrdiff_t voff[3], mk_seg *segs) {
     const int vpr = (g->OW + V - 1) / V; /* vectors a row */
     int ns = 0;
-    for (int j = 0; j < 3; j++) {
+    for (int j = 0; j < 3; j++) { /* a tile's vectors: at most 3 (48 / 16, 24 / 8) */
         if (j * V >= nl) {
             voff[j] = voff[j - 1];
             continue;
