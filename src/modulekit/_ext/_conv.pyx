@@ -568,7 +568,8 @@ cdef class PackedConv2d:
             ``x``): block ``i``'s output ``(c, oh, ow)`` for ``oh < rows`` and ``ow < cols``
             is written to ``out[:, c, oy + sy * oh, ox + sx * ow]``, for ``places[i] = (oy,
             ox, rows, cols)`` and ``steps = (sy, sx)``; every such position inside ``out``.
-            Positions no block writes keep their values.
+            Positions no block writes keep their values; positions two blocks write get
+            either's (the stride phases of a transposed convolution never share one).
         places : sequence of (int, int, int, int), optional
             With ``out``: each block's first position and how many of its rows and columns
             (at most OH and OW) it writes.

@@ -288,7 +288,6 @@ static int winograd_tile(const mk_conv_layer *l, const mk_conv_geom *g, int isa,
     return mk_conv_winograd_supported(l->force, isa) ? l->force : 2;
 }
 
-
 /* im2col + the lane-exact 1x1 GEMM (f32-conv-im2col.c): one image (at batch 32 ResNet-18
  * measured about 4% slower with it), not a direct 1x1, and either a strided 1x1 kernel
  * (ResNet's downsamples: 28x28 on Zen 4 53-58 -> 47-50 us, the channel split of

@@ -8,8 +8,10 @@
  * B row is the contiguous run  phase + koff[k] + q.  koff is the per-k indirection table, so the
  * microkernel's lanes are consecutive output pixels and the same code handles every stride,
  * dilation and padding. Grid columns ow >= OW are computed and dropped at the store (masked
- * stores, see mk_seg). 1x1 stride-1 unpadded convolutions read the input itself (a plain GEMM
- * over the K x HW matrix of an NCHW image).
+ * stores, see mk_seg); where that pads more, a tile takes whole vectors of output rows, each
+ * at its own offset in the phase image (row vectors, mk_conv_igemm_grid_tiling). 1x1 stride-1
+ * unpadded convolutions read the input itself (a plain GEMM over the K x HW matrix of an NCHW
+ * image).
  *
  * Weights A are pre-packed once into panels of MK_CONV_MR = 8 output channels:
  *     panel p = [bias[8]][K x 8]   (row r of the panel is output channel 8p + r, zero padded)
@@ -366,13 +368,13 @@ typedef struct {
 } mk_igemm_tiling;
 double mk_conv_igemm_tiling(int isa, ptrdiff_t lanes, mk_igemm_tiling *t);
 /* The tiling of a phase image's output grid (g->OH x g->OW outputs, rows g->Wq lanes apart):
- * the grid's (OH - 1) Wq + OW consecutive lanes, or, where that computes fewer lanes at the
- * tiles' cost, row vectors: each output row cut into ceil(OW / V) vectors of V lanes (the
- * config's row_vector; the last one's lanes past OW computed and dropped), the tiles over
- * the OH ceil(OW / V) vectors in row order (t->vector = V; a 16x16 map, a DCGAN transposed
- * convolution's phases: 16 vectors of 16, 5 tiles of 48 and one of 16, where the grid's
- * 15 x 18 + 16 = 286 lanes take 6 tiles of 48; t->lanes: V times the vectors). Returns its
- * time, as mk_conv_igemm_tiling. */
+ * the grid's (OH - 1) Wq + OW consecutive lanes, or, where their tiles cost less (the units
+ * of mk_conv_igemm_tiling), row vectors: each output row cut into ceil(OW / V) vectors of V
+ * lanes (the config's row_vector; the last one's lanes past OW computed and dropped), the
+ * tiles over the OH ceil(OW / V) vectors in row order (t->vector = V; a 16x16 map, a DCGAN
+ * transposed convolution's phases: 16 vectors of 16, 5 tiles of 48 and one of 16, where the
+ * grid's 15 x 18 + 16 = 286 lanes take 6 tiles of 48; t->lanes: V times the vectors).
+ * Returns its time, as mk_conv_igemm_tiling. */
 double mk_conv_igemm_grid_tiling(int isa, const mk_conv_geom *g, mk_igemm_tiling *t);
 /* 1 when tile size m has Winograd transforms for this isa. */
 int mk_conv_winograd_supported(int m, int isa);
