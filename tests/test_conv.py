@@ -224,6 +224,12 @@ def test_forward_shifted_blocks(isa, rng, storage):
             packed.forward_shifted(x, pads, (8, 7), shifts, **bad)
     with pytest.raises(TypeError, match="places"):
         packed.forward_shifted(x, pads, (8, 7), shifts, out=out, places=5, steps=(2, 2))
+    shared = np.zeros(x.size + out.size, np.float32)  # out over the input's last values
+    xs = shared[:x.size].reshape(x.shape)
+    xs[...] = x
+    over = shared[x.size - 8:x.size - 8 + out.size].reshape(out.shape)
+    with pytest.raises(ValueError, match="overlap"):
+        packed.forward_shifted(xs, pads, (8, 7), shifts, out=over, places=places, steps=(2, 2))
     # layouts it does not run: None (the caller computes otherwise)
     for blocks in (3, 8):  # not whole panels of 8 channels
         assert packed.forward_shifted(x, pads, (8, 7), [(0, 0)] * blocks) is None

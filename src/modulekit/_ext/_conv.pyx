@@ -588,7 +588,8 @@ cdef class PackedConv2d:
         ------
         ValueError
             For a stride other than 1, shifts and sizes past the padded output, or ``out``,
-            ``places`` and ``steps`` that do not match (positions outside ``out``).
+            ``places`` and ``steps`` that do not match (positions outside ``out``), or an
+            ``out`` that overlaps the input.
         """
         what = "forward_shifted"
         if self.groups != 1 or self._wtype == MK_W_F64:
@@ -619,6 +620,8 @@ cdef class PackedConv2d:
         if out is not None:
             placed, place = _placed_output(out, unbatched, g.N, self.out_channels // nb,
                                            places, steps, nb, oh, ow)
+            if np.may_share_memory(out, xa):
+                raise ValueError(f"{what}: out must not overlap the input")
         cdef int isa = <int>active_isa()
         cdef int nthreads = effective_threads()
         cdef mk_conv_choice c = conv._choose(&g, isa, nthreads)
