@@ -585,14 +585,13 @@ class _PackedConvTransposeNd:
         """Every phase as one convolution (``merged``: the phases' sub-kernels stacked along the
         output channels, a block of channels a phase) over the union of their paddings: one
         pass over the input and one parallel region instead of one per phase. In 2-D each
-        block reads the padded input at its phase's offset (``PackedConv2d.forward_shifted``)
-        and computes its phase's outputs only; otherwise (1-D, 3-D, groups, bfloat16 compute)
-        every block computes the union of the phases' windows, which overlap by the spread of
-        their paddings (a 16x16 DCGAN map: 17x17 a phase, 13% more multiply-adds), and each
-        phase keeps its own window. In 2-D the GEMM's stores put each phase's outputs in their
-        places in ``out`` (``forward_shifted``'s ``out``); otherwise the phases go there in one
-        parallel pass (``_ops.scatter_phases``). Phases without an output position are
-        skipped."""
+        block reads the padded input at its phase's offset (``PackedConv2d.forward_shifted``),
+        computes its phase's outputs only and the GEMM's stores put them in their places in
+        ``out``. Otherwise (1-D, 3-D, groups, bfloat16 compute, a phase not whole panels of 8
+        channels) every block computes the union of the phases' windows, which overlap by the
+        spread of their paddings (a 16x16 DCGAN map: 17x17 a phase, 13% more multiply-adds),
+        and the phases' windows go to their places in one parallel pass
+        (``_ops.scatter_phases``). Phases without an output position are skipped."""
         nd, nph = self.nd, len(self.phases)
         live = [i for i, g in enumerate(geoms) if g is not None]
         lows = [max(geoms[i][a][2] for i in live) for a in range(nd)]
@@ -611,32 +610,27 @@ class _PackedConvTransposeNd:
         if cropped is None:  # every tap reads padding: the bias alone
             out[...] = (0 if self._bias is None else self._bias.reshape((-1,) + (1,) * nd))
             return
-        y = None
-        windows = offs
         if nd == 2 and not self.merged.gemm:
-            # the blocks' common grid: the most outputs of any phase, from the largest offset
+            # the blocks' common grid: the most outputs of any phase, from the largest offset;
+            # each block computes its phase's outputs alone, written in place by the stores
             size = [max(geoms[i][a][0] for i in live) for a in range(nd)]
             his = [past(a, max(offs[a].values()) + size[a]) for a in range(nd)]
             crop, pads = self._crop(list(zip(lows, his)), x.shape[2:])
-            args = (x[crop], (pads[0][0], pads[1][0], pads[0][1], pads[1][1]), size,
-                    [(offs[0].get(i, 0), offs[1].get(i, 0)) for i in range(nph)])
             places = [(0, 0, 0, 0) if gm is None else (gm[0][1], gm[1][1], gm[0][0], gm[1][0])
                       for gm in geoms]
-            if self.merged.conv.forward_shifted(*args, out=out, places=places,
-                                                steps=self.stride) is not None:
-                return  # each phase written in place by the GEMM's stores
-            y = self.merged.conv.forward_shifted(*args)
-            if y is not None:  # each block its phase's outputs alone
-                windows = [dict.fromkeys(live, 0)] * nd
-        if y is None:
-            crop, pads = cropped
-            # (N, g * P * cout_g, *n_m); a GEMM-shaped Conv1d's is a channels-last view
-            y = np.ascontiguousarray(self.merged.forward(x[crop], pads))
+            if self.merged.conv.forward_shifted(
+                    x[crop], (pads[0][0], pads[1][0], pads[0][1], pads[1][1]), size,
+                    [(offs[0].get(i, 0), offs[1].get(i, 0)) for i in range(nph)], out=out,
+                    places=places, steps=self.stride) is not None:
+                return
+        crop, pads = cropped
+        # (N, g * P * cout_g, *n_m); a GEMM-shaped Conv1d's is a channels-last view
+        y = np.ascontiguousarray(self.merged.forward(x[crop], pads))
         n = y.shape[0]
         lead = (1,) * (3 - nd)  # the kernel's three spatial axes
         boxes = np.zeros((3, nph, 3), np.intp)  # windows, starts, counts
         for i in live:
-            boxes[0, i, 3 - nd:] = [w[i] for w in windows]
+            boxes[0, i, 3 - nd:] = [w[i] for w in offs]
             boxes[1, i, 3 - nd:] = [geom[1] for geom in geoms[i]]
             boxes[2, i, 3 - nd:] = [geom[0] for geom in geoms[i]]
             boxes[2, i, :3 - nd] = 1
