@@ -616,10 +616,10 @@ cdef class PackedConv2d:
                 max(b[1] for b in blocks) + ow > g.OW:
             raise ValueError(f"{what}: out_size {(oh, ow)} with shifts {blocks} leaves the "
                              f"padded output of {(g.OH, g.OW)}")
-        cdef cnp.ndarray placed = None
+        cdef cnp.ndarray dst = None  # what the GEMM writes: out as 4-D, or a new array
         if out is not None:
-            placed, place = _placed_output(out, unbatched, g.N, self.out_channels // nb,
-                                           places, steps, nb, oh, ow)
+            dst, place = _placed_output(out, unbatched, g.N, self.out_channels // nb, places,
+                                        steps, nb, oh, ow)
             if np.may_share_memory(out, xa):
                 raise ValueError(f"{what}: out must not overlap the input")
         cdef int isa = <int>active_isa()
@@ -637,21 +637,21 @@ cdef class PackedConv2d:
         cb.shift = <const Py_ssize_t *>cnp.PyArray_DATA(shift)
         cb.origin = NULL
         cdef cnp.ndarray origin, count
-        if placed is None:
-            res = np.empty((g.N, self.out_channels, oh, ow), np.float32)
+        if out is None:
+            dst = np.empty((g.N, self.out_channels, oh, ow), np.float32)
         else:
-            res = placed
-            h2, w2 = placed.shape[2], placed.shape[3]
+            h2, w2 = dst.shape[2], dst.shape[3]
             origin = np.array([oy * w2 + ox for oy, ox, _, _ in place], np.intp)
             count = np.array([p[2:] for p in place], np.intc).reshape(-1)
             cb.origin = <const Py_ssize_t *>cnp.PyArray_DATA(origin)
             cb.count = <const int *>cnp.PyArray_DATA(count)
-            cb.ns = placed.shape[1] * h2 * w2
+            cb.ns = dst.shape[1] * h2 * w2
             cb.cs = h2 * w2
             cb.rs = w2
             cb.sy, cb.sx = steps
+        result = out if out is not None else dst[0] if unbatched else dst
         if g.N == 0:
-            return out if out is not None else res[0] if unbatched else res
+            return result
         cdef cnp.ndarray packed = self._packed
         cdef cnp.ndarray phase = _scratch(mk_conv_phase_size(&g, g.C))
         cdef cnp.ndarray koff = np.empty(g.C * g.KH * g.KW, np.intp)
@@ -661,7 +661,6 @@ cdef class PackedConv2d:
             wide = np.empty(packed.size, np.float32)
             widep = <float *>cnp.PyArray_DATA(wide)
         cdef cnp.ndarray xin = xa
-        cdef cnp.ndarray dst = res
         cdef void *op = cnp.PyArray_DATA(dst)
         with nogil:
             mk_conv2d_shifted_f32(&g, <const float *>cnp.PyArray_DATA(xin), self.out_channels,
@@ -669,9 +668,7 @@ cdef class PackedConv2d:
                                   <float *>cnp.PyArray_DATA(phase),
                                   <Py_ssize_t *>cnp.PyArray_DATA(koff), &cb, <float *>op, isa,
                                   nthreads)
-        if out is not None:
-            return out
-        return res[0] if unbatched else res
+        return result
 
     def __reduce__(self):
         args = (self.in_channels, self.out_channels, self.groups, self.kernel_size,

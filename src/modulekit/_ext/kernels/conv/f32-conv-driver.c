@@ -182,6 +182,19 @@ static int l1_chunks(size_t panel, int npg) {
 }
 
 /* Segments of the tile starting at grid lane q0 with nl lanes (see mk_seg). */
+/* Lanes [lo, hi) going to out + off + lane appended to the ns segments: the last one
+ * extended where they continue it in the tile and in the output. */
+static void add_segment(mk_seg *segs, int *ns, int lo, int hi, ptrdiff_t off) {
+    if (*ns > 0 && segs[*ns - 1].off == off && segs[*ns - 1].hi == lo) {
+        segs[*ns - 1].hi = hi;
+    } else {
+        segs[*ns].lo = lo;
+        segs[*ns].hi = hi;
+        segs[*ns].off = off;
+        ++*ns;
+    }
+}
+
 static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *segs) {
     const int Wq = g->Wq, OW = g->OW;
     int ns = 0;
@@ -192,17 +205,8 @@ static int tile_segments(const mk_conv_geom *g, ptrdiff_t q0, int nl, mk_seg *se
         ptrdiff_t lo = row0 - q0, hi = row0 + OW - q0;
         if (lo < 0) lo = 0;
         if (hi > nl) hi = nl;
-        if (hi > lo) {
-            const ptrdiff_t off = oh * OW - row0 + q0;
-            if (ns > 0 && segs[ns - 1].off == off && segs[ns - 1].hi == lo) {
-                segs[ns - 1].hi = (int)hi; /* contiguous in the output too (Wq == OW) */
-            } else {
-                segs[ns].lo = (int)lo;
-                segs[ns].hi = (int)hi;
-                segs[ns].off = off;
-                ns++;
-            }
-        }
+        /* rows join one segment where they are contiguous in the output too (Wq == OW) */
+        if (hi > lo) add_segment(segs, &ns, (int)lo, (int)hi, oh * OW - row0 + q0);
     }
     return ns;
 }
@@ -222,17 +226,10 @@ static int vector_segments(const mk_conv_geom *g, int V, ptrdiff_t q0, int nl, p
         }
         const ptrdiff_t v = q0 / V + j, oh = v / vpr;
         const int ow = (int)(v % vpr) * V, n = g->OW - ow < V ? g->OW - ow : V;
-        const ptrdiff_t lane = oh * g->Wq + ow, off = oh * g->OW + ow - (ptrdiff_t)j * V;
+        const ptrdiff_t lane = oh * g->Wq + ow;
         if (j == 0) *base = lane;
         voff[j] = lane - *base;
-        if (ns > 0 && segs[ns - 1].off == off && segs[ns - 1].hi == j * V) {
-            segs[ns - 1].hi = j * V + n; /* the next vector of the same row */
-        } else {
-            segs[ns].lo = j * V;
-            segs[ns].hi = j * V + n;
-            segs[ns].off = off;
-            ns++;
-        }
+        add_segment(segs, &ns, j * V, j * V + n, oh * g->OW + ow - (ptrdiff_t)j * V);
     }
     return ns;
 }
